@@ -1,0 +1,57 @@
+"""Config -> Plan: compose, validate, lower, rewrite to a fixed point, key, mark actions."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from planner import rules
+from planner.compose import compose
+from planner.keys import assign_keys
+from planner.lower import lower, store_root
+from planner.ops import Trait
+from planner.plan import Plan
+from planner.validate import check_config
+
+TIMINGS: dict[str, float] = {}
+
+
+def plan_from_overrides(overrides: list[str] | tuple[str, ...] = (),
+                        store: str | None = None) -> Plan:
+    """The plan for `conf/config.yaml` with Hydra overrides (and an optional store dir)."""
+    t0 = time.perf_counter()
+    config = compose(list(overrides))
+    TIMINGS["compose_s"] = time.perf_counter() - t0
+    if store:
+        config["store"]["path"] = str(Path(store).expanduser().resolve())
+    return plan_for(config)
+
+
+def plan_for(config: dict[str, Any]) -> Plan:
+    """The plan for an already composed config."""
+    t0 = time.perf_counter()
+    check_config(config)
+    plan = lower(config)
+    rules.rewrite(plan, config["planner"]["rules"])
+    assign_keys(plan)
+    mark_actions(plan, store_root(config))
+    TIMINGS["plan_s"] = time.perf_counter() - t0
+    return plan
+
+
+def entry_complete(root: Path, key: str) -> bool:
+    """A store entry exists only once fully built (it is renamed into place last)."""
+    return (root / key[:2] / key / "manifest.json").is_file()
+
+
+def mark_actions(plan: Plan, root: Path) -> None:
+    for s in plan.steps:
+        if s.action == "elided":
+            s.reason = (s.proof or {}).get("conclusion", "")
+        elif s.decl.has(Trait.NOT_CACHEABLE):
+            s.action, s.reason = "run", "not cacheable: it measures this machine"
+        elif entry_complete(root, s.key):
+            s.action, s.reason = "cached", "output already in the store"
+        else:
+            s.action, s.reason = "run", "output not in the store"

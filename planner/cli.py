@@ -1,0 +1,125 @@
+"""The `modelplan` command line: parses arguments, calls the planner or an executor, prints.
+
+Errors are ModelplanError lines printed once here; a traceback only with --debug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from planner.errors import ModelplanError
+
+T0 = time.perf_counter()
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
+
+
+def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    COMMANDS[fn.__name__.removeprefix("cmd_")] = fn
+    return fn
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write a file whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+@command
+def cmd_plan(args: argparse.Namespace) -> int:
+    from planner.build import plan_from_overrides
+    from planner.render import render
+
+    ir = plan_from_overrides(args.overrides, store=args.store).to_json()
+    out = render(ir, args.format)
+    if args.output:
+        write_atomic(Path(args.output), out)
+        s = ir["summary"]
+        print(f"Plan: {s['run']} to run, {s['cached']} cached, {s['elided']} elided. "
+              f"Written to {args.output} ({args.format}).")
+    else:
+        sys.stdout.write(out)
+    return 0
+
+
+@command
+def cmd_config(args: argparse.Namespace) -> int:
+    from planner.compose import compose
+    from planner.validate import check_config
+
+    config = compose(args.overrides)
+    check_config(config)
+    print(json.dumps(config, indent=2) if args.json else _yaml(config), end="")
+    return 0
+
+
+def _yaml(config: dict[str, Any]) -> str:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(OmegaConf.create(config))
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="modelplan", description=(
+        "Compile a Hydra model-build config into an explicit plan and run it on ONNX Runtime."))
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def overrides(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                        help="Hydra overrides, e.g. model=tiny_bert quant=w8a8 export.opset=17")
+        sp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+
+    sp = sub.add_parser("plan", help="print the plan without running anything")
+    overrides(sp)
+    sp.add_argument("--format", choices=["text", "json", "md", "mermaid"], default="text")
+    sp.add_argument("-o", "--output", metavar="FILE", help="write the plan to FILE")
+    sp.add_argument("--store", metavar="DIR", help="the store to check for cached steps")
+
+    sp = sub.add_parser("config", help="print the resolved, validated config")
+    overrides(sp)
+    sp.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args, extra = p.parse_known_args(argv)
+    unknown = [x for x in extra if x.startswith("-")]
+    if unknown:
+        p.error(f"unrecognized option(s): {' '.join(unknown)}")
+    if hasattr(args, "overrides"):
+        args.overrides = list(args.overrides) + extra
+    try:
+        code = COMMANDS[args.command](args)
+    except ModelplanError as exc:
+        if args.debug:
+            raise
+        for line in exc.lines:
+            print(f"modelplan: error: {line}", file=sys.stderr)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        print("modelplan: interrupted", file=sys.stderr)
+        code = 130
+    if os.environ.get("MODELPLAN_TIMINGS"):
+        _print_timings()
+    return code
+
+
+def _print_timings() -> None:
+    from planner.build import TIMINGS
+
+    report = {**TIMINGS, "total_s": time.perf_counter() - T0}
+    print("modelplan-timings " + json.dumps(report), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""The modelplan error hierarchy: caught once in the CLI, printed as clear lines."""
+
+from __future__ import annotations
+
+
+class ModelplanError(Exception):
+    """Base class. Each line of the message says what is wrong, where, and how to fix it."""
+
+    exit_code = 1
+
+    def __init__(self, *lines: str) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = list(lines)
+
+
+class ConfigError(ModelplanError):
+    """The composed config is invalid (bad override, unknown key, bad value)."""
+
+    exit_code = 2
+
+
+class PlanError(ModelplanError):
+    """The config is valid but contradictory: the planner rejects it (rule `reject`)."""
+
+    exit_code = 2
+
+
+class PlanFileError(ModelplanError):
+    """A saved plan cannot be used (invalid, tampered, or from an incompatible version)."""
+
+    exit_code = 2
+
+
+class StepError(ModelplanError):
+    """A step failed while running."""
+
+    exit_code = 1
+
+
+class StoreError(ModelplanError):
+    """The content-addressed store is unusable or corrupt."""
+
+    exit_code = 1

@@ -1,0 +1,52 @@
+"""Content keys (DESIGN §4): sha256 over op, op version, params, input keys and tool versions."""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cache
+from importlib import metadata
+from typing import Any
+
+from planner.ops import OPS
+from planner.plan import Plan, Step
+from planner.sources import canonical_json
+
+NOT_INSTALLED = "not-installed"
+
+
+@cache
+def tool_version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return NOT_INSTALLED
+
+
+def tool_versions(names: tuple[str, ...] | list[str]) -> dict[str, str]:
+    return {n: tool_version(n) for n in sorted(set(names))}
+
+
+def content_key(op: str, params: dict[str, Any], input_keys: dict[str, str],
+                tools: dict[str, str]) -> str:
+    decl = OPS[op]
+    keyed = {k: v for k, v in params.items() if k not in decl.unkeyed}
+    payload = {"op": op, "op_version": decl.version, "params": keyed,
+               "inputs": dict(sorted(input_keys.items())),
+               "tools": {t: tools[t] for t in sorted(decl.tools)}}
+    return hashlib.sha256(canonical_json(payload)).hexdigest()
+
+
+def step_key(step: Step, keys: dict[str, str], tools: dict[str, str]) -> str:
+    return content_key(step.op, step.params, {r: keys[src] for r, src in step.inputs.items()}, tools)
+
+
+def assign_keys(plan: Plan) -> None:
+    """Key every step in run order; record the tool versions the keys used."""
+    plan.tools = tool_versions([t for s in plan.steps for t in s.decl.tools])
+    keys: dict[str, str] = {}
+    for s in plan.steps:
+        s.key = keys[s.id] = step_key(s, keys, plan.tools)
+
+
+def config_digest(config: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(config)).hexdigest()

@@ -1,0 +1,215 @@
+"""The plan: steps in run order, the rewrites that shaped it, and graph edits with rewiring."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner import facts as F
+from planner.ops import OPS, Op, Trait
+
+FORMAT_VERSION = 1
+ACTIONS = ("run", "cached", "elided")
+
+
+@dataclass
+class Rewrite:
+    """One rule application: what it did to which step, on what premises, concluding what."""
+
+    rule: str
+    action: str  # elide | insert | reorder | drop | reject
+    step: str
+    premises: list[dict[str, Any]]
+    conclusion: str
+    anchor: str | None = None          # insert/reorder: the step it goes after
+    new_step: Step | None = None       # insert: the step to add
+
+    def record(self) -> dict[str, Any]:
+        return {"rule": self.rule, "action": self.action, "step": self.step,
+                "premises": self.premises, "conclusion": self.conclusion}
+
+    def proof(self) -> dict[str, Any]:
+        return {"rule": self.rule, "premises": self.premises, "conclusion": self.conclusion}
+
+
+@dataclass
+class Step:
+    id: str
+    op: str
+    params: dict[str, Any]
+    inputs: dict[str, str] = field(default_factory=dict)  # role -> step id
+    action: str = "run"
+    reason: str = ""
+    key: str = ""
+    proof: dict[str, Any] | None = None
+    inserted_by: dict[str, Any] | None = None
+    moved_by: dict[str, Any] | None = None
+
+    @property
+    def decl(self) -> Op:
+        return OPS[self.op]
+
+    @property
+    def chain_input(self) -> str | None:
+        return self.inputs.get(self.decl.chain_role)
+
+
+@dataclass
+class Plan:
+    config: dict[str, Any]
+    config_digest: str
+    steps: list[Step]
+    deliverable: str
+    rewrites: list[Rewrite] = field(default_factory=list)
+    tools: dict[str, str] = field(default_factory=dict)
+
+    # -- lookups -------------------------------------------------------------------------
+    def step(self, step_id: str) -> Step:
+        for s in self.steps:
+            if s.id == step_id:
+                return s
+        raise KeyError(step_id)
+
+    def live(self) -> list[Step]:
+        return [s for s in self.steps if s.action != "elided"]
+
+    def consumers(self, step_id: str, role: str | None = None) -> list[Step]:
+        """Non-elided steps reading `step_id` (through `role`, or any role)."""
+        return [s for s in self.live() for r, src in s.inputs.items()
+                if src == step_id and (role is None or r == role)]
+
+    def chain_after(self, step_id: str) -> list[Step]:
+        """Steps downstream of `step_id` along chain inputs, in plan order."""
+        reached, out = {step_id}, []
+        for s in self.steps:
+            if s.action != "elided" and s.chain_input in reached:
+                reached.add(s.id)
+                out.append(s)
+        return out
+
+    def chain_before(self, step_id: str) -> list[Step]:
+        """Live steps upstream of `step_id` along chain inputs, nearest first."""
+        out, cur = [], self.step(step_id).chain_input
+        while cur is not None:
+            s = self.step(cur)
+            out.append(s)
+            cur = s.chain_input
+        return out
+
+    def facts(self) -> dict[str, F.Facts]:
+        """Facts of every step's output (an elided step's output is its input)."""
+        known: dict[str, F.Facts] = {}
+        for s in self.steps:
+            base = known.get(s.chain_input, {}) if s.chain_input else {}
+            known[s.id] = dict(base) if s.action == "elided" else F.apply(base, s.decl, s.params, s.id)
+        return known
+
+    def input_facts(self, s: Step, known: dict[str, F.Facts], role: str | None = None) -> F.Facts:
+        src = s.inputs.get(role or s.decl.chain_role)
+        return known.get(src, {}) if src else {}
+
+    def sinks(self) -> list[str]:
+        return [s.id for s in self.live() if s.decl.has(Trait.SINK)] + [self.deliverable]
+
+    def new_id(self, op: str) -> str:
+        taken = {s.id for s in self.steps}
+        if op not in taken:
+            return op
+        n = 2
+        while f"{op}.{n}" in taken:
+            n += 1
+        return f"{op}.{n}"
+
+    # -- edits (used by the rule engine only) --------------------------------------------
+    def _rewire_chain(self, old: str, new: str, skip: str) -> None:
+        """Chain consumers of `old` (except `skip`) read `new` instead."""
+        for s in self.live():
+            if s.id != skip and s.inputs.get(s.decl.chain_role) == old:
+                s.inputs[s.decl.chain_role] = new
+
+    def elide(self, rw: Rewrite) -> None:
+        s = self.step(rw.step)
+        s.action, s.proof = "elided", rw.proof()
+        upstream = s.chain_input
+        assert upstream is not None, f"cannot elide source step {s.id}"
+        for c in self.live():
+            for role, src in c.inputs.items():
+                if src == s.id:
+                    c.inputs[role] = upstream
+        if self.deliverable == s.id:
+            self.deliverable = upstream
+
+    def insert_after(self, rw: Rewrite) -> None:
+        assert rw.new_step is not None and rw.anchor is not None
+        new = rw.new_step
+        new.inserted_by = rw.proof()
+        new.inputs[new.decl.chain_role] = rw.anchor
+        self._rewire_chain(rw.anchor, new.id, skip=new.id)
+        if self.deliverable == rw.anchor:
+            self.deliverable = new.id
+        self.steps.insert(self._slot_after(rw.anchor), new)
+
+    def move_after(self, rw: Rewrite) -> None:
+        assert rw.anchor is not None
+        s = self.step(rw.step)
+        upstream = s.chain_input
+        assert upstream is not None
+        self._rewire_chain(s.id, upstream, skip=s.id)
+        if self.deliverable == s.id:
+            self.deliverable = upstream
+        self.steps.remove(s)
+        s.inputs[s.decl.chain_role] = rw.anchor
+        s.moved_by = rw.proof()
+        self._rewire_chain(rw.anchor, s.id, skip=s.id)
+        if self.deliverable == rw.anchor:
+            self.deliverable = s.id
+        self.steps.insert(self._slot_after(rw.anchor), s)
+
+    def _slot_after(self, anchor: str) -> int:
+        """List position right after `anchor` and the elided steps that directly follow it."""
+        i = self.steps.index(self.step(anchor)) + 1
+        reads = {anchor}
+        while i < len(self.steps) and self.steps[i].action == "elided" \
+                and self.steps[i].chain_input in reads:
+            reads.add(self.steps[i].id)
+            i += 1
+        return i
+
+    def drop(self, rw: Rewrite) -> None:
+        self.steps.remove(self.step(rw.step))
+
+    # -- output --------------------------------------------------------------------------
+    def summary(self) -> dict[str, int]:
+        return {a: sum(1 for s in self.steps if s.action == a) for a in ACTIONS}
+
+    def to_json(self) -> dict[str, Any]:
+        known = self.facts()
+        return {
+            "format_version": FORMAT_VERSION,
+            "planner_version": _version(),
+            "config_digest": self.config_digest,
+            "deliverable": self.deliverable,
+            "tools": dict(sorted(self.tools.items())),
+            "steps": [_step_json(s, known[s.id]) for s in self.steps],
+            "rewrites": [rw.record() for rw in self.rewrites],
+            "summary": self.summary(),
+            "config": self.config,
+        }
+
+
+def _step_json(s: Step, facts: F.Facts) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": s.id, "op": s.op, "op_version": s.decl.version, "params": s.params,
+        "inputs": dict(s.inputs), "key": s.key, "action": s.action, "reason": s.reason,
+        "tools": list(s.decl.tools), "facts": F.to_json(facts),
+    }
+    for name in ("proof", "inserted_by", "moved_by"):
+        if getattr(s, name) is not None:
+            out[name] = getattr(s, name)
+    return out
+
+
+def _version() -> str:
+    from planner import __version__
+
+    return __version__

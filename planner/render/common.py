@@ -1,0 +1,64 @@
+"""Helpers shared by the human-facing renderers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MARK = {"run": "+", "cached": "=", "elided": "-"}
+GROUP_KEYS = ("model", "optim", "quant", "target", "verify", "perf")
+
+
+def short(key: str) -> str:
+    return key[:12]
+
+
+def value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v):
+        return v[:12]
+    if isinstance(v, list) and v and isinstance(v[0], dict) and "name" in v[0]:
+        return "[" + ", ".join(_spec(x) for x in v) + "]"
+    if isinstance(v, list):
+        return "{" + ", ".join(map(str, v)) + "}"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {value(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+def _spec(spec: dict[str, Any]) -> str:
+    shape = "x".join(str(d) for d in spec.get("shape", []))
+    return f"{spec['name']}:{spec.get('dtype', '?')}[{shape}]"
+
+
+def params_line(params: dict[str, Any]) -> str:
+    """Compact `k=v` list of the params that say something (paths and nulls left out)."""
+    parts = [f"{k}={value(v)}" for k, v in params.items()
+             if v not in (None, {}, []) and k != "path"]
+    return " ".join(parts)
+
+
+def headline(ir: dict[str, Any]) -> str:
+    cfg = ir["config"]
+    picks = "  ".join(f"{g}={cfg[g]['name']}" for g in GROUP_KEYS if "name" in cfg.get(g, {}))
+    return f"{picks}  (config {short(ir['config_digest'])})"
+
+
+def why(step: dict[str, Any]) -> str:
+    """Why a step is in the plan as it is: the rule that shaped it, or the store's answer."""
+    for field, verb in (("proof", "elided by"), ("inserted_by", "inserted by"),
+                        ("moved_by", "moved by")):
+        if field in step:
+            return f"{verb} {step[field]['rule']}: {step[field]['conclusion']}"
+    return step["reason"]
+
+
+def premise_text(p: dict[str, Any]) -> str:
+    by = p["by"]
+    said = by and (p["claim"].startswith(f"{by} ") or f" {by} " in p["claim"])
+    return p["claim"] + (f" (established by {by})" if by and not said else "")
+
+
+def summary_line(ir: dict[str, Any]) -> str:
+    s = ir["summary"]
+    return f"Plan: {s['run']} to run, {s['cached']} cached, {s['elided']} elided."

@@ -1,0 +1,29 @@
+"""Markdown plan for a pull-request comment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.render.common import headline, params_line, premise_text, short, summary_line, why
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render(ir: dict[str, Any]) -> str:
+    lines = [f"### modelplan plan — {cell(headline(ir))}", "",
+             "| step | op | action | key | params | why |",
+             "|---|---|---|---|---|---|"]
+    for s in ir["steps"]:
+        action = f"~~{s['action']}~~" if s["action"] == "elided" else s["action"]
+        lines.append(f"| `{s['id']}` | {s['op']} | {action} | `{short(s['key'])}` | "
+                     f"{cell(params_line(s['params']))} | {cell(why(s))} |")
+    if ir["rewrites"]:
+        lines += ["", "<details><summary>Proofs</summary>", ""]
+        for rw in ir["rewrites"]:
+            lines.append(f"- **{rw['rule']}** {rw['action']} `{rw['step']}`: {cell(rw['conclusion'])}")
+            lines += [f"  - {cell(premise_text(p))}" for p in rw["premises"]]
+        lines += ["", "</details>"]
+    lines += ["", f"**{summary_line(ir)}**"]
+    return "\n".join(lines) + "\n"

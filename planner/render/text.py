@@ -1,0 +1,36 @@
+"""Plain-text plan, terraform-style: a line per step with its action and reason, proofs,
+and one summary line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.render.common import MARK, headline, params_line, premise_text, short, summary_line
+
+
+def render(ir: dict[str, Any]) -> str:
+    steps = ir["steps"]
+    width = max(len(s["id"]) for s in steps)
+    lines = [f"modelplan plan  {headline(ir)}", ""]
+    for s in steps:
+        inputs = ", ".join(f"{r}<-{src}" if r != "model" else src for r, src in s["inputs"].items())
+        lines.append(f"  {MARK[s['action']]} {s['id']:<{width}}  {s['action']:<6}  "
+                     f"{short(s['key'])}  {params_line(s['params'])}".rstrip())
+        reads = f"reads {inputs}; " if inputs else ""
+        lines.append(f"  {'':<{width + 2}}  {'':<6}  {reads}{_why(s)}")
+    if ir["rewrites"]:
+        lines += ["", "Proofs:"]
+        for rw in ir["rewrites"]:
+            lines.append(f"  {rw['rule']}: {rw['action']} {rw['step']}")
+            lines += [f"    because {premise_text(p)}" for p in rw["premises"]]
+            lines.append(f"    so {rw['conclusion']}")
+    lines += ["", f"Deliverable: {ir['deliverable']}", summary_line(ir)]
+    return "\n".join(lines) + "\n"
+
+
+def _why(s: dict[str, Any]) -> str:
+    for field, verb in (("proof", "elided by"), ("inserted_by", "inserted by"),
+                        ("moved_by", "moved by")):
+        if field in s:
+            return f"{verb} {s[field]['rule']} (proof below)"
+    return s["reason"]

@@ -1,0 +1,54 @@
+"""Rewrite rules (DESIGN §3). One rule = one module here, found by discovery.
+
+A rule module defines NAME, ORDER (lower runs first), optionally SWITCH (the key under
+`planner.rules` that turns it off) and SCOPE ("plan", default, or "sweep"), and
+`apply(plan) -> list[Rewrite]`. The engine applies rules until none fires.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+from planner.errors import PlanError
+from planner.plan import Plan, Rewrite
+
+MAX_ROUNDS = 100
+
+
+@cache
+def discover(scope: str = "plan") -> tuple[ModuleType, ...]:
+    mods = [importlib.import_module(f"{__name__}.{m.name}") for m in pkgutil.iter_modules(__path__)]
+    return tuple(sorted((m for m in mods if getattr(m, "SCOPE", "plan") == scope),
+                        key=lambda m: m.ORDER))
+
+
+def enabled(switches: dict[str, Any]) -> list[ModuleType]:
+    return [r for r in discover() if switches.get(getattr(r, "SWITCH", ""), True)]
+
+
+def _reject(plan: Plan, rw: Rewrite) -> None:
+    raise PlanError(rw.conclusion)
+
+
+APPLY = {"elide": Plan.elide, "insert": Plan.insert_after, "reorder": Plan.move_after,
+         "drop": Plan.drop, "reject": _reject}
+
+
+def rewrite(plan: Plan, switches: dict[str, Any]) -> None:
+    """Apply the enabled rules to a fixed point, recording every rewrite in the plan."""
+    rules = enabled(switches)
+    for _ in range(MAX_ROUNDS):
+        for rule in rules:
+            rewrites = rule.apply(plan)
+            if rewrites:
+                for rw in rewrites:
+                    APPLY[rw.action](plan, rw)
+                    plan.rewrites.append(rw)
+                break
+        else:
+            return
+    raise RuntimeError(f"rewrite rules did not reach a fixed point in {MAX_ROUNDS} rounds")
