@@ -7,25 +7,18 @@ from pathlib import Path
 from typing import Any
 
 from planner import rules
-from planner.compose import compose
+from planner.compose import TIMINGS, compose_timed
 from planner.keys import assign_keys
 from planner.lower import lower, store_root
 from planner.ops import Trait
 from planner.plan import Plan
 from planner.validate import check_config
 
-TIMINGS: dict[str, float] = {}
-
 
 def plan_from_overrides(overrides: list[str] | tuple[str, ...] = (),
                         store: str | None = None) -> Plan:
     """The plan for `conf/config.yaml` with Hydra overrides (and an optional store dir)."""
-    t0 = time.perf_counter()
-    config = compose(list(overrides))
-    TIMINGS["compose_s"] = time.perf_counter() - t0
-    if store:
-        config["store"]["path"] = str(Path(store).expanduser().resolve())
-    return plan_for(config)
+    return plan_for(compose_timed(overrides, store=store))
 
 
 def plan_for(config: dict[str, Any]) -> Plan:

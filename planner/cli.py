@@ -35,10 +35,13 @@ def write_atomic(path: Path, text: str) -> None:
 
 @command
 def cmd_plan(args: argparse.Namespace) -> int:
-    from planner.build import plan_from_overrides
+    from planner.compose import compose_timed
+
+    config = compose_timed(args.overrides, store=args.store)  # Hydra first: its imports are shared
+    from planner.build import plan_for
     from planner.render import render
 
-    ir = plan_from_overrides(args.overrides, store=args.store).to_json()
+    ir = plan_for(config).to_json()
     out = render(ir, args.format)
     if args.output:
         write_atomic(Path(args.output), out)
@@ -115,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print_timings() -> None:
-    from planner.build import TIMINGS
+    from planner.compose import TIMINGS
 
     report = {**TIMINGS, "total_s": time.perf_counter() - T0}
     print("modelplan-timings " + json.dumps(report), file=sys.stderr)

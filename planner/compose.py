@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import time
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from planner.errors import ConfigError
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "export", "optim", "quant", "target", "verify", "perf", "executor")
 MISSING = "???"
+TIMINGS: dict[str, float] = {}
 
 
 @cache
@@ -46,6 +48,17 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     finally:
         GlobalHydra.instance().clear()
     assert isinstance(config, dict)
+    return config
+
+
+def compose_timed(overrides: list[str] | tuple[str, ...] = (),
+                  store: str | None = None) -> dict[str, Any]:
+    """compose(), timed into TIMINGS["compose_s"], with an optional store dir applied."""
+    t0 = time.perf_counter()
+    config = compose(overrides)
+    TIMINGS["compose_s"] = time.perf_counter() - t0
+    if store:
+        config["store"]["path"] = str(Path(store).expanduser().resolve())
     return config
 
 

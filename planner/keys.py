@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import re
+import sys
 from functools import cache
-from importlib import metadata
 from typing import Any
 
 from planner.ops import OPS
@@ -14,12 +16,30 @@ from planner.sources import canonical_json
 NOT_INSTALLED = "not-installed"
 
 
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
 @cache
+def installed_versions() -> dict[str, str]:
+    """Installed distributions by normalized name, read from *.dist-info folder names.
+
+    importlib.metadata gives the same answer but costs more than the whole plan."""
+    found: dict[str, str] = {}
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".dist-info") and "-" in name:
+                dist, _, version = name[: -len(".dist-info")].partition("-")
+                found.setdefault(_normalize(dist), version)
+    return found
+
+
 def tool_version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return NOT_INSTALLED
+    return installed_versions().get(_normalize(dist), NOT_INSTALLED)
 
 
 def tool_versions(names: tuple[str, ...] | list[str]) -> dict[str, str]:

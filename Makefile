@@ -1,0 +1,34 @@
+# The README's two commands: `make run` (build the default MiniLM for QNN HTP) and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: run test plan lint bench
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[run]' --config-settings editable_mode=compat
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
+	$(BIN)/python -m pip install -q -e '.[run,test]' --config-settings editable_mode=compat
+	touch $@
+
+run: $(VENV)/.installed-run
+	$(BIN)/modelplan plan
+
+plan: $(VENV)/.installed-run
+	$(BIN)/modelplan plan
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.installed-test
+	$(BIN)/python -m pip install -q ruff
+	$(BIN)/ruff check planner executors schemas tests benchmarks
+
+bench: $(VENV)/.installed-run
+	$(BIN)/python benchmarks/plan_bench.py

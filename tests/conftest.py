@@ -1,0 +1,33 @@
+"""Shared fixtures: an isolated store per test session and a plan helper."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def session_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("store")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    # Never touch the user's real cache from tests.
+    cache = tmp_path_factory.getbasetemp() / "xdg-cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+            timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run `modelplan ARGS` in a fresh process, as a user would."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "planner.cli", *args], capture_output=True, check=False,
+                          text=True, env=full_env, cwd=cwd or ROOT, timeout=timeout)

@@ -1,0 +1,62 @@
+"""Property: for random valid overrides the plan validates, is deterministic, and every
+elided step's premises hold on the facts of its input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import schemas
+from planner import facts as F
+from planner.build import plan_from_overrides
+from planner.errors import PlanError
+
+FLAGS = ["gelu", "layer_norm", "matmul_add", "skip_layer_norm", "bias_gelu", "attention"]
+VALIDATOR = jsonschema.Draft202012Validator(schemas.load("plan"))
+
+overrides = st.fixed_dictionaries({
+    "quant": st.sampled_from(["none", "w8a8", "w8a16", "w8a16_pc", "fp16"]),
+    "target": st.sampled_from(["cpu", "qnn_htp"]),
+    "optim": st.sampled_from(["none", "transformer"]),
+    "verify": st.sampled_from(["none", "cosine"]),
+    "perf": st.sampled_from(["none", "quick"]),
+    "export": st.sampled_from(["torchscript", "dynamo"]),
+}).flatmap(lambda groups: st.tuples(
+    st.just([f"{k}={v}" for k, v in groups.items()]),
+    st.lists(st.sampled_from(FLAGS), unique=True, max_size=3),
+    st.integers(14, 21), st.integers(1, 256), st.booleans(), st.booleans(),
+)).map(lambda t: ["model=tiny_bert", *t[0], f"optim.flags=[{','.join(t[1])}]",
+                  f"export.opset={t[2]}", f"export.sequence_length={t[3]}",
+                  f"planner.rules.elide={str(t[4]).lower()}",
+                  f"quant.per_channel={str(t[5]).lower()}"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(ovs=overrides)
+def test_random_valid_overrides_give_sound_plans(ovs: list[str], session_store: Path) -> None:
+    try:
+        plan = plan_from_overrides(ovs, store=str(session_store))
+    except PlanError as exc:
+        assert "target=qnn_htp" in ovs and "quant=none" in ovs, exc
+        return
+    ir = plan.to_json()
+    VALIDATOR.validate(ir)
+    assert plan_from_overrides(ovs, store=str(session_store)).to_json() == ir
+    known = plan.facts()
+    for s in plan.steps:
+        if s.action != "elided":
+            for req in s.decl.requires:  # every running step's requirements hold
+                assert F.requirement_holds(plan.input_facts(s, known, req.role), req, s.params)
+            continue
+        given_facts = plan.input_facts(s, known)
+        assert all(F.ensured_holds(given_facts, e, s.params) for e in s.decl.ensures), s.id
+        for premise in s.proof["premises"]:
+            if premise["by"] is not None:
+                assert given_facts[premise["fact"]].by == premise["by"]
+    if "target=qnn_htp" in ovs:
+        assert plan.step("compile").inputs["model"] == "tag"
+        assert plan.step("quantize").inputs["model"] == "legalize"
