@@ -64,6 +64,58 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+@command
+def cmd_run(args: argparse.Namespace) -> int:
+    from planner.compose import compose_timed
+
+    config = compose_timed(args.overrides, store=args.store)
+    from planner.build import plan_for
+
+    return _execute(plan_for(config).to_json(), args, args.overrides)
+
+
+@command
+def cmd_apply(args: argparse.Namespace) -> int:
+    from executors.plan_io import load_plan
+
+    return _execute(load_plan(Path(args.plan)), args, [])
+
+
+def _execute(ir: dict[str, Any], args: argparse.Namespace, overrides: list[str]) -> int:
+    from executors.local import LocalExecutor
+    from executors.report import table
+    from executors.store import Store
+    from planner.lower import store_root
+
+    store = Store(Path(args.store).resolve() if args.store else store_root(ir["config"]))
+    name = args.name or run_name(ir["config"])
+    executor = LocalExecutor(store, debug=args.debug, quiet=args.quiet)
+    record = executor.run(ir, name, Path(args.outputs).resolve(), overrides)
+    if args.json:
+        print(json.dumps(record, indent=2))
+    else:
+        sys.stdout.write(table(record))
+    if record["error"]:
+        print(f"modelplan: error: {record['error']['message']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_name(config: dict[str, Any]) -> str:
+    """A stable name for a config's outputs: model-quant-target."""
+    return "-".join(str(config[g]["name"]) for g in ("model", "quant", "target"))
+
+
+@command
+def cmd_store(args: argparse.Namespace) -> int:
+    from executors import store_cli
+    from executors.store import Store
+    from planner.lower import store_root
+
+    root = Path(args.store).resolve() if args.store else store_root({"store": {"path": None}})
+    return store_cli.ACTIONS[args.action](Store(root), args)
+
+
 def _yaml(config: dict[str, Any]) -> str:
     from omegaconf import OmegaConf
 
@@ -86,6 +138,33 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--format", choices=["text", "json", "md", "mermaid"], default="text")
     sp.add_argument("-o", "--output", metavar="FILE", help="write the plan to FILE")
     sp.add_argument("--store", metavar="DIR", help="the store to check for cached steps")
+
+    def running(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--store", metavar="DIR", help="the content-addressed store "
+                        "(default: store.path, else ~/.cache/modelplan/store)")
+        sp.add_argument("--outputs", metavar="DIR", default="outputs",
+                        help="where stable copies of the results go (default: ./outputs)")
+        sp.add_argument("--name", help="run name under --outputs (default: model-quant-target)")
+        sp.add_argument("--json", action="store_true", help="print the run record as JSON")
+        sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+    sp = sub.add_parser("run", help="plan, then run the plan")
+    overrides(sp)
+    running(sp)
+
+    sp = sub.add_parser("apply", help="run a saved plan (modelplan plan -o plan.json)")
+    sp.add_argument("plan", metavar="PLAN.json")
+    sp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    running(sp)
+
+    sp = sub.add_parser("store", help="inspect and maintain the store")
+    sp.add_argument("action", choices=["ls", "verify", "gc"])
+    sp.add_argument("--store", metavar="DIR", help="the store (default: the user cache dir)")
+    sp.add_argument("--remove", action="store_true", help="verify: remove corrupt entries")
+    sp.add_argument("--keep-runs", type=int, default=10, metavar="N",
+                    help="gc: keep entries used by the N most recent runs (default 10)")
+    sp.add_argument("--dry-run", action="store_true", help="gc: only say what would go")
+    sp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
     sp = sub.add_parser("config", help="print the resolved, validated config")
     overrides(sp)

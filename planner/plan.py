@@ -44,6 +44,7 @@ class Step:
     proof: dict[str, Any] | None = None
     inserted_by: dict[str, Any] | None = None
     moved_by: dict[str, Any] | None = None
+    via: dict[str, str] = field(default_factory=dict)  # role -> elided step it stands in for
 
     @property
     def decl(self) -> Op:
@@ -126,6 +127,7 @@ class Plan:
         for s in self.live():
             if s.id != skip and s.inputs.get(s.decl.chain_role) == old:
                 s.inputs[s.decl.chain_role] = new
+                s.via.pop(s.decl.chain_role, None)
 
     def elide(self, rw: Rewrite) -> None:
         s = self.step(rw.step)
@@ -136,6 +138,7 @@ class Plan:
             for role, src in c.inputs.items():
                 if src == s.id:
                     c.inputs[role] = upstream
+                    c.via[role] = s.id
         if self.deliverable == s.id:
             self.deliverable = upstream
 
@@ -206,6 +209,8 @@ def _step_json(s: Step, facts: F.Facts) -> dict[str, Any]:
     for name in ("proof", "inserted_by", "moved_by"):
         if getattr(s, name) is not None:
             out[name] = getattr(s, name)
+    if s.via:
+        out["via"] = dict(sorted(s.via.items()))
     return out
 
 

@@ -1,0 +1,87 @@
+"""ONNX artifacts: the facts stamp, metadata helpers, and the checks run after every step."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+FACTS_KEY = "modelplan.facts"
+TAG_KEY = "winml.hierarchy.tag"
+DEPTH_KEY = "winml.hierarchy.depth"
+
+
+def load(path: Path, external: bool = True) -> onnx.ModelProto:
+    return onnx.load(str(path), load_external_data=external)
+
+
+def save(model: onnx.ModelProto, path: Path) -> None:
+    large = model.ByteSize() > 1_800_000_000
+    onnx.save_model(model, str(path), save_as_external_data=large,
+                    location=f"{path.name}.data" if large else None)
+
+
+def set_model_meta(model: onnx.ModelProto, key: str, value: str) -> None:
+    for prop in model.metadata_props:
+        if prop.key == key:
+            prop.value = value
+            return
+    model.metadata_props.add(key=key, value=value)
+
+
+def model_meta(model: onnx.ModelProto) -> dict[str, str]:
+    return {p.key: p.value for p in model.metadata_props}
+
+
+def stamp_facts(model: onnx.ModelProto, facts: dict[str, Any], step: str, key: str) -> None:
+    set_model_meta(model, FACTS_KEY, json.dumps(
+        {"facts": facts, "step": step, "key": key}, sort_keys=True))
+
+
+def read_facts(path: Path) -> dict[str, Any] | None:
+    """The facts stamped into an artifact by the step that wrote it (None when unstamped)."""
+    if not path.is_file():
+        return None
+    raw = model_meta(load(path, external=False)).get(FACTS_KEY)
+    return json.loads(raw)["facts"] if raw else None
+
+
+def node_meta(node: onnx.NodeProto) -> dict[str, str]:
+    return {p.key: p.value for p in node.metadata_props}
+
+
+def set_node_meta(node: onnx.NodeProto, key: str, value: str) -> None:
+    for prop in node.metadata_props:
+        if prop.key == key:
+            prop.value = value
+            return
+    node.metadata_props.add(key=key, value=value)
+
+
+def clear_node_meta(model: onnx.ModelProto) -> None:
+    for node in model.graph.node:
+        del node.metadata_props[:]
+
+
+def problems(path: Path, tagged: bool) -> list[str]:
+    """Everything wrong with an artifact: onnx.checker (full), duplicate metadata keys at
+    model and node level, and untagged nodes once the model is tagged."""
+    found = []
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except Exception as exc:  # the checker raises several types
+        found.append(f"onnx.checker: {str(exc).strip().splitlines()[0]}")
+    model = load(path, external=False)
+    dup = [k for k, n in Counter(p.key for p in model.metadata_props).items() if n > 1]
+    if dup:
+        found.append(f"model metadata key(s) {dup} appear more than once")
+    for node in model.graph.node:
+        keys = Counter(p.key for p in node.metadata_props)
+        if any(n > 1 for n in keys.values()):
+            found.append(f"node {node.name!r} has duplicate metadata keys")
+        if tagged and TAG_KEY not in keys:
+            found.append(f"node {node.name!r} ({node.op_type}) has no hierarchy tag")
+    return found

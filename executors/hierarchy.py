@@ -1,0 +1,183 @@
+"""Module hierarchy tags: which torch modules ran, and which module each ONNX node belongs to.
+
+A tag is the class path of a module, e.g. `/BertModel/BertEncoder/BertLayer.0/BertAttention`
+(container lists are folded into an index on their element). Nodes are matched by their
+name scope: the module itself (direct), its nearest executed ancestor (parent), or the
+root module (root), so coverage is always 100 %.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from typing import Any
+
+CONTAINERS = ("ModuleList", "ModuleDict", "Sequential")
+
+
+def class_paths(model: Any) -> dict[str, str]:
+    """attr path ("encoder.layer.0") -> class path ("/BertModel/BertEncoder/BertLayer.0")."""
+    modules = dict(model.named_modules())
+    out = {"": f"/{type(model).__name__}"}
+    for name in modules:
+        if not name:
+            continue
+        parent, _, leaf = name.rpartition(".")
+        parent_mod = modules[parent] if parent else model
+        base = out[parent]
+        if type(parent_mod).__name__ in CONTAINERS:
+            out[name] = f"{base.rpartition('/')[0]}/{type(modules[name]).__name__}.{leaf}"
+        else:
+            out[name] = f"{base}/{type(modules[name]).__name__}"
+    return out
+
+
+def executed_modules(model: Any, run: Callable[[], Any]) -> dict[str, str]:
+    """attr path -> class path of every module whose forward ran during `run()`."""
+    paths = class_paths(model)
+    ran: set[str] = set()
+    handles = [m.register_forward_pre_hook(lambda _m, _a, name=name: ran.add(name))
+               for name, m in model.named_modules()]
+    try:
+        run()
+    finally:
+        for h in handles:
+            h.remove()
+    return {name: paths[name] for name in sorted(ran)}
+
+
+def scope_of(node_name: str, prefix: str) -> str | None:
+    """The attr path a TorchScript-exported node name belongs to, or None if it has none.
+
+    "/model/encoder/layer.0/attention/self/query/MatMul" with prefix "model" ->
+    "encoder.layer.0.attention.self.query"."""
+    if not node_name.startswith("/"):
+        return None
+    parts = node_name.strip("/").split("/")[:-1]
+    if prefix and parts[:1] == [prefix]:
+        parts = parts[1:]
+    return ".".join(parts)
+
+
+def match(scope: str | None, scopes: dict[str, str], root: str) -> tuple[str, str]:
+    """(tag, how) for a scope: direct, parent (nearest executed ancestor) or root."""
+    if scope is None:
+        return root, "root"
+    if scope in scopes:
+        return scopes[scope], "direct"
+    parts = scope.split(".")
+    while parts:
+        parts.pop()
+        if ".".join(parts) in scopes:
+            return scopes[".".join(parts)], "parent" if parts else "root"
+    return root, "root"
+
+
+def sidecar(node_names: list[str], scopes: dict[str, str], prefix: str,
+            root: str) -> dict[str, Any]:
+    """The export sidecar: node -> tag, the traced modules, and coverage statistics."""
+    nodes = {}
+    for name in node_names:
+        tag, how = match(scope_of(name, prefix), scopes, root)
+        nodes[name] = {"tag": tag, "match": how}
+    counts = Counter(v["match"] for v in nodes.values())
+    total = len(nodes)
+    return {
+        "format_version": 1, "root": root, "prefix": prefix, "scopes": scopes,
+        "traced_modules": sorted(set(scopes.values())), "nodes": nodes,
+        "coverage": {"nodes": total, **{k: counts.get(k, 0) for k in ("direct", "parent", "root")},
+                     "percent": 100.0 if total else 0.0},
+    }
+
+
+def common_tag(tags: list[str]) -> str | None:
+    """The deepest module containing all `tags` (by path segments)."""
+    if not tags:
+        return None
+    split = [t.split("/") for t in tags]
+    common = os.path.commonprefix(split)
+    return "/".join(common) if len(common) > 1 else None
+
+
+def depth(tag: str) -> int:
+    return tag.strip("/").count("/") + 1
+
+
+def report(meta: dict[str, Any]) -> str:
+    """A Markdown summary of a sidecar, for export.report=true."""
+    cov = meta["coverage"]
+    per_tag = Counter(v["tag"] for v in meta["nodes"].values())
+    lines = ["# Hierarchy report", "",
+             f"Nodes: {cov['nodes']} — direct {cov['direct']}, parent {cov['parent']}, "
+             f"root {cov['root']} (coverage {cov['percent']:.0f} %)", "",
+             f"Traced modules: {len(meta['traced_modules'])}", "",
+             "| module | nodes |", "|---|---|"]
+    lines += [f"| `{tag}` | {n} |" for tag, n in sorted(per_tag.items())]
+    return "\n".join(lines) + "\n"
+
+
+QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+
+def assign(graph: Any, meta: dict[str, Any]) -> list[tuple[str, str]]:
+    """(tag, how) for every node of `graph`, in node order, from the export sidecar.
+
+    how: export (node kept its exported name), scope (its name scope matched a module),
+    qdq (a Q/DQ node takes the tag of the node whose tensor it quantizes), neighbours (a
+    node fusion created: the common module of the nodes around it), root."""
+    nodes = list(graph.node)
+    producer = {out: i for i, n in enumerate(nodes) for out in n.output}
+    users: dict[str, list[int]] = defaultdict(list)
+    for i, n in enumerate(nodes):
+        for name in n.input:
+            users[name].append(i)
+    tags: dict[int, tuple[str, str]] = {}
+    for i, n in enumerate(nodes):
+        if n.op_type in QDQ:
+            continue
+        if n.name in meta["nodes"]:
+            tags[i] = (meta["nodes"][n.name]["tag"], "export")
+        elif (scope := scope_of(n.name, meta["prefix"])) is not None:
+            tags[i] = (match(scope, meta["scopes"], meta["root"])[0], "scope")
+    for i, n in enumerate(nodes):
+        if n.op_type in QDQ and (owner := _qdq_owner(i, nodes, producer, users)) in tags:
+            tags[i] = (tags[owner][0], "qdq")
+    _from_neighbours(nodes, producer, users, tags)
+    return [tags.get(i, (meta["root"], "root")) for i in range(len(nodes))]
+
+
+def _qdq_owner(i: int, nodes: list, producer: dict[str, int], users: dict) -> int | None:
+    """The node whose tensor a Q/DQ node quantizes: its producer, else its first consumer."""
+    tensor = nodes[i].input[0]
+    while (p := producer.get(tensor)) is not None and nodes[p].op_type in QDQ:
+        tensor = nodes[p].input[0]
+    if p is not None:
+        return p
+    frontier = list(nodes[i].output)
+    seen: set[int] = set()
+    while frontier:
+        for c in users.get(frontier.pop(0), []):
+            if c in seen:
+                continue
+            seen.add(c)
+            if nodes[c].op_type not in QDQ:
+                return c
+            frontier.extend(nodes[c].output)
+    return None
+
+
+def _from_neighbours(nodes: list, producer: dict[str, int], users: dict,
+                     tags: dict[int, tuple[str, str]]) -> None:
+    changed = True
+    while changed:
+        changed = False
+        for i, n in enumerate(nodes):
+            if i in tags:
+                continue
+            around = [producer[x] for x in n.input if x in producer]
+            around += [c for out in n.output for c in users.get(out, [])]
+            known = [tags[j][0] for j in around if j in tags]
+            if known and (tag := common_tag(known)):
+                tags[i] = (tag, "neighbours")
+                changed = True

@@ -1,0 +1,63 @@
+"""Saved plans: validate against plan.schema.json, recompute every key, refuse mismatches."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import schemas
+from planner.errors import PlanFileError
+from planner.keys import config_digest, step_key, tool_versions
+from planner.ops import OPS
+
+
+def load_plan(path: Path) -> dict[str, Any]:
+    try:
+        ir = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise PlanFileError(f"{path}: cannot read it ({exc.strerror}); "
+                            "write one with `modelplan plan -o plan.json`") from exc
+    except ValueError as exc:
+        raise PlanFileError(f"{path}: not JSON ({exc}); "
+                            "write one with `modelplan plan -o plan.json`") from exc
+    check_plan(ir, str(path))
+    return ir
+
+
+def check_plan(ir: Any, where: str) -> None:
+    """Schema-valid, keys recomputed and equal, config digest intact."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schemas.load("plan"))
+    errors = sorted(validator.iter_errors(ir), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        at = "/".join(str(p) for p in e.absolute_path) or "<root>"
+        raise PlanFileError(f"{where}: not a valid plan at {at}: {e.message}; "
+                            "re-plan with `modelplan plan -o FILE`")
+    if config_digest(ir["config"]) != ir["config_digest"]:
+        raise PlanFileError(f"{where}: the embedded config does not match config_digest "
+                            "(edited by hand?); re-plan with `modelplan plan -o FILE`")
+    here = tool_versions([t for s in ir["steps"] for t in OPS[s["op"]].tools])
+    drift = {t: (v, here[t]) for t, v in ir["tools"].items() if here.get(t) != v}
+    keys: dict[str, str] = {}
+    for s in ir["steps"]:
+        unknown = [src for src in s["inputs"].values() if src not in keys]
+        if unknown:
+            raise PlanFileError(f"{where}: step {s['id']} reads {unknown} before they are "
+                                "produced; re-plan")
+        keys[s["id"]] = step_key(_StepView(s), keys, here)
+        if keys[s["id"]] != s["key"]:
+            why = ("tool versions differ: " + ", ".join(f"{t} {a} in the plan, {b} here"
+                                                         for t, (a, b) in drift.items())
+                   if drift else "its op, params or inputs were changed after planning")
+            raise PlanFileError(f"{where}: step {s['id']} key does not match its content "
+                                f"({why}); re-plan on this machine with `modelplan plan -o FILE`")
+
+
+class _StepView:
+    """The fields of a Plan IR step that keys read."""
+
+    def __init__(self, s: dict[str, Any]) -> None:
+        self.op, self.params, self.inputs = s["op"], s["params"], s["inputs"]

@@ -1,0 +1,1 @@
+"""One module per op: `run(ctx: StepContext) -> StepResult`."""

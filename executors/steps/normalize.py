@@ -1,0 +1,20 @@
+"""normalize: ONNX Runtime basic optimizations to a fixed point, then shape inference."""
+
+from __future__ import annotations
+
+from executors.artifacts import load, save, stamp_facts
+from executors.base import MODEL, StepContext, StepResult
+from executors.ortopt import basic_fixed_point
+
+
+def run(ctx: StepContext) -> StepResult:
+    model = load(ctx.input_model())
+    before = len(model.graph.node)
+    work = ctx.out / ".work"
+    work.mkdir()
+    result, passes = basic_fixed_point(model, work)
+    work.rmdir()
+    stamp_facts(result, ctx.facts, ctx.id, ctx.step["key"])
+    save(result, ctx.out / MODEL)
+    return StepResult(metrics={"nodes_before": before, "nodes_after": len(result.graph.node),
+                               "ort_passes_to_fixed_point": passes})

@@ -1,0 +1,82 @@
+"""resolve: find the model source, check its content digest, detect task and model class."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from executors.base import SOURCE, StepContext, StepResult
+from planner import sources
+
+CUSTOM_CODE_HINT = ("set model.trust_remote_code=true only if you trust the checkpoint's code")
+
+
+def run(ctx: StepContext) -> StepResult:
+    p = ctx.params
+    if p["source"] == "random_init":
+        checkpoint = _random_init(ctx)
+    elif p["source"] == "onnx_file":
+        return _onnx_file(ctx)
+    else:
+        checkpoint = _existing(ctx)
+    info = json.loads((checkpoint / "config.json").read_text())
+    if info.get("auto_map") and not p["trust_remote_code"]:
+        raise ctx.fail("the checkpoint needs custom code (auto_map in config.json), which is "
+                       "refused by default", CUSTOM_CODE_HINT, where=str(checkpoint))
+    rel = "checkpoint" if checkpoint.parent == ctx.out else str(checkpoint)
+    (ctx.out / SOURCE).write_text(json.dumps({
+        "source": p["source"], "checkpoint": rel, "digest": p["digest"], "task": p["task"],
+        "model_class": p["model_class"] or (info.get("architectures") or ["AutoModel"])[0],
+        "model_type": info.get("model_type"), "facts": ctx.facts}, indent=2, sort_keys=True))
+    return StepResult(metrics={"checkpoint": rel})
+
+
+def _existing(ctx: StepContext) -> Path:
+    p = ctx.params
+    try:
+        where = sources.checkpoint_location({**p, "path": p["path"]})
+    except Exception as exc:
+        raise ctx.fail(str(exc), "re-plan on this machine", where=p["path"] or p["package"]) from exc
+    assert where is not None
+    digest = sources.DigestMemo(None).tree_digest(where)
+    if digest != p["digest"]:
+        raise ctx.fail("the checkpoint's content changed since the plan was made "
+                       f"(digest {digest[:12]}, plan {p['digest'][:12]})",
+                       "re-plan (`modelplan plan`/`run`) to build the current content",
+                       where=str(where))
+    return where
+
+
+def _random_init(ctx: StepContext) -> Path:
+    import torch
+    import transformers
+
+    ri = ctx.params["random_init"]
+    config = transformers.BertConfig(
+        hidden_size=ri["hidden_size"], num_hidden_layers=ri["num_hidden_layers"],
+        num_attention_heads=ri["num_attention_heads"], intermediate_size=ri["intermediate_size"],
+        vocab_size=ri["vocab_size"], max_position_embeddings=ri["max_position_embeddings"],
+        architectures=["BertModel"])
+    torch.manual_seed(ri["seed"])
+    model = transformers.BertModel(config).eval()
+    out = ctx.out / "checkpoint"
+    model.save_pretrained(str(out))
+    return out
+
+
+def _onnx_file(ctx: StepContext) -> StepResult:
+    from executors.artifacts import load, save, stamp_facts
+
+    src = Path(ctx.params["path"])
+    digest = sources.DigestMemo(None).tree_digest(src)
+    if digest != ctx.params["digest"]:
+        raise ctx.fail("the ONNX file changed since the plan was made", "re-plan",
+                       where=str(src))
+    model = load(src)
+    stamp_facts(model, ctx.facts, ctx.id, ctx.step["key"])
+    save(model, ctx.out / "model.onnx")
+    shutil.copystat(src, ctx.out / "model.onnx")
+    (ctx.out / SOURCE).write_text(json.dumps({"source": "onnx_file", "checkpoint": None,
+                                              "digest": digest, "facts": ctx.facts}))
+    return StepResult()

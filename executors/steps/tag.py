@@ -1,0 +1,26 @@
+"""tag: write `winml.hierarchy.tag` and `winml.hierarchy.depth` into every node's metadata from
+the export sidecar, after every rewrite (nodes fusion or quantization created included)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from executors import hierarchy
+from executors.artifacts import DEPTH_KEY, TAG_KEY, load, save, set_node_meta, stamp_facts
+from executors.base import MODEL, SIDECAR, StepContext, StepResult
+
+
+def run(ctx: StepContext) -> StepResult:
+    meta = json.loads((ctx.inputs["hierarchy"] / SIDECAR).read_text())
+    model = load(ctx.input_model())
+    assigned = hierarchy.assign(model.graph, meta)
+    for node, (tag, _how) in zip(model.graph.node, assigned, strict=True):
+        set_node_meta(node, TAG_KEY, tag)
+        set_node_meta(node, DEPTH_KEY, str(hierarchy.depth(tag)))
+    stamp_facts(model, ctx.facts, ctx.id, ctx.step["key"])
+    save(model, ctx.out / MODEL)
+    how = Counter(h for _t, h in assigned)
+    total = len(assigned)
+    return StepResult(metrics={"nodes": total, "matched": dict(sorted(how.items())),
+                               "coverage_percent": 100.0 if total else 0.0})
