@@ -27,6 +27,7 @@ class StepContext:
     out: Path                        # write outputs here (a temporary dir of the store)
     facts: dict[str, Any]            # facts the plan says this step's output has (to stamp)
     progress: Callable[[str], None] = print
+    cache_dir: Path | None = None    # for ONNX Runtime's optimized-model cache
 
     @property
     def params(self) -> dict[str, Any]:

@@ -182,13 +182,15 @@ class LocalExecutor:
             base = out_dir or self.store.root / "tmp" / f"uncached-{uuid.uuid4().hex[:8]}"
             target = base / step["id"]
             target.mkdir(parents=True, exist_ok=True)
-            result = run_step(StepContext({**step, "key": key}, inputs, target, facts, self.say))
+            result = run_step(StepContext({**step, "key": key}, inputs, target, facts, self.say,
+                                         self.store.root / "session_cache"))
             (target / RESULT).write_text(json.dumps({"metrics": result.metrics}, indent=2))
             return target
         with self.store.lock(key):
             if self.store.get(key) is None:  # else another process built it meanwhile
                 with self.store.building(key, {"step": step["id"], "op": step["op"]}) as tmp:
-                    ctx = StepContext({**step, "key": key}, inputs, tmp, facts, self.say)
+                    ctx = StepContext({**step, "key": key}, inputs, tmp, facts, self.say,
+                                      self.store.root / "session_cache")
                     result = run_step(ctx)
                     _validate(ctx, tagged="tagged" in facts)
                     (tmp / RESULT).write_text(json.dumps({"metrics": result.metrics},

@@ -30,7 +30,7 @@ def _note(step: dict[str, Any]) -> str:
     m = step["metrics"]
     for key in ("cosine_mean", "latency_ms_median"):
         if key in m:
-            return f"{key}={m[key]:.4g}"
+            return f"{key}={m[key]:.4f}" if key == "cosine_mean" else f"{key}={m[key]:.1f}"
     return ""
 
 

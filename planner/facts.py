@@ -22,6 +22,7 @@ KINDS: dict[str, str] = {
 KILLED_BY: dict[Trait, tuple[str, ...]] = {
     Trait.DROPS_NODE_METADATA: ("tagged",),
     Trait.FOLDS_CONSTANTS: ("legal_for",),
+    Trait.ENCAPSULATES: ("tagged",),  # tags stay on the QDQ graph the context was built from
 }
 
 

@@ -24,6 +24,7 @@ class Trait(StrEnum):
     WRITES_NODE_METADATA = "writes_node_metadata"
     CALIBRATES = "calibrates"                    # its result depends on value ranges
     NEEDS_EP = "needs_ep"                        # needs an ONNX Runtime execution provider
+    ENCAPSULATES = "encapsulates"                # wraps the graph in an opaque EP context
     SINK = "sink"                                # produces results, not a model
     NOT_CACHEABLE = "not_cacheable"              # measures this machine: always runs
 
@@ -156,7 +157,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                          fix="set quant=w8a16_pc (or quant=fp16), or target=cpu"),
                  Require("legal_for", "eq", Param("target"), config_path="target")),
        ensures=(Ensure("compiled", Param("target")),),
-       traits=frozenset({T.NEEDS_EP}),
+       traits=frozenset({T.NEEDS_EP, T.ENCAPSULATES}),
        tools=("onnx", "onnxruntime", "onnxruntime-qnn")),
     Op("verify", 1, "compare the candidate with the fp32 reference on real inputs",
        params=("metric", "reference", "threshold", "samples", "ep", "backend",

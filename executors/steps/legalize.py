@@ -1,6 +1,7 @@
 """legalize{target}: rewrite what QNN HTP rejects. Attention-mask constants of -inf or
-float-min are clamped to a finite floor, and a mask `Where(cond, a, b)` over constants becomes
-`Cast(cond) * (a - b) + b`. The fp32 outputs on real (non-padding) tokens must not change."""
+float-min are clamped to a finite floor, a mask `Where(cond, a, b)` over constants becomes
+`Cast(cond) * (a - b) + b`, and the Erf-based GELU subgraph (HTP has no Erf) becomes one
+Gelu node. The fp32 outputs on real (non-padding) tokens must not change."""
 
 from __future__ import annotations
 
@@ -82,11 +83,30 @@ def rewrite_wheres(model: onnx.ModelProto) -> int:
     return len(targets)
 
 
+def fuse_erf_gelu(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """Replace x * 0.5 * (1 + erf(x / sqrt 2)) subgraphs by a single Gelu node."""
+    from onnxruntime.transformers.fusion_gelu import FusionGelu
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    before = sum(n.op_type == "Erf" for n in model.graph.node)
+    if not before:
+        return model, 0
+    wrapped = OnnxModel(model)
+    FusionGelu(wrapped).apply()
+    wrapped.prune_graph()
+    wrapped.topological_sort()
+    return wrapped.model, before - sum(n.op_type == "Erf" for n in wrapped.model.graph.node)
+
+
 def run(ctx: StepContext) -> StepResult:
     path = ctx.input_model()
     model = load(path)
     wheres = rewrite_wheres(model)
     clamped = clamp_constants(model)
+    model, gelus = fuse_erf_gelu(model)
+    if any(n.op_type == "Erf" for n in model.graph.node):
+        raise ctx.fail("an Erf node is not part of a GELU pattern, and HTP has no Erf",
+                       "export the model with a tanh-approximated or native GELU")
     left = [n for n, a in constants(model).items() if is_sentinel(a)]
     if left or mask_wheres(model):
         raise ctx.fail(f"mask constants {left[:3]} or a mask Where remain after legalization",
@@ -95,6 +115,7 @@ def run(ctx: StepContext) -> StepResult:
     save(model, ctx.out / MODEL)
     max_abs = _outputs_unchanged(ctx, path)
     return StepResult(metrics={"wheres_rewritten": wheres, "constants_clamped": clamped,
+                               "gelus_fused": gelus,
                                "max_abs_valid_tokens": max_abs, "floor": FLOOR})
 
 

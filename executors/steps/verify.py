@@ -1,0 +1,58 @@
+"""verify: run the candidate (on the target's EP) and the fp32 reference (on CPU) on real
+inputs; cosine per token vector and max-abs error on real (non-padding) tokens only."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from executors import qnn
+from executors.base import METRICS, StepContext, StepResult
+from executors.inputs import batches, io_specs, valid_positions
+from executors.session_cache import cpu_session
+
+HINT = ("use quant=w8a16_pc (w8a16 per-channel keeps transformers accurate), or lower "
+        "verify.threshold if this accuracy is acceptable")
+
+
+def candidate_session(ctx: StepContext):  # noqa: ANN201 - an ORT session
+    p = ctx.params
+    path = ctx.input_model("candidate")
+    if p["ep"] == "cpu":
+        return cpu_session(path, ctx.cache_dir)[0]
+    with qnn.native_log():
+        return qnn.session(path, p["ep"], p["backend"], p["provider_options"], cpu_fallback=False)
+
+
+def run(ctx: StepContext) -> StepResult:
+    p = ctx.params
+    ref_path = ctx.input_model("reference")
+    specs, _ = io_specs(ref_path)
+    feeds = batches(specs, p["samples"], "verify", source=ctx.inputs.get("source"))
+    reference, _ = cpu_session(ref_path, ctx.cache_dir)
+    candidate = candidate_session(ctx)
+    cosines, max_abs = [], 0.0
+    for i, feed in enumerate(feeds, 1):
+        ctx.progress(f"  verify sample {i}/{len(feeds)}")
+        valid = valid_positions(feed)
+        for got, want in zip(candidate.run(None, feed), reference.run(None, feed), strict=True):
+            got, want = got.astype(np.float64), want.astype(np.float64)
+            if valid is not None and got.ndim >= 3 and got.shape[:2] == valid.shape:
+                got, want = got[valid], want[valid]
+            got, want = got.reshape(-1, got.shape[-1]), want.reshape(-1, want.shape[-1])
+            num = (got * want).sum(-1)
+            den = np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1)
+            cosines.extend((num / np.maximum(den, 1e-12)).tolist())
+            max_abs = max(max_abs, float(np.abs(got - want).max()))
+    metrics = {"cosine_mean": float(np.mean(cosines)), "cosine_min": float(np.min(cosines)),
+               "max_abs": max_abs, "samples": len(feeds), "threshold": p["threshold"],
+               "vectors": len(cosines)}
+    metrics["passed"] = metrics["cosine_mean"] >= p["threshold"]
+    (ctx.out / METRICS).write_text(json.dumps(metrics, indent=2, sort_keys=True))
+    if not metrics["passed"]:
+        raise ctx.fail(f"cosine_mean {metrics['cosine_mean']:.4f} is below verify.threshold "
+                       f"{p['threshold']} (cosine_min {metrics['cosine_min']:.4f}, max_abs "
+                       f"{max_abs:.4g}, {len(feeds)} real inputs)", HINT,
+                       where=str(ctx.input_model("candidate")))
+    return StepResult(metrics=metrics)
