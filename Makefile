@@ -18,7 +18,7 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
 	touch $@
 
 run: $(VENV)/.installed-run
-	$(BIN)/modelplan plan
+	$(BIN)/modelplan run
 
 plan: $(VENV)/.installed-run
 	$(BIN)/modelplan plan

@@ -124,8 +124,8 @@ def assign(graph: Any, meta: dict[str, Any]) -> list[tuple[str, str]]:
     """(tag, how) for every node of `graph`, in node order, from the export sidecar.
 
     how: export (node kept its exported name), scope (its name scope matched a module),
-    qdq (a Q/DQ node takes the tag of the node whose tensor it quantizes), neighbours (a
-    node fusion created: the common module of the nodes around it), root."""
+    neighbours (a node fusion created: the common module of the real nodes around it, looking
+    through Q/DQ), qdq (a Q/DQ node takes the tag of the node whose tensor it quantizes), root."""
     nodes = list(graph.node)
     producer = {out: i for i, n in enumerate(nodes) for out in n.output}
     users: dict[str, list[int]] = defaultdict(list)
@@ -140,10 +140,10 @@ def assign(graph: Any, meta: dict[str, Any]) -> list[tuple[str, str]]:
             tags[i] = (meta["nodes"][n.name]["tag"], "export")
         elif (scope := scope_of(n.name, meta["prefix"])) is not None:
             tags[i] = (match(scope, meta["scopes"], meta["root"])[0], "scope")
+    _from_neighbours(nodes, producer, users, tags)
     for i, n in enumerate(nodes):
         if n.op_type in QDQ and (owner := _qdq_owner(i, nodes, producer, users)) in tags:
             tags[i] = (tags[owner][0], "qdq")
-    _from_neighbours(nodes, producer, users, tags)
     return [tags.get(i, (meta["root"], "root")) for i in range(len(nodes))]
 
 
@@ -167,17 +167,35 @@ def _qdq_owner(i: int, nodes: list, producer: dict[str, int], users: dict) -> in
     return None
 
 
+def _real_neighbours(i: int, nodes: list, producer: dict[str, int], users: dict) -> list[int]:
+    """Producers and consumers of node i, looking through chains of Q/DQ nodes."""
+    found, seen = [], {i}
+    frontier = [(x, "up") for x in nodes[i].input] + [(x, "down") for x in nodes[i].output]
+    while frontier:
+        tensor, way = frontier.pop()
+        nexts = [producer[tensor]] if way == "up" and tensor in producer else \
+            users.get(tensor, []) if way == "down" else []
+        for j in nexts:
+            if j in seen:
+                continue
+            seen.add(j)
+            if nodes[j].op_type in QDQ:
+                frontier += [(x, way) for x in (nodes[j].input[:1] if way == "up"
+                                                 else nodes[j].output)]
+            else:
+                found.append(j)
+    return found
+
+
 def _from_neighbours(nodes: list, producer: dict[str, int], users: dict,
                      tags: dict[int, tuple[str, str]]) -> None:
     changed = True
     while changed:
         changed = False
         for i, n in enumerate(nodes):
-            if i in tags:
+            if i in tags or n.op_type in QDQ:
                 continue
-            around = [producer[x] for x in n.input if x in producer]
-            around += [c for out in n.output for c in users.get(out, [])]
-            known = [tags[j][0] for j in around if j in tags]
+            known = [tags[j][0] for j in _real_neighbours(i, nodes, producer, users) if j in tags]
             if known and (tag := common_tag(known)):
                 tags[i] = (tag, "neighbours")
                 changed = True

@@ -164,9 +164,14 @@ class LocalExecutor:
         else:
             self.say(f"{label} {step['id']:<10} running")
             with StepMonitor(step["id"], self.quiet) as mon:
-                path = self._build(step, key, ctx_inputs, cacheable, out_dir)
-            rec.update(action="run", wall_s=round(mon.wall, 3), peak_rss_mb=round(mon.peak, 1))
-            self.say(f"      {step['id']} done in {mon.wall:.1f} s")
+                path, built = self._build(step, key, ctx_inputs, cacheable, out_dir)
+            if built:
+                rec.update(action="run", wall_s=round(mon.wall, 3),
+                           peak_rss_mb=round(mon.peak, 1))
+                self.say(f"      {step['id']} done in {mon.wall:.1f} s")
+            else:
+                rec["action"] = "cached"
+                self.say(f"      {step['id']} was built meanwhile by another run: cached")
         state.out_dirs[step["id"]] = path
         entry = self.store.get(key) if cacheable else None
         files = entry.files if entry is not None else None
@@ -174,8 +179,9 @@ class LocalExecutor:
         rec["digests"] = {k: v for k, v in (files or {}).items() if k != RESULT}
 
     def _build(self, step: dict[str, Any], key: str, inputs: dict[str, Path], cacheable: bool,
-               out_dir: Path | None) -> Path:
-        """Build a step's outputs: into the store, or (not cacheable) into the run's outputs."""
+               out_dir: Path | None) -> tuple[Path, bool]:
+        """Build a step's outputs into the store, or (not cacheable) into the run's outputs.
+        Returns where they are and whether this run built them."""
         facts = dict(step["facts"])
         run_step = implementation(step["op"])
         if not cacheable:
@@ -185,17 +191,18 @@ class LocalExecutor:
             result = run_step(StepContext({**step, "key": key}, inputs, target, facts, self.say,
                                          self.store.root / "session_cache"))
             (target / RESULT).write_text(json.dumps({"metrics": result.metrics}, indent=2))
-            return target
+            return target, True
         with self.store.lock(key):
-            if self.store.get(key) is None:  # else another process built it meanwhile
-                with self.store.building(key, {"step": step["id"], "op": step["op"]}) as tmp:
-                    ctx = StepContext({**step, "key": key}, inputs, tmp, facts, self.say,
-                                      self.store.root / "session_cache")
-                    result = run_step(ctx)
-                    _validate(ctx, tagged="tagged" in facts)
-                    (tmp / RESULT).write_text(json.dumps({"metrics": result.metrics},
-                                                         indent=2, sort_keys=True))
-        return self.store.entry_dir(key)
+            if self.store.get(key) is not None:  # another process built it while we waited
+                return self.store.entry_dir(key), False
+            with self.store.building(key, {"step": step["id"], "op": step["op"]}) as tmp:
+                ctx = StepContext({**step, "key": key}, inputs, tmp, facts, self.say,
+                                  self.store.root / "session_cache")
+                result = run_step(ctx)
+                _validate(ctx, tagged="tagged" in facts)
+                (tmp / RESULT).write_text(json.dumps({"metrics": result.metrics},
+                                                     indent=2, sort_keys=True))
+        return self.store.entry_dir(key), True
 
 
 def _validate(ctx: StepContext, tagged: bool) -> None:
@@ -204,10 +211,13 @@ def _validate(ctx: StepContext, tagged: bool) -> None:
         return
     found = problems(path, tagged)
     if found:
-        raise ctx.fail(f"its output fails validation: {found[0]}"
-                       + (f" (+{len(found) - 1} more)" if len(found) > 1 else ""),
+        user_file = ctx.step["op"] == "resolve"
+        raise ctx.fail(f"{'the ONNX file' if user_file else 'its output'} fails validation: "
+                       f"{found[0]}" + (f" (+{len(found) - 1} more)" if len(found) > 1 else ""),
+                       "fix or re-export the ONNX file" if user_file else
                        "this is a modelplan bug for this model; rerun with --debug and report it",
-                       where=str(ctx.inputs.get("model", "")))
+                       where=ctx.params.get("path") if user_file else
+                       str(ctx.inputs.get("model", "")))
 
 
 def _describe(path: Path, files: dict[str, str] | None) -> tuple[dict[str, str], dict]:

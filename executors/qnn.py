@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -57,17 +58,24 @@ def session(path: Path, ep: str, backend: str | None = None,
 
 @contextmanager
 def native_log() -> Iterator[list[str]]:
-    """Capture what native code writes to stderr (fd 2) inside the block; the lines are in
-    the yielded list afterwards (and are echoed only when the block raises)."""
+    """Capture what native code writes to fd 1 and fd 2 inside the block (the QNN backend
+    prints to both); the lines are in the yielded list afterwards."""
     lines: list[str] = []
+    sys.stdout.flush()
+    sys.stderr.flush()
     with tempfile.TemporaryFile(mode="w+b") as tmp:
-        saved = os.dup(2)
+        saved = [os.dup(1), os.dup(2)]
+        os.dup2(tmp.fileno(), 1)
         os.dup2(tmp.fileno(), 2)
         try:
             yield lines
         finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
             tmp.seek(0)
             lines.extend(tmp.read().decode(errors="replace").splitlines())
 

@@ -37,9 +37,10 @@ def _note(step: dict[str, Any]) -> str:
 def table(record: dict[str, Any]) -> str:
     rows = [("step", "action", "wall", "peak RSS", "note", "output")]
     for s in record["steps"]:
+        ran = s["action"] == "run" and s["status"] == "ok"
         rows.append((s["id"], s["action"] if s["status"] != "skipped" else "-",
-                     f"{s['wall_s']:.2f} s" if s["action"] == "run" else "",
-                     f"{s['peak_rss_mb']:.0f} MB" if s["action"] == "run" else "",
+                     f"{s['wall_s']:.2f} s" if ran else "",
+                     f"{s['peak_rss_mb']:.0f} MB" if ran else "",
                      _note(s), _main_output(s)))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]

@@ -146,7 +146,7 @@ class Plan:
         assert rw.new_step is not None and rw.anchor is not None
         new = rw.new_step
         new.inserted_by = rw.proof()
-        new.inputs[new.decl.chain_role] = rw.anchor
+        self._read_after(new, rw.anchor)
         self._rewire_chain(rw.anchor, new.id, skip=new.id)
         if self.deliverable == rw.anchor:
             self.deliverable = new.id
@@ -161,22 +161,38 @@ class Plan:
         if self.deliverable == s.id:
             self.deliverable = upstream
         self.steps.remove(s)
-        s.inputs[s.decl.chain_role] = rw.anchor
+        self._read_after(s, rw.anchor)
         s.moved_by = rw.proof()
         self._rewire_chain(rw.anchor, s.id, skip=s.id)
         if self.deliverable == rw.anchor:
             self.deliverable = s.id
         self.steps.insert(self._slot_after(rw.anchor), s)
 
-    def _slot_after(self, anchor: str) -> int:
-        """List position right after `anchor` and the elided steps that directly follow it."""
+    def _elided_after(self, anchor: str) -> list[Step]:
+        """The elided steps that directly follow `anchor` in the list and read it."""
         i = self.steps.index(self.step(anchor)) + 1
-        reads = {anchor}
+        reads, out = {anchor}, []
         while i < len(self.steps) and self.steps[i].action == "elided" \
                 and self.steps[i].chain_input in reads:
             reads.add(self.steps[i].id)
+            out.append(self.steps[i])
             i += 1
-        return i
+        return out
+
+    def _slot_after(self, anchor: str) -> int:
+        """List position right after `anchor` and the elided steps that directly follow it."""
+        return self.steps.index(self.step(anchor)) + 1 + len(self._elided_after(anchor))
+
+    def _read_after(self, s: Step, anchor: str) -> None:
+        """`s` reads `anchor`; if elided steps follow it, `s` stands in for the last of them
+        (so an executor that must run them after all knows who reads their output)."""
+        role = s.decl.chain_role
+        s.inputs[role] = anchor
+        tail = self._elided_after(anchor)
+        if tail:
+            s.via[role] = tail[-1].id
+        else:
+            s.via.pop(role, None)
 
     def drop(self, rw: Rewrite) -> None:
         self.steps.remove(self.step(rw.step))

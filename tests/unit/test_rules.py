@@ -23,7 +23,7 @@ def fixed_point(*overrides: str):
 def test_elision_fires_for_empty_optimize_after_normalize() -> None:
     (rw,) = idempotent_elision.apply(lowered("model=tiny_bert", "optim=none"))
     assert (rw.action, rw.step) == ("elide", "optimize")
-    assert {p["fact"]: p["by"] for p in rw.premises} == {"normalized": "normalize", "fused": None}
+    assert {p["fact"]: p["by"] for p in rw.premises} == {"normalized": "normalize", "fused": "normalize"}
 
 
 def test_elision_does_not_fire_when_fusions_are_asked_for() -> None:
