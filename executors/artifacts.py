@@ -72,7 +72,7 @@ def problems(path: Path, tagged: bool) -> list[str]:
     found = []
     try:
         onnx.checker.check_model(str(path), full_check=True)
-    except Exception as exc:  # the checker raises several types
+    except Exception as exc:  # noqa: BLE001 - the checker raises several types
         found.append(f"onnx.checker: {str(exc).strip().splitlines()[0]}")
     model = load(path, external=False)
     dup = [k for k, n in Counter(p.key for p in model.metadata_props).items() if n > 1]

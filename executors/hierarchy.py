@@ -20,16 +20,16 @@ def class_paths(model: Any) -> dict[str, str]:
     """attr path ("encoder.layer.0") -> class path ("/BertModel/BertEncoder/BertLayer.0")."""
     modules = dict(model.named_modules())
     out = {"": f"/{type(model).__name__}"}
-    for name in modules:
+    for name, module in modules.items():
         if not name:
             continue
         parent, _, leaf = name.rpartition(".")
         parent_mod = modules[parent] if parent else model
         base = out[parent]
         if type(parent_mod).__name__ in CONTAINERS:
-            out[name] = f"{base.rpartition('/')[0]}/{type(modules[name]).__name__}.{leaf}"
+            out[name] = f"{base.rpartition('/')[0]}/{type(module).__name__}.{leaf}"
         else:
-            out[name] = f"{base}/{type(modules[name]).__name__}"
+            out[name] = f"{base}/{type(module).__name__}"
     return out
 
 
@@ -109,8 +109,8 @@ def report(meta: dict[str, Any]) -> str:
     cov = meta["coverage"]
     per_tag = Counter(v["tag"] for v in meta["nodes"].values())
     lines = ["# Hierarchy report", "",
-             f"Nodes: {cov['nodes']} — direct {cov['direct']}, parent {cov['parent']}, "
-             f"root {cov['root']} (coverage {cov['percent']:.0f} %)", "",
+             (f"Nodes: {cov['nodes']} — direct {cov['direct']}, parent {cov['parent']}, "
+              f"root {cov['root']} (coverage {cov['percent']:.0f} %)"), "",
              f"Traced modules: {len(meta['traced_modules'])}", "",
              "| module | nodes |", "|---|---|"]
     lines += [f"| `{tag}` | {n} |" for tag, n in sorted(per_tag.items())]

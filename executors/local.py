@@ -104,7 +104,7 @@ class LocalExecutor:
             self._execute(ir, step, key, inputs, state, rec, label, out_dir)
         except StepError as exc:
             self._fail(step, rec, state, str(exc))
-        except Exception as exc:  # a bug or an unexpected library error: still one clear line
+        except Exception as exc:  # noqa: BLE001 - a bug or library error: still one clear line
             if self.debug:
                 traceback.print_exc()
             cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

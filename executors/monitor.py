@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 from types import TracebackType
+from typing import Self
 
 SAMPLE_S = 0.05
 HEARTBEAT_S = 15.0
@@ -30,7 +31,7 @@ class StepMonitor:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def __enter__(self) -> StepMonitor:
+    def __enter__(self) -> Self:
         self._t0 = time.perf_counter()
         self.peak = rss_mb()
         self._thread.start()

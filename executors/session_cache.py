@@ -73,7 +73,7 @@ def cpu_session(model: Path, cache_dir: Path | None) -> tuple[Any, CacheInfo]:
     if cached.is_file():
         try:
             return _load_back(cached), CacheInfo(f"hit-{fmt}")
-        except Exception as exc:  # a cached file that no longer loads: demote and rebuild
+        except Exception as exc:  # noqa: BLE001 - a cached file that no longer loads: demote
             cached.unlink()
             _demote(slot, fmt, exc)
             return cpu_session(model, cache_dir)
@@ -94,7 +94,7 @@ def _write(model: Path, slot: Path, fmt: str) -> tuple[Any, CacheInfo]:
     session = ort.InferenceSession(str(model), _options(tmp), providers=["CPUExecutionProvider"])
     try:
         _load_back(tmp)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - ORT raises several types on a bad load
         tmp.unlink(missing_ok=True)
         _demote(slot, fmt, exc)
         if fmt == "onnx":

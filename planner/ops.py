@@ -129,7 +129,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        requires=(Require("normalized", config_path="optim"),),
        ensures=(Ensure("normalized"), Ensure("fused", Param("flags"))),
        traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime")),
-    Op("legalize", 1, "rewrite what the target rejects (mask constants, mask Where)",
+    Op("legalize", 2, "rewrite what the target rejects (mask constants, mask Where, Erf GELU)",
        params=("target",), inputs=("model",),
        requires=(Require("format", "eq", "onnx"),),
        ensures=(Ensure("legal_for", Param("target")),),

@@ -27,7 +27,9 @@ def run(ctx: StepContext) -> StepResult:
     except Exception as exc:
         errors, nodes = qnn.qnn_errors(log)
         cause = str(exc).strip().splitlines()[0]
-        detail = f"; offending node(s): {', '.join(nodes[:5])}" if nodes else ""
+        said = [e for e in errors if e not in cause and "Unsupported nodes" not in e][:1]
+        detail = "".join(f"; QNN: {e}" for e in said)
+        detail += f"; offending node(s): {', '.join(nodes[:5])}" if nodes else ""
         raise ctx.fail(f"{p['ep'].upper()} compile failed: {cause}{detail}",
                        "legalize or quantize the model so the backend supports every node, or "
                        "set target.cpu_fallback=true to allow CPU nodes") from exc

@@ -5,8 +5,8 @@ values inside each input's range; kind=fp16 converts to float16 instead."""
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,12 @@ def _qdq(ctx: StepContext) -> StepResult:
 
 
 def _config(p: dict[str, Any], path: Path, reader: Any) -> Any:
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, StaticQuantConfig
+    from onnxruntime.quantization import (
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        StaticQuantConfig,
+    )
 
     qtype = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8, "uint16": QuantType.QUInt16,
              "int16": QuantType.QInt16}

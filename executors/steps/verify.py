@@ -16,7 +16,7 @@ HINT = ("use quant=w8a16_pc (w8a16 per-channel keeps transformers accurate), or 
         "verify.threshold if this accuracy is acceptable")
 
 
-def candidate_session(ctx: StepContext):  # noqa: ANN201 - an ORT session
+def candidate_session(ctx: StepContext):
     p = ctx.params
     path = ctx.input_model("candidate")
     if p["ep"] == "cpu":

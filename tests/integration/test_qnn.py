@@ -88,9 +88,9 @@ def test_compile_failure_names_the_node_and_stores_nothing(tmp_path: Path) -> No
                               opset_imports=[helper.make_opsetid("", 17)])
     path = tmp_path / "erf.onnx"
     onnx.save(model, str(path))
-    code, record, err = run_json("model=onnx_file", f"model.path={path}", "verify=none",
-                                 "perf=none", "quant.calibration.samples=2",
-                                 store=tmp_path / "store", outputs=tmp_path / "out")
+    code, record, _err = run_json("model=onnx_file", f"model.path={path}", "verify=none",
+                                  "perf=none", "quant.calibration.samples=2",
+                                  store=tmp_path / "store", outputs=tmp_path / "out")
     assert code == 1
     failed = next(s for s in record["steps"] if s["status"] == "failed")
     assert failed["id"] == "legalize" and "Erf" in failed["error"]

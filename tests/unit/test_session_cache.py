@@ -35,7 +35,7 @@ def test_falls_back_to_ort_then_to_no_cache(model: Path, tmp_path: Path,
     real = sc._load_back
     broken: set[str] = {".onnx"}
 
-    def flaky(path: Path):  # noqa: ANN202
+    def flaky(path: Path):
         if path.suffix in broken:
             raise RuntimeError(f"injected: {path.suffix} does not load back")
         return real(path)
