@@ -7,6 +7,7 @@ import sys
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,8 @@ class LocalExecutor:
             self.say(f"{label} {step['id']:<10} skipped (an input step failed)")
             return rec
         if step["action"] == "elided":
-            held, detail = self._premises_hold(step, inputs, state)
+            src = inputs[OPS[step["op"]].chain_role]
+            held, detail = premises_hold(step, state.out_dirs[src], src)
             rec["proof_check"] = {"held": held, "detail": detail}
             if held:
                 state.alias[step["id"]] = inputs[OPS[step["op"]].chain_role]
@@ -100,22 +102,17 @@ class LocalExecutor:
                 return rec
             state.unelided.add(step["id"])
             self.say(f"{label} {step['id']:<10} proof did not hold ({detail}); running it")
-        try:
-            self._execute(ir, step, key, inputs, state, rec, label, out_dir)
-        except StepError as exc:
-            self._fail(step, rec, state, str(exc))
-        except Exception as exc:  # noqa: BLE001 - a bug or library error: still one clear line
-            if self.debug:
-                traceback.print_exc()
-            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            self._fail(step, rec, state, f"step {step['id']} ({step['op']}) failed: "
-                       f"{type(exc).__name__}: {cause}; rerun with --debug for the traceback")
+        ctx_inputs = {role: state.out_dirs[src] for role, src in inputs.items()}
+        result = execute_step(self.store, step, key, ctx_inputs, out_dir, self.say, label,
+                              self.quiet, self.debug)
+        path = result.pop("path", None)
+        rec.update(result)
+        if rec["status"] == "failed":
+            state.failed.add(step["id"])
+            self.say(f"      {step['id']}: FAILED: {rec['error']}")
+        else:
+            state.out_dirs[step["id"]] = Path(path)
         return rec
-
-    def _fail(self, step: dict[str, Any], rec: dict[str, Any], state: RunState, msg: str) -> None:
-        state.failed.add(step["id"])
-        rec.update(status="failed", action="run", error=msg)
-        self.say(f"      {step['id']}: FAILED: {msg}")
 
     def _effective_inputs(self, step: dict[str, Any], state: RunState) -> dict[str, str]:
         out = {}
@@ -135,74 +132,92 @@ class LocalExecutor:
         state.keys[step["id"]] = key
         return key
 
-    def _premises_hold(self, step: dict[str, Any], inputs: dict[str, str],
-                       state: RunState) -> tuple[bool, str]:
-        """Re-check an elision on the real input: the facts stamped into the artifact."""
-        op = OPS[step["op"]]
-        src_dir = state.out_dirs[inputs[op.chain_role]]
-        stamped = read_facts(src_dir / MODEL) if (src_dir / MODEL).is_file() else \
-            json.loads((src_dir / SOURCE).read_text()).get("facts")
-        if stamped is None:
-            return False, f"{inputs[op.chain_role]}'s output carries no facts stamp"
-        given = {k: F.Fact(v["value"], v["by"]) for k, v in stamped.items()}
-        missing = [F.describe_ensure(e, step["params"]) for e in op.ensures
-                   if not F.ensured_holds(given, e, step["params"])]
-        if missing:
-            return False, f"not on the real input: {', '.join(missing)}"
-        return True, "premises hold on the real input"
+def premises_hold(step: dict[str, Any], src_dir: Path, src: str) -> tuple[bool, str]:
+    """Re-check an elision on the real input: the facts stamped into the artifact."""
+    op = OPS[step["op"]]
+    stamped = read_facts(src_dir / MODEL) if (src_dir / MODEL).is_file() else \
+        json.loads((src_dir / SOURCE).read_text()).get("facts")
+    if stamped is None:
+        return False, f"{src}'s output carries no facts stamp"
+    given = {k: F.Fact(v["value"], v["by"]) for k, v in stamped.items()}
+    missing = [F.describe_ensure(e, step["params"]) for e in op.ensures
+               if not F.ensured_holds(given, e, step["params"])]
+    if missing:
+        return False, f"not on the real input: {', '.join(missing)}"
+    return True, "premises hold on the real input"
 
-    def _execute(self, ir: dict[str, Any], step: dict[str, Any], key: str,
-                 inputs: dict[str, str], state: RunState, rec: dict[str, Any], label: str,
-                 out_dir: Path | None) -> None:
-        op = OPS[step["op"]]
-        ctx_inputs = {role: state.out_dirs[src] for role, src in inputs.items()}
-        cacheable = not op.has(Trait.NOT_CACHEABLE)
-        entry = self.store.get(key) if cacheable else None
-        if entry is not None:
-            rec["action"], path = "cached", entry.path
-            self.say(f"{label} {step['id']:<10} cached")
+
+def execute_step(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path],
+                 out_dir: Path | None, say: Callable[[str], None], label: str = "",
+                 quiet: bool = False, debug: bool = False) -> dict[str, Any]:
+    """Make one step's outputs exist (from the store, or by building them) and describe them:
+    action, wall_s, peak_rss_mb, outputs, metrics, digests, path; or status=failed, error."""
+    try:
+        return _execute(store, step, key, inputs, out_dir, say, label, quiet)
+    except StepError as exc:
+        return {"status": "failed", "action": "run", "error": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - a bug or library error: still one clear line
+        if debug:
+            traceback.print_exc()
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return {"status": "failed", "action": "run",
+                "error": f"step {step['id']} ({step['op']}) failed: {type(exc).__name__}: "
+                         f"{cause}; rerun with --debug for the traceback"}
+
+
+def _execute(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path],
+             out_dir: Path | None, say: Callable[[str], None], label: str,
+             quiet: bool) -> dict[str, Any]:
+    cacheable = not OPS[step["op"]].has(Trait.NOT_CACHEABLE)
+    entry = store.get(key) if cacheable else None
+    rec: dict[str, Any] = {"status": "ok"}
+    if entry is not None:
+        rec["action"], path = "cached", entry.path
+        say(f"{label} {step['id']:<10} cached")
+    else:
+        say(f"{label} {step['id']:<10} running")
+        with StepMonitor(step["id"], quiet) as mon:
+            path, built = _build(store, step, key, inputs, cacheable, out_dir, say)
+        if built:
+            rec.update(action="run", wall_s=round(mon.wall, 3), peak_rss_mb=round(mon.peak, 1))
+            say(f"      {step['id']} done in {mon.wall:.1f} s")
         else:
-            self.say(f"{label} {step['id']:<10} running")
-            with StepMonitor(step["id"], self.quiet) as mon:
-                path, built = self._build(step, key, ctx_inputs, cacheable, out_dir)
-            if built:
-                rec.update(action="run", wall_s=round(mon.wall, 3),
-                           peak_rss_mb=round(mon.peak, 1))
-                self.say(f"      {step['id']} done in {mon.wall:.1f} s")
-            else:
-                rec["action"] = "cached"
-                self.say(f"      {step['id']} was built meanwhile by another run: cached")
-        state.out_dirs[step["id"]] = path
-        entry = self.store.get(key) if cacheable else None
-        files = entry.files if entry is not None else None
-        rec["outputs"], rec["metrics"] = _describe(path, files)
-        rec["digests"] = {k: v for k, v in (files or {}).items() if k != RESULT}
+            rec["action"] = "cached"
+            say(f"      {step['id']} was built meanwhile by another run: cached")
+    entry = store.get(key) if cacheable else None
+    files = entry.files if entry is not None else None
+    rec["outputs"], rec["metrics"] = _describe(path, files)
+    rec["digests"] = {k: v for k, v in (files or {}).items() if k != RESULT}
+    rec["path"] = str(path)
+    return rec
 
-    def _build(self, step: dict[str, Any], key: str, inputs: dict[str, Path], cacheable: bool,
-               out_dir: Path | None) -> tuple[Path, bool]:
-        """Build a step's outputs into the store, or (not cacheable) into the run's outputs.
-        Returns where they are and whether this run built them."""
-        facts = dict(step["facts"])
-        run_step = implementation(step["op"])
-        if not cacheable:
-            base = out_dir or self.store.root / "tmp" / f"uncached-{uuid.uuid4().hex[:8]}"
-            target = base / step["id"]
-            target.mkdir(parents=True, exist_ok=True)
-            result = run_step(StepContext({**step, "key": key}, inputs, target, facts, self.say,
-                                         self.store.root / "session_cache"))
-            (target / RESULT).write_text(json.dumps({"metrics": result.metrics}, indent=2))
-            return target, True
-        with self.store.lock(key):
-            if self.store.get(key) is not None:  # another process built it while we waited
-                return self.store.entry_dir(key), False
-            with self.store.building(key, {"step": step["id"], "op": step["op"]}) as tmp:
-                ctx = StepContext({**step, "key": key}, inputs, tmp, facts, self.say,
-                                  self.store.root / "session_cache")
-                result = run_step(ctx)
-                _validate(ctx, tagged="tagged" in facts)
-                (tmp / RESULT).write_text(json.dumps({"metrics": result.metrics},
-                                                     indent=2, sort_keys=True))
-        return self.store.entry_dir(key), True
+
+def _build(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path],
+           cacheable: bool, out_dir: Path | None,
+           say: Callable[[str], None]) -> tuple[Path, bool]:
+    """Build a step's outputs into the store, or (not cacheable) into the run's outputs.
+    Returns where they are and whether this call built them."""
+    facts = dict(step["facts"])
+    run_step = implementation(step["op"])
+    cache_dir = store.root / "session_cache"
+    if not cacheable:
+        base = out_dir or store.root / "tmp" / f"uncached-{uuid.uuid4().hex[:8]}"
+        target = base / step["id"]
+        target.mkdir(parents=True, exist_ok=True)
+        result = run_step(StepContext({**step, "key": key}, inputs, target, facts, say,
+                                      cache_dir))
+        (target / RESULT).write_text(json.dumps({"metrics": result.metrics}, indent=2))
+        return target, True
+    with store.lock(key):
+        if store.get(key) is not None:  # another process built it while we waited
+            return store.entry_dir(key), False
+        with store.building(key, {"step": step["id"], "op": step["op"]}) as tmp:
+            ctx = StepContext({**step, "key": key}, inputs, tmp, facts, say, cache_dir)
+            result = run_step(ctx)
+            _validate(ctx, tagged="tagged" in facts)
+            (tmp / RESULT).write_text(json.dumps({"metrics": result.metrics}, indent=2,
+                                                 sort_keys=True))
+    return store.entry_dir(key), True
 
 
 def _validate(ctx: StepContext, tagged: bool) -> None:

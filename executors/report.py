@@ -34,6 +34,33 @@ def _note(step: dict[str, Any]) -> str:
     return ""
 
 
+def result_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """Per run: the artifact, its size, verify metrics and latency (None where absent)."""
+    from pathlib import Path
+
+    model = next((p for n, p in record.get("published", {}).items() if n.endswith(".onnx")),
+                 None)
+    by_op = {s["op"]: s["metrics"] for s in record["steps"] if s["status"] == "ok"}
+    verify, perf = by_op.get("verify", {}), by_op.get("perf", {})
+    return {"artifact": model, "size_bytes": Path(model).stat().st_size if model else None,
+            "cosine_mean": verify.get("cosine_mean"), "cosine_min": verify.get("cosine_min"),
+            "latency_ms_median": perf.get("latency_ms_median"),
+            "latency_ms_p90": perf.get("latency_ms_p90"), "ep": perf.get("ep")}
+
+
+def _deliverable(record: dict[str, Any]) -> list[str]:
+    r = result_summary(record)
+    if not r["artifact"]:
+        return []
+    lines = [f"Deliverable: {r['artifact']} ({human_bytes(r['size_bytes'])})"]
+    if r["cosine_mean"] is not None:
+        lines.append(f"Verify: cosine mean {r['cosine_mean']:.4f}, min {r['cosine_min']:.4f}")
+    if r["latency_ms_median"] is not None:
+        lines.append(f"Latency on {r['ep']}: median {r['latency_ms_median']:.1f} ms, "
+                     f"p90 {r['latency_ms_p90']:.1f} ms")
+    return lines
+
+
 def table(record: dict[str, Any]) -> str:
     rows = [("step", "action", "wall", "peak RSS", "note", "output")]
     for s in record["steps"]:
@@ -52,9 +79,7 @@ def table(record: dict[str, Any]) -> str:
                f"{counts['elided']} elided in {record['wall_s']:.1f} s.")
     lines.append(summary)
     if record.get("published"):
-        model = next((p for n, p in record["published"].items() if n.endswith(".onnx")), None)
-        if model:
-            lines.append(f"Deliverable: {model}")
+        lines.extend(_deliverable(record))
     if record["outputs_dir"]:
         lines.append(f"Run record: {record['outputs_dir']}/run.json")
     return "\n".join(lines) + "\n"

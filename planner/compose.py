@@ -29,26 +29,32 @@ def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
 
 def compose(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """Compose conf/config.yaml with Hydra overrides into a plain dict (values resolved)."""
+    from omegaconf import OmegaConf
+
+    check_overrides(parse_overrides(overrides))
+    cfg = compose_config(list(overrides))
+    try:
+        config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    except Exception as exc:  # noqa: BLE001 - OmegaConf raises many types; one line each
+        raise ConfigError(f"config: {first_line(exc)}") from exc
+    assert isinstance(config, dict)
+    return config
+
+
+def compose_config(overrides: list[str]) -> Any:
+    """Hydra compose of conf/config.yaml: the DictConfig, before resolution."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
 
-    parsed = parse_overrides(overrides)
-    check_overrides(parsed)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            cfg = hydra_compose(config_name="config", overrides=list(overrides))
-        config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
-    except ConfigError:
-        raise
-    except Exception as exc:  # Hydra/OmegaConf raise many types; each becomes one line
+            return hydra_compose(config_name="config", overrides=overrides)
+    except Exception as exc:  # noqa: BLE001 - Hydra raises many types; each becomes one line
         raise ConfigError(f"config: {first_line(exc)}") from exc
     finally:
         GlobalHydra.instance().clear()
-    assert isinstance(config, dict)
-    return config
 
 
 def compose_timed(overrides: list[str] | tuple[str, ...] = (),

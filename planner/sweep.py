@@ -1,0 +1,132 @@
+"""Sweeps: expand Hydra multirun overrides into jobs, compose each distinct group selection
+once (value overrides are applied on top, as Hydra applies them after composition), plan
+every job, and merge the plans into one DAG in which equal keys are one step (sweep-CSE)."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.compose import GROUPS, TIMINGS, check_overrides, compose_config, first_line, parse_overrides
+from planner.errors import ConfigError, ModelplanError
+from planner.plan import Plan, Rewrite
+
+
+def expand(overrides: list[str]) -> list[list[str]]:
+    """The jobs of a multirun: the cartesian product of every sweep (`a=x,y`, range(), ...)."""
+    choices: dict[str, list[str]] = {}
+    for ov in parse_overrides(overrides):
+        key = ov.get_key_element()
+        if ov.is_sweep_override():
+            if not ov.is_discrete_sweep():
+                raise ConfigError(f"{key}: only discrete sweeps (a,b,c / range() / choice()) "
+                                  "can be expanded; list the values")
+            choices[key] = [f"{key}={v}" for v in ov.sweep_string_iterator()]
+        else:
+            choices[key] = [f"{key}={ov.get_value_element_as_str()}"]
+    return [list(job) for job in itertools.product(*choices.values())]
+
+
+class Composer:
+    """compose() for many jobs: one Hydra compose per distinct group selection."""
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple[str, ...], Any] = {}
+        self.composes = 0
+
+    def __call__(self, overrides: list[str]) -> dict[str, Any]:
+        from omegaconf import OmegaConf
+
+        parsed = parse_overrides(overrides)
+        check_overrides(parsed)
+        structural = tuple(o.input_line for o in parsed if _structural(o))
+        values = [o for o in parsed if not _structural(o)]
+        if structural not in self.cache:
+            self.cache[structural] = compose_config(list(structural))
+            self.composes += 1
+        cfg = copy.deepcopy(self.cache[structural])
+        try:
+            for ov in values:
+                OmegaConf.update(cfg, ov.key_or_group, ov.value(), merge=True)
+            return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+        except Exception as exc:  # noqa: BLE001 - OmegaConf raises many types; one line each
+            raise ConfigError(f"config: {first_line(exc)}") from exc
+
+
+def _structural(ov: Any) -> bool:
+    """Group choices and adds/deletes change what is composed; plain values do not."""
+    return (ov.key_or_group in GROUPS or ov.is_add() or ov.is_delete() or ov.is_force_add()
+            or ov.key_or_group.startswith("hydra"))
+
+
+@dataclass
+class Job:
+    index: int
+    overrides: list[str]
+    plan: Plan | None = None
+    error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.index}"
+
+
+@dataclass
+class SweepPlan:
+    jobs: list[Job]
+    merges: list[Rewrite] = field(default_factory=list)
+
+    def unique_steps(self) -> dict[str, dict[str, Any]]:
+        """key -> {step (IR of its first use), jobs using it}: each key once."""
+        out: dict[str, dict[str, Any]] = {}
+        for job in self.jobs:
+            if job.plan is None:
+                continue
+            for s in job.plan.to_json()["steps"]:
+                entry = out.setdefault(s["key"], {"step": s, "jobs": []})
+                entry["jobs"].append(job.index)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        unique = self.unique_steps()
+        steps = [{"key": k, "id": v["step"]["id"], "op": v["step"]["op"],
+                  "action": v["step"]["action"], "jobs": v["jobs"]} for k, v in unique.items()]
+        total = sum(len(j.plan.steps) for j in self.jobs if j.plan is not None)
+        return {
+            "format_version": 1,
+            "jobs": [{"index": j.index, "overrides": j.overrides, "error": j.error,
+                      "plan": j.plan.to_json() if j.plan else None} for j in self.jobs],
+            "steps": steps,
+            "rewrites": [rw.record() for rw in self.merges],
+            "summary": {"jobs": len(self.jobs), "failed_jobs": sum(j.error is not None
+                                                                   for j in self.jobs),
+                        "total_steps": total, "unique_steps": len(steps),
+                        **{a: sum(s["action"] == a for s in steps)
+                           for a in ("run", "cached", "elided")},
+                        "shared_steps": sum(len(s["jobs"]) > 1 for s in steps)},
+        }
+
+
+def plan_sweep(overrides: list[str], store: str | None = None) -> SweepPlan:
+    """Plan every job of a multirun; a job whose config is invalid fails alone."""
+    from planner import rules
+    from planner.build import plan_for
+
+    composer = Composer()
+    jobs = [Job(i, ov) for i, ov in enumerate(expand(overrides))]
+    for job in jobs:
+        try:
+            config = composer(job.overrides)
+            if store:
+                config["store"]["path"] = str(Path(store).expanduser().resolve())
+            job.plan = plan_for(config)
+        except ModelplanError as exc:
+            job.error = "; ".join(exc.lines)
+    sweep = SweepPlan(jobs)
+    for rule in rules.discover("sweep"):
+        sweep.merges.extend(rule.apply(sweep))
+    TIMINGS["composes"] = composer.composes
+    return sweep
