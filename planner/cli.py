@@ -35,6 +35,8 @@ def write_atomic(path: Path, text: str) -> None:
 
 @command
 def cmd_plan(args: argparse.Namespace) -> int:
+    if args.multirun:
+        return _plan_sweep(args)
     from planner.compose import compose_timed
 
     config = compose_timed(args.overrides, store=args.store)  # Hydra first: its imports are shared
@@ -53,6 +55,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan_sweep(args: argparse.Namespace) -> int:
+    from planner.render import sweep as render_sweep
+    from planner.sweep import plan_sweep
+
+    data = plan_sweep(args.overrides, store=args.store).to_json()
+    out = json.dumps(data, indent=2) + "\n" if args.format == "json" else render_sweep.render(data)
+    if args.output:
+        write_atomic(Path(args.output), out)
+        print(out.strip().splitlines()[-1] if args.format != "json" else
+              f"Sweep plan written to {args.output}.")
+    else:
+        sys.stdout.write(out)
+    return 2 if data["summary"]["failed_jobs"] == data["summary"]["jobs"] else 0
+
+
 @command
 def cmd_config(args: argparse.Namespace) -> int:
     from planner.compose import compose
@@ -66,6 +83,8 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 @command
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.multirun:
+        return _run_sweep(args)
     from planner.compose import compose_timed
 
     config = compose_timed(args.overrides, store=args.store)
@@ -99,6 +118,33 @@ def _execute(ir: dict[str, Any], args: argparse.Namespace, overrides: list[str])
         print(f"modelplan: error: {record['error']['message']}", file=sys.stderr)
         return 1
     return 0
+
+
+def _run_sweep(args: argparse.Namespace) -> int:
+    from executors.store import Store
+    from executors.sweep import SweepExecutor, results_table
+    from planner.lower import store_root
+    from planner.sweep import plan_sweep
+
+    sweep = plan_sweep(args.overrides, store=args.store)
+    first = next((j.plan for j in sweep.jobs if j.plan is not None), None)
+    if first is None:
+        for job in sweep.jobs:
+            print(f"modelplan: error: job {job.index}: {job.error}", file=sys.stderr)
+        return 2
+    sweep_dir = Path(args.sweep_dir or time.strftime("multirun/%Y-%m-%d/%H-%M-%S")).resolve()
+    store = Store(Path(args.store).resolve() if args.store else store_root(first.config))
+    summary = SweepExecutor(store, args.jobs or os.cpu_count() or 1, quiet=args.quiet,
+                            debug=args.debug).run(sweep, sweep_dir)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        sys.stdout.write(results_table(summary))
+    failed = [j for j in summary["jobs"] if j["status"] != "ok"]
+    for j in failed:
+        print(f"modelplan: error: job {j['index']} ({' '.join(j['overrides'])}): {j['error']}",
+              file=sys.stderr)
+    return 1 if failed else 0
 
 
 def run_name(config: dict[str, Any]) -> str:
@@ -135,6 +181,8 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("plan", help="print the plan without running anything")
     overrides(sp)
+    sp.add_argument("-m", "--multirun", action="store_true",
+                    help="plan every job of a sweep (a=x,y b=z,w) as one merged DAG")
     sp.add_argument("--format", choices=["text", "json", "md", "mermaid"], default="text")
     sp.add_argument("-o", "--output", metavar="FILE", help="write the plan to FILE")
     sp.add_argument("--store", metavar="DIR", help="the store to check for cached steps")
@@ -151,6 +199,12 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("run", help="plan, then run the plan")
     overrides(sp)
     running(sp)
+    sp.add_argument("-m", "--multirun", action="store_true",
+                    help="run every job of a sweep; each distinct step runs once")
+    sp.add_argument("-j", "--jobs", type=int, metavar="N",
+                    help="parallel workers for a sweep (default: the number of cores)")
+    sp.add_argument("--sweep-dir", metavar="DIR",
+                    help="where a sweep writes its jobs and results (default: multirun/DATE/TIME)")
 
     sp = sub.add_parser("apply", help="run a saved plan (modelplan plan -o plan.json)")
     sp.add_argument("plan", metavar="PLAN.json")
