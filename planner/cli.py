@@ -71,6 +71,28 @@ def _plan_sweep(args: argparse.Namespace) -> int:
 
 
 @command
+def cmd_diff(args: argparse.Namespace) -> int:
+    from planner.diff import diff, render_md, render_text
+    from planner.errors import PlanFileError
+
+    plans = []
+    for path in (args.a, args.b):
+        try:
+            ir = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise PlanFileError(f"{path}: not a readable plan ({exc}); write one with "
+                                "`modelplan plan --format json -o FILE`") from exc
+        if not isinstance(ir, dict) or "steps" not in ir or "config" not in ir:
+            raise PlanFileError(f"{path}: not a plan (no steps/config); write one with "
+                                "`modelplan plan --format json -o FILE`")
+        plans.append(ir)
+    d = diff(*plans)
+    out = {"text": render_text, "md": render_md}.get(args.format)
+    sys.stdout.write(out(d) if out else json.dumps(d, indent=2) + "\n")
+    return 0
+
+
+@command
 def cmd_config(args: argparse.Namespace) -> int:
     from planner.compose import compose
     from planner.validate import check_config
@@ -218,6 +240,12 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--keep-runs", type=int, default=10, metavar="N",
                     help="gc: keep entries used by the N most recent runs (default 10)")
     sp.add_argument("--dry-run", action="store_true", help="gc: only say what would go")
+    sp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+
+    sp = sub.add_parser("diff", help="what changes between two saved plans")
+    sp.add_argument("a", metavar="OLD.json")
+    sp.add_argument("b", metavar="NEW.json")
+    sp.add_argument("--format", choices=["text", "md", "json"], default="text")
     sp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
     sp = sub.add_parser("config", help="print the resolved, validated config")

@@ -35,7 +35,7 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     cfg = compose_config(list(overrides))
     try:
         config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
-    except Exception as exc:  # noqa: BLE001 - OmegaConf raises many types; one line each
+    except Exception as exc:
         raise ConfigError(f"config: {first_line(exc)}") from exc
     assert isinstance(config, dict)
     return config
@@ -51,7 +51,7 @@ def compose_config(overrides: list[str]) -> Any:
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             return hydra_compose(config_name="config", overrides=overrides)
-    except Exception as exc:  # noqa: BLE001 - Hydra raises many types; each becomes one line
+    except Exception as exc:
         raise ConfigError(f"config: {first_line(exc)}") from exc
     finally:
         GlobalHydra.instance().clear()

@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planner.compose import GROUPS, TIMINGS, check_overrides, compose_config, first_line, parse_overrides
+from planner.compose import (
+    GROUPS,
+    TIMINGS,
+    check_overrides,
+    compose_config,
+    first_line,
+    parse_overrides,
+)
 from planner.errors import ConfigError, ModelplanError
 from planner.plan import Plan, Rewrite
 
@@ -52,7 +59,7 @@ class Composer:
             for ov in values:
                 OmegaConf.update(cfg, ov.key_or_group, ov.value(), merge=True)
             return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
-        except Exception as exc:  # noqa: BLE001 - OmegaConf raises many types; one line each
+        except Exception as exc:
             raise ConfigError(f"config: {first_line(exc)}") from exc
 
 
@@ -112,11 +119,17 @@ class SweepPlan:
 
 def plan_sweep(overrides: list[str], store: str | None = None) -> SweepPlan:
     """Plan every job of a multirun; a job whose config is invalid fails alone."""
+    return plan_jobs(expand(overrides), store)
+
+
+def plan_jobs(job_overrides: list[list[str]], store: str | None = None,
+              first_index: int = 0) -> SweepPlan:
+    """Plan already expanded jobs (as a Hydra sweeper hands them to a launcher)."""
     from planner import rules
     from planner.build import plan_for
 
     composer = Composer()
-    jobs = [Job(i, ov) for i, ov in enumerate(expand(overrides))]
+    jobs = [Job(first_index + i, list(ov)) for i, ov in enumerate(job_overrides)]
     for job in jobs:
         try:
             config = composer(job.overrides)

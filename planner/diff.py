@@ -1,0 +1,120 @@
+"""What a config change does to a plan: steps added, removed and changed, with reasons."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ABSENT = object()  # a key one side does not have (unlike null, which it has)
+PROOFS = (("inserted_by", "inserted by"), ("moved_by", "moved by"), ("proof", "elided by"))
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict) and node:
+        return {k: v for key, sub in node.items() for k, v in flatten(sub, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: node}
+
+
+def _why(step: dict[str, Any]) -> str | None:
+    for field, verb in PROOFS:
+        if field in step:
+            return f"{verb} {step[field]['rule']}: {step[field]['conclusion']}"
+    return None
+
+
+def _changes(a: dict[str, Any], b: dict[str, Any], keys_a: dict, keys_b: dict) -> list[str]:
+    out = []
+    pa, pb = flatten(a["params"]), flatten(b["params"])
+    for k in sorted(set(pa) | set(pb)):
+        if pa.get(k, ABSENT) != pb.get(k, ABSENT):
+            out.append(f"{k}: {_show(pa.get(k, ABSENT))} -> {_show(pb.get(k, ABSENT))}")
+    if a["action"] != b["action"]:
+        reason = (f" ({_why(b)})" if "proof" in b else
+                  f" (no longer elided by {a['proof']['rule']})" if "proof" in a else "")
+        out.append(f"action: {a['action']} -> {b['action']}{reason}")
+    for role in sorted(set(a["inputs"]) | set(b["inputs"])):
+        sa, sb = a["inputs"].get(role), b["inputs"].get(role)
+        if sa != sb:
+            out.append(f"reads {role}: {sa} -> {sb}")
+        elif sa is not None and keys_a.get(sa) != keys_b.get(sb):
+            out.append(f"input {sa} changed")
+    if not out and a["key"] != b["key"]:
+        out.append("key changed: tool versions differ")
+    if (_why(a) or "") != (_why(b) or "") and _why(b) and a["action"] == b["action"]:
+        out.append(_why(b))
+    return out
+
+
+def _show(v: Any) -> str:
+    if v is ABSENT:
+        return "absent"
+    if v is None:
+        return "null"
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Compare two Plan IRs by step id."""
+    sa, sb = {s["id"]: s for s in a["steps"]}, {s["id"]: s for s in b["steps"]}
+    keys_a = {i: s["key"] for i, s in sa.items()}
+    keys_b = {i: s["key"] for i, s in sb.items()}
+    ca, cb = flatten(a["config"]), flatten(b["config"])
+    config = [{"path": k, "old": ca.get(k, ABSENT), "new": cb.get(k, ABSENT)}
+              for k in sorted(set(ca) | set(cb)) if ca.get(k, ABSENT) != cb.get(k, ABSENT)]
+    added = [{"id": i, "op": sb[i]["op"], "why": _why(sb[i]) or "the new config asks for it"}
+             for i in sb if i not in sa]
+    removed = [{"id": i, "op": sa[i]["op"], "why": (f"no longer {_why(sa[i])}" if _why(sa[i])
+                                                     else "the new config does not ask for it")}
+               for i in sa if i not in sb]
+    changed, same = [], []
+    for i in sb:
+        if i in sa:
+            if sa[i]["key"] == sb[i]["key"] and sa[i]["action"] == sb[i]["action"]:
+                same.append(i)
+            else:
+                changed.append({"id": i, "op": sb[i]["op"],
+                                "changes": _changes(sa[i], sb[i], keys_a, keys_b)})
+    for c in config:  # JSON-safe: absent becomes a string
+        c["old"], c["new"] = (_show(v) if v is ABSENT else v for v in (c["old"], c["new"]))
+    return {"config": config, "added": added, "removed": removed, "changed": changed,
+            "unchanged": same,
+            "summary": {"added": len(added), "removed": len(removed), "changed": len(changed),
+                        "unchanged": len(same)}}
+
+
+def summary_line(d: dict[str, Any]) -> str:
+    s = d["summary"]
+    return (f"Diff: {s['added']} added, {s['removed']} removed, {s['changed']} changed, "
+            f"{s['unchanged']} unchanged.")
+
+
+def render_text(d: dict[str, Any]) -> str:
+    lines = []
+    if d["config"]:
+        lines.append("Config:")
+        lines += [f"  {c['path']}: {_show(c['old'])} -> {_show(c['new'])}" for c in d["config"]]
+        lines.append("")
+    lines += [f"  + {s['id']:<10} {s['why']}" for s in d["added"]]
+    lines += [f"  - {s['id']:<10} {s['why']}" for s in d["removed"]]
+    for s in d["changed"]:
+        lines.append(f"  ~ {s['id']:<10} {s['changes'][0] if s['changes'] else ''}")
+        lines += [f"    {'':<10} {c}" for c in s["changes"][1:]]
+    lines += ["", summary_line(d)]
+    return "\n".join(lines) + "\n"
+
+
+def render_md(d: dict[str, Any]) -> str:
+    def cell(t: str) -> str:
+        return t.replace("|", "\\|")
+
+    lines = ["### modelplan diff", ""]
+    if d["config"]:
+        lines += ["| config | old | new |", "|---|---|---|"]
+        lines += [f"| `{c['path']}` | `{_show(c['old'])}` | `{_show(c['new'])}` |"
+                  for c in d["config"]]
+        lines.append("")
+    lines += ["| change | step | details |", "|---|---|---|"]
+    lines += [f"| added | `{s['id']}` | {cell(s['why'])} |" for s in d["added"]]
+    lines += [f"| removed | `{s['id']}` | {cell(s['why'])} |" for s in d["removed"]]
+    lines += [f"| changed | `{s['id']}` | {cell('; '.join(s['changes']))} |" for s in d["changed"]]
+    lines += ["", f"**{summary_line(d)}**"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,49 @@
+"""`modelplan-job`: modelplan as a plain Hydra application, one job per call, so any Hydra
+launcher (basic, joblib, submitit, ray, or modelplan) can run sweeps. Jobs share the store,
+whose locks build every key once."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from planner.compose import CONF_DIR
+from planner.errors import ModelplanError
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
+def job(cfg: DictConfig) -> dict[str, Any]:
+    from hydra.core.hydra_config import HydraConfig
+
+    from executors.local import LocalExecutor
+    from executors.report import table
+    from executors.store import Store
+    from planner.build import plan_for
+    from planner.lower import store_root
+
+    config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        ir = plan_for(config).to_json()
+        record = LocalExecutor(Store(store_root(config)), quiet=True).run(
+            ir, "result", out_dir, list(HydraConfig.get().overrides.task))
+    except ModelplanError as exc:
+        for line in exc.lines:
+            print(f"modelplan: error: {line}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    sys.stdout.write(table(record))
+    if record["error"]:
+        raise SystemExit(f"modelplan: error: {record['error']['message']}")
+    return {"status": record["status"], "run_id": record["run_id"]}
+
+
+def main() -> None:
+    job()
+
+
+if __name__ == "__main__":
+    main()
