@@ -66,13 +66,13 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
                                                      else "the new config does not ask for it")}
                for i in sa if i not in sb]
     changed, same = [], []
-    for i in sb:
+    for i, new in sb.items():
         if i in sa:
-            if sa[i]["key"] == sb[i]["key"] and sa[i]["action"] == sb[i]["action"]:
+            if sa[i]["key"] == new["key"] and sa[i]["action"] == new["action"]:
                 same.append(i)
             else:
-                changed.append({"id": i, "op": sb[i]["op"],
-                                "changes": _changes(sa[i], sb[i], keys_a, keys_b)})
+                changed.append({"id": i, "op": new["op"],
+                                "changes": _changes(sa[i], new, keys_a, keys_b)})
     for c in config:  # JSON-safe: absent becomes a string
         c["old"], c["new"] = (_show(v) if v is ABSENT else v for v in (c["old"], c["new"]))
     return {"config": config, "added": added, "removed": removed, "changed": changed,

@@ -1,0 +1,82 @@
+"""Sweep planning: expansion, one compose per group selection (equal to a full compose),
+and the merged DAG (sweep-CSE) with each key once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from planner.compose import compose
+from planner.errors import ConfigError
+from planner.sweep import Composer, expand, plan_sweep
+from tests.conftest import run_cli
+
+VALUES = {
+    "quant": ["none", "w8a8", "w8a16", "w8a16_pc", "fp16"], "target": ["cpu", "qnn_htp"],
+    "optim": ["none", "transformer"], "model": ["tiny_bert", "minilm"],
+    "export.opset": ["14", "17", "18"], "export.sequence_length": ["16", "64", "128"],
+    "quant.per_channel": ["true", "false"], "verify.threshold": ["0.9", "0.99"],
+    "model.random_init.hidden_size": ["32", "64"], "optim.flags": ["[gelu]", "[]"],
+}
+
+
+def test_expand_is_the_cartesian_product_in_order() -> None:
+    assert expand(["model=tiny_bert", "quant=w8a8,w8a16", "target=cpu,qnn_htp"]) == [
+        ["model=tiny_bert", "quant=w8a8", "target=cpu"],
+        ["model=tiny_bert", "quant=w8a8", "target=qnn_htp"],
+        ["model=tiny_bert", "quant=w8a16", "target=cpu"],
+        ["model=tiny_bert", "quant=w8a16", "target=qnn_htp"]]
+    assert len(expand(["export.sequence_length=range(16,20)"])) == 4
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(sorted(VALUES)), min_size=1, max_size=4, unique=True).flatmap(
+    lambda keys: st.tuples(*[st.sampled_from(VALUES[k]) for k in keys]).map(
+        lambda vals: [f"{k}={v}" for k, v in zip(keys, vals, strict=True)])))
+def test_fast_compose_equals_full_compose(overrides: list[str]) -> None:
+    def outcome(fn):
+        try:
+            return fn(overrides)
+        except ConfigError:
+            return "ConfigError"
+
+    assert outcome(Composer()) == outcome(compose)
+
+
+def test_composer_composes_once_per_group_selection() -> None:
+    composer = Composer()
+    for job in expand(["model=tiny_bert", "quant=w8a8,w8a16", "export.opset=14,15,16,17"]):
+        composer(job)
+    assert composer.composes == 2
+
+
+def test_merged_plan_has_each_key_once_and_shares_the_prefix(tmp_path: Path) -> None:
+    sweep = plan_sweep(["model=tiny_bert", "quant=w8a8,w8a16", "target=cpu,qnn_htp"],
+                       store=str(tmp_path))
+    data = sweep.to_json()
+    keys = [s["key"] for s in data["steps"]]
+    assert len(keys) == len(set(keys))
+    by_id = {s["id"]: s for s in data["steps"] if len(s["jobs"]) == 4}
+    assert set(by_id) == {"resolve", "export", "normalize", "optimize"}
+    assert data["summary"]["total_steps"] == 36 and data["summary"]["unique_steps"] == 23
+    merges = [rw for rw in data["rewrites"] if rw["rule"] == "sweep-CSE"]
+    assert {rw["step"] for rw in merges} >= {"export", "legalize"}
+    assert all(rw["action"] == "merge" and rw["premises"] for rw in merges)
+
+
+def test_a_bad_job_fails_alone(tmp_path: Path) -> None:
+    data = plan_sweep(["model=tiny_bert", "quant=none,w8a8", "target=qnn_htp"],
+                      store=str(tmp_path)).to_json()
+    assert [j["error"] is None for j in data["jobs"]] == [False, True]
+    assert "quant=none" in data["jobs"][0]["error"]
+
+
+def test_plan_m_cli_text_and_json(tmp_path: Path) -> None:
+    result = run_cli("plan", "-m", "model=tiny_bert", "quant=w8a8,w8a16", "target=cpu,qnn_htp",
+                     "--store", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "Shared steps" in result.stdout
+    assert result.stdout.strip().splitlines()[-1].startswith(
+        "Sweep plan: 4 jobs, 36 steps, 23 unique")
