@@ -7,9 +7,11 @@ import csv
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import suppress
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,23 @@ from executors.report import human_bytes, result_summary
 from executors.store import Store
 from planner.ops import OPS, Trait
 from planner.sweep import SweepPlan
+
+
+def _warm() -> None:
+    """Worker initializer: the imports every step needs. torch and transformers load on first
+    use only: on two cores a second worker importing them would slow the first one down."""
+    import onnx  # noqa: F401
+    import onnxruntime  # noqa: F401
+
+    import executors.local  # noqa: F401
+
+
+def _prefetch_measurement() -> None:
+    from executors import qnn
+    from executors.steps import perf  # noqa: F401
+
+    with suppress(Exception):  # a missing EP is reported by the step itself
+        qnn.qnn_devices()
 
 
 def _worker(store_root: str, step: dict[str, Any], key: str, inputs: dict[str, str],
@@ -62,41 +81,69 @@ class SweepExecutor:
 
     # -- the merged DAG ------------------------------------------------------------------
     def _run_dag(self, unique: dict[str, dict[str, Any]], sweep_dir: Path) -> dict[str, dict]:
+        """Build every unique key once, dependencies first. Measurements (perf) wait until
+        nothing else runs, then run one at a time in this process: a latency measured next to
+        a build on the same cores would be wrong."""
         deps = {k: _input_keys(v["step"], unique, v["jobs"][0]) for k, v in unique.items()}
         results: dict[str, dict[str, Any]] = {}
         running: dict[Future, str] = {}
         pending = set(unique)
+        measure = {k for k, v in unique.items() if _measures(v["step"])}
+        if measure:  # measurements run here later: load their libraries while workers build
+            threading.Thread(target=_prefetch_measurement, daemon=True).start()
         try:
+            self._maybe_start_pool(unique)
             while pending or running:
-                for key in sorted(pending, key=lambda k: _order(unique, k)):
-                    if any(d in results and results[d]["status"] != "ok"
-                           for d in deps[key].values()):
-                        results[key] = {"status": "skipped", "action": "run",
-                                        "error": "an input step failed"}
-                        pending.discard(key)
-                    elif all(d in results for d in deps[key].values()):
-                        pending.discard(key)
-                        fut = self._start(unique[key]["step"], key, deps[key], results, sweep_dir)
-                        if isinstance(fut, dict):
-                            results[key] = fut
-                        else:
-                            running[fut] = key
+                for key in sorted(pending - measure, key=lambda k: _order(unique, k)):
+                    self._dispatch(key, unique, deps, results, running, pending, sweep_dir)
                 if running:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
                     for fut in done:
                         key = running.pop(fut)
                         results[key] = fut.result()
                         self._report(unique[key]["step"], results[key])
-                elif pending and not any(all(d in results for d in deps[k].values())
-                                         for k in pending):
+                    continue
+                if self.pool is not None and not pending - measure:
+                    self.pool.shutdown(wait=False)  # workers exit while measurements run
+                ready = sorted(k for k in pending & measure
+                               if all(d in results for d in deps[k].values()))
+                for key in ready:
+                    self._dispatch(key, unique, deps, results, running, pending, sweep_dir,
+                                   inline=True)
+                if pending and not ready and not any(
+                        all(d in results for d in deps[k].values()) for k in pending):
                     raise RuntimeError("sweep DAG has a cycle or a missing input")
         finally:
             if self.pool is not None:
                 self.pool.shutdown()
         return results
 
+    def _maybe_start_pool(self, unique: dict[str, dict[str, Any]]) -> None:
+        """Start (and warm) the workers up front when there is real building to do."""
+        builds = [k for k, v in unique.items() if v["step"]["action"] == "run"
+                  and not _measures(v["step"]) and self.store.get(k) is None]
+        if self.jobs > 1 and len(builds) > 1:
+            self.pool = ProcessPoolExecutor(self.jobs, mp_context=get_context("spawn"),
+                                            initializer=_warm)
+
+    def _dispatch(self, key: str, unique: dict[str, dict[str, Any]], deps: dict[str, dict],
+                  results: dict[str, dict], running: dict[Future, str], pending: set[str],
+                  sweep_dir: Path, inline: bool = False) -> None:
+        if any(d in results and results[d]["status"] != "ok" for d in deps[key].values()):
+            results[key] = {"status": "skipped", "action": "run",
+                            "error": "an input step failed"}
+            pending.discard(key)
+        elif all(d in results for d in deps[key].values()):
+            pending.discard(key)
+            fut = self._start(unique[key]["step"], key, deps[key], results, sweep_dir, inline)
+            if isinstance(fut, dict):
+                results[key] = fut
+            else:
+                running[fut] = key
+
     def _start(self, step: dict[str, Any], key: str, dep_keys: dict[str, str],
-               results: dict[str, dict], sweep_dir: Path) -> Future | dict[str, Any]:
+               results: dict[str, dict], sweep_dir: Path,
+               inline: bool = False) -> Future | dict[str, Any]:
         inputs = {role: results[k]["path"] for role, k in dep_keys.items()}
         if step["action"] == "elided":
             src_role = OPS[step["op"]].chain_role
@@ -111,12 +158,10 @@ class SweepExecutor:
                                 None, lambda _m: None)
         self.say(f"  {step['id']:<10} {key[:12]} running")
         out_dir = sweep_dir / ".shared" / key[:12]
-        if self.jobs == 1:
+        if inline or self.pool is None:
             result = _worker(str(self.store.root), step, key, inputs, str(out_dir))
             self._report(step, result)
             return result
-        if self.pool is None:
-            self.pool = ProcessPoolExecutor(self.jobs, mp_context=get_context("spawn"))
         return self.pool.submit(_worker, str(self.store.root), step, key, inputs, str(out_dir))
 
     def _report(self, step: dict[str, Any], result: dict[str, Any]) -> None:
@@ -180,6 +225,10 @@ def _input_keys(step: dict[str, Any], unique: dict[str, dict], job: int) -> dict
         if job in v["jobs"]:
             by_id[v["step"]["id"]] = v["step"]["key"]
     return {role: by_id[src] for role, src in step["inputs"].items()}
+
+
+def _measures(step: dict[str, Any]) -> bool:
+    return OPS[step["op"]].has(Trait.NOT_CACHEABLE)
 
 
 def _order(unique: dict[str, dict], key: str) -> tuple[int, str]:

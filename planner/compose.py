@@ -76,18 +76,21 @@ def first_line(exc: BaseException) -> str:
 
 
 def parse_overrides(overrides: list[str] | tuple[str, ...]) -> list[Any]:
+    return [_parse_one(text) for text in overrides]
+
+
+@cache
+def _parse_one(text: str) -> Any:
+    """One override, parsed by Hydra's grammar (memoised: sweeps repeat the same strings)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parser = OverridesParser.create()
-    parsed = []
-    for text in overrides:
-        try:
-            parsed.extend(parser.parse_overrides([text]))
-        except Exception as exc:
-            raise ConfigError(
-                f"override '{text}': cannot parse ({first_line(exc)}); "
-                "write key=value, e.g. quant=w8a8 or export.opset=17"
-            ) from exc
+    try:
+        (parsed,) = OverridesParser.create().parse_overrides([text])
+    except Exception as exc:
+        raise ConfigError(
+            f"override '{text}': cannot parse ({first_line(exc)}); "
+            "write key=value, e.g. quant=w8a8 or export.opset=17"
+        ) from exc
     return parsed
 
 

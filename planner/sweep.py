@@ -7,10 +7,12 @@ from __future__ import annotations
 import copy
 import itertools
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from planner.compose import (
+    CONF_DIR,
     GROUPS,
     TIMINGS,
     check_overrides,
@@ -38,29 +40,102 @@ def expand(overrides: list[str]) -> list[list[str]]:
 
 
 class Composer:
-    """compose() for many jobs: one Hydra compose per distinct group selection."""
+    """compose() for many jobs. A group selection is composed once: when every chosen group
+    file is plain (no defaults list, no @package, no interpolation) it is the base config with
+    those files in place of their groups, which is what Hydra's defaults list does; otherwise
+    Hydra composes it. Value overrides are then merged into a copy of the resolved tree as
+    OmegaConf.update(merge=True) would (a value with an interpolation goes through OmegaConf).
+    tests/unit/test_sweep_plan.py checks the result equals a full compose."""
 
     def __init__(self) -> None:
-        self.cache: dict[tuple[str, ...], Any] = {}
+        self.cache: dict[tuple[str, ...], dict[str, Any]] = {}
         self.composes = 0
 
     def __call__(self, overrides: list[str]) -> dict[str, Any]:
-        from omegaconf import OmegaConf
-
         parsed = parse_overrides(overrides)
         check_overrides(parsed)
         structural = tuple(o.input_line for o in parsed if _structural(o))
         values = [o for o in parsed if not _structural(o)]
+        if any("${" in str(ov.value()) for ov in values):
+            return self._through_omegaconf(structural, values)
         if structural not in self.cache:
-            self.cache[structural] = compose_config(list(structural))
-            self.composes += 1
-        cfg = copy.deepcopy(self.cache[structural])
+            self.cache[structural] = self._compose(structural, parsed)
+        out = copy.deepcopy(self.cache[structural])
+        for ov in values:
+            _merge_at(out, ov.key_or_group.split("."), ov.value())
+        return out
+
+    def _compose(self, structural: tuple[str, ...], parsed: list[Any]) -> dict[str, Any]:
+        picks = {o.key_or_group: o.value() for o in parsed if _structural(o)}
+        if structural and all(k in GROUPS and isinstance(v, str) and _plain_group_file(k, v)
+                              for k, v in picks.items()):
+            if () not in self.cache:
+                self.cache[()] = self._compose((), [])
+            tree = copy.deepcopy(self.cache[()])
+            for group, option in picks.items():
+                tree[group] = copy.deepcopy(_group_tree(group, option))
+            return tree
+        from omegaconf import OmegaConf
+
+        self.composes += 1
+        return _to_dict(OmegaConf, compose_config(list(structural)))
+
+    def _through_omegaconf(self, structural: tuple[str, ...], values: list[Any]) -> dict:
+        from omegaconf import OmegaConf
+
+        cfg = compose_config(list(structural))
+        self.composes += 1
         try:
             for ov in values:
                 OmegaConf.update(cfg, ov.key_or_group, ov.value(), merge=True)
-            return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
         except Exception as exc:
             raise ConfigError(f"config: {first_line(exc)}") from exc
+        return _to_dict(OmegaConf, cfg)
+
+
+@cache
+def _plain_group_file(group: str, option: str) -> bool:
+    path = CONF_DIR / group / f"{option}.yaml"
+    text = path.read_text() if path.is_file() else "defaults:"
+    return "defaults:" not in text and "@package" not in text and "${" not in text
+
+
+@cache
+def _group_tree(group: str, option: str) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    return _to_dict(OmegaConf, OmegaConf.load(CONF_DIR / group / f"{option}.yaml"))
+
+
+def _to_dict(omegaconf: Any, cfg: Any) -> dict[str, Any]:
+    try:
+        return omegaconf.to_container(cfg, resolve=True, throw_on_missing=False)
+    except Exception as exc:
+        raise ConfigError(f"config: {first_line(exc)}") from exc
+
+
+def _merge_at(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for part in path[:-1]:
+        if not isinstance(node.get(part), dict):
+            raise ConfigError(f"{'.'.join(path)}: cannot set a key below "
+                              f"'{part}', which is not a mapping")
+        node = node[part]
+    leaf = path[-1]
+    if leaf not in node:
+        raise ConfigError(f"{'.'.join(path)}: unknown key; see `modelplan config`")
+    if isinstance(node[leaf], dict) and isinstance(value, dict):
+        _merge_dicts(node[leaf], value)
+    else:
+        node[leaf] = copy.deepcopy(value)
+
+
+def _merge_dicts(into: dict[str, Any], new: dict[str, Any]) -> None:
+    for k, v in new.items():
+        if isinstance(into.get(k), dict) and isinstance(v, dict):
+            _merge_dicts(into[k], v)
+        else:
+            into[k] = copy.deepcopy(v)
 
 
 def _structural(ov: Any) -> bool:
