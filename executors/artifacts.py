@@ -19,6 +19,12 @@ def load(path: Path, external: bool = True) -> onnx.ModelProto:
 
 
 def save(model: onnx.ModelProto, path: Path) -> None:
+    """Save with model metadata in key order: ORT keeps it in a map, so its order after an
+    ORT pass is arbitrary, and the same model must always be the same bytes."""
+    props = sorted((p.key, p.value) for p in model.metadata_props)
+    del model.metadata_props[:]
+    for key, value in props:
+        model.metadata_props.add(key=key, value=value)
     large = model.ByteSize() > 1_800_000_000
     onnx.save_model(model, str(path), save_as_external_data=large,
                     location=f"{path.name}.data" if large else None)

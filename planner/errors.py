@@ -38,6 +38,6 @@ class StepError(ModelplanError):
 
 
 class StoreError(ModelplanError):
-    """The content-addressed store is unusable or corrupt."""
+    """The store given cannot be used (a bad --store / store.path)."""
 
-    exit_code = 1
+    exit_code = 2

@@ -60,6 +60,7 @@ class Require:
     role: str = "model"
     config_path: str = ""
     fix: str = ""
+    need: str = ""     # what is required, in words ({param} placeholders are filled in)
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ _GRAPH_REWRITER = frozenset({T.DETERMINISTIC, T.IDEMPOTENT, T.REWRITES_GRAPH,
                              T.FOLDS_CONSTANTS, T.DROPS_NODE_METADATA})
 
 OPS: dict[str, Op] = {op.name: op for op in (
-    Op("resolve", 1, "load the model source and digest its files",
+    Op("resolve", 2, "load the model source and digest its files",
        params=("source", "package", "path", "hub_id", "task", "model_class",
                "trust_remote_code", "random_init", "digest"),
        inputs=(),
@@ -109,7 +110,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                 Ensure("model_class", Param("model_class"))),
        traits=frozenset({T.SOURCE, T.DETERMINISTIC, T.CHEAP}),
        tools=("torch", "transformers"), unkeyed=("path",), outputs=("source",)),
-    Op("export", 1, "export to ONNX and record the module hierarchy",
+    Op("export", 2, "export to ONNX and record the module hierarchy",
        params=("exporter", "opset", "inputs", "report"),
        inputs=("model",),
        requires=(Require("format", "eq", "torch", config_path="model",
@@ -118,30 +119,30 @@ OPS: dict[str, Op] = {op.name: op for op in (
                 Ensure("io_specs"), Ensure("hierarchy_map")),
        traits=frozenset({T.DETERMINISTIC}),
        tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy")),
-    Op("normalize", 1, "shape inference and ONNX Runtime basic optimizations",
+    Op("normalize", 2, "shape inference and ONNX Runtime basic optimizations",
        params=(), inputs=("model",),
        requires=(Require("format", "eq", "onnx"),),
        # measured: ORT's basic level includes MatMulAddFusion
        ensures=(Ensure("normalized"), Ensure("fused", ("matmul_add",))),
        traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime")),
-    Op("optimize", 1, "ONNX Runtime fusions named by flags (optimize{} is normalize)",
+    Op("optimize", 3, "ONNX Runtime fusions named by flags (optimize{} is normalize)",
        params=("flags",), inputs=("model",),
        requires=(Require("normalized", config_path="optim"),),
        ensures=(Ensure("normalized"), Ensure("fused", Param("flags"))),
        traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime")),
-    Op("legalize", 2, "rewrite what the target rejects (mask constants, mask Where, Erf GELU)",
+    Op("legalize", 3, "rewrite what the target rejects (mask constants, mask Where, Erf GELU)",
        params=("target",), inputs=("model",),
        requires=(Require("format", "eq", "onnx"),),
        ensures=(Ensure("legal_for", Param("target")),),
        traits=frozenset({T.DETERMINISTIC, T.IDEMPOTENT, T.REWRITES_GRAPH}),
        tools=("onnx", "onnxruntime")),
-    Op("tag", 1, "write hierarchy tags into every node's metadata",
+    Op("tag", 2, "write hierarchy tags into every node's metadata",
        params=(), inputs=("model", "hierarchy"),
        requires=(Require("format", "eq", "onnx"), Require("hierarchy_map", role="hierarchy")),
        ensures=(Ensure("tagged"),),
        traits=frozenset({T.DETERMINISTIC, T.IDEMPOTENT, T.WRITES_NODE_METADATA}),
        tools=("onnx",)),
-    Op("quantize", 1, "QDQ static quantization (or float16 conversion)",
+    Op("quantize", 2, "QDQ static quantization (or float16 conversion)",
        params=("kind", "weight_type", "activation_type", "per_channel", "symmetric",
                "calibration", "profile"),
        inputs=("model", "source"),
@@ -150,11 +151,12 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.DETERMINISTIC, T.REWRITES_GRAPH, T.CALIBRATES,
                          T.DROPS_NODE_METADATA}),
        tools=("onnx", "onnxruntime", "transformers")),
-    Op("compile", 1, "compile to an EPContext model on the target's execution provider",
+    Op("compile", 2, "compile to an EPContext model on the target's execution provider",
        params=("target", "ep", "backend", "embed_context", "cpu_fallback", "provider_options"),
        inputs=("model",),
        requires=(Require("precision", "not_in", ["fp32"], config_path="quant",
-                         fix="set quant=w8a16_pc (or quant=fp16), or target=cpu"),
+                         fix="set quant=w8a16_pc (or quant=fp16), or target=cpu",
+                         need="compile for {target} needs a quantized or fp16 model"),
                  Require("legal_for", "eq", Param("target"), config_path="target")),
        ensures=(Ensure("compiled", Param("target")),),
        traits=frozenset({T.NEEDS_EP, T.ENCAPSULATES}),

@@ -30,15 +30,17 @@ def run(ctx: StepContext) -> StepResult:
                        f"use optim.flags from {sorted(FUSION_OPTION)}")
     model = load(ctx.input_model())
     before = Counter(n.op_type for n in model.graph.node)
-    options = FusionOptions("bert")
-    for attr in vars(options):
-        if attr.startswith("enable_") and attr != "enable_shape_inference":
-            setattr(options, attr, False)
-    for flag in flags:
-        if FUSION_OPTION[flag]:
-            setattr(options, FUSION_OPTION[flag], True)
-    fused = optimize_model(model, model_type="bert", opt_level=0,
-                           optimization_options=options).model
+    fused = model
+    if any(FUSION_OPTION[f] for f in flags):  # else optimize{flags} is exactly normalize
+        options = FusionOptions("bert")
+        for attr in vars(options):
+            if attr.startswith("enable_") and attr != "enable_shape_inference":
+                setattr(options, attr, False)
+        for flag in flags:
+            if FUSION_OPTION[flag]:
+                setattr(options, FUSION_OPTION[flag], True)
+        fused = optimize_model(model, model_type="bert", opt_level=0,
+                               optimization_options=options).model
     work = ctx.out / ".work"
     work.mkdir()
     result, passes = basic_fixed_point(fused, work)

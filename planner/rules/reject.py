@@ -26,9 +26,11 @@ def apply(plan: Plan) -> list[Rewrite]:
                          f"{F.describe_requirement(req, s.params)}", "by": s.id},
                         {"fact": req.fact, "claim": f"its input has {req.fact}={have}",
                          "by": given[req.fact].by if req.fact in given else None}]
+            need = (req.need.format(**s.params) if req.need else
+                    f"{s.id} requires {F.describe_requirement(req, s.params)}")
             return [Rewrite(NAME, "reject", s.id, premises,
-                            f"{where}: {s.id} requires {F.describe_requirement(req, s.params)} "
-                            f"but its input has {req.fact}={_show(have)}; {fix}")]
+                            f"{where}: {need}, but its input has {req.fact}={_show(have)}; "
+                            f"{fix}")]
     return []
 
 

@@ -88,3 +88,20 @@ def test_elision_whose_premise_fails_on_the_real_input_runs(tmp_path: Path,
     assert verify.returncode == 1 and "corrupt" in verify.stdout
     fixed = run_cli("store", "verify", "--remove", "--store", str(store))
     assert fixed.returncode == 0
+
+
+def test_elision_off_builds_the_same_artifact(cpu_run: dict[str, Any], tmp_path: Path) -> None:
+    code, off, err = run_json(*CPU_RUN, "planner.rules.elide=false", store=cpu_run["store"],
+                              outputs=tmp_path)
+    assert code == 0, err
+    assert step(off, "optimize")["action"] == "run"
+
+    def without_stamp(path: str) -> bytes:
+        model = onnx.load(path)
+        keep = [p for p in model.metadata_props if p.key != FACTS_KEY]
+        del model.metadata_props[:]
+        model.metadata_props.extend(keep)
+        return model.SerializeToString(deterministic=True)
+
+    on_model = cpu_run["record"]["published"]["model.onnx"]
+    assert without_stamp(off["published"]["model.onnx"]) == without_stamp(on_model)

@@ -13,7 +13,7 @@ from tests.conftest import run_cli
 @pytest.mark.parametrize("overrides,needle", [
     (["quant.activation_type=uint12"], "quant.activation_type: 'uint12' is not one of"),
     (["quant=w8a9"], "quant: 'w8a9' is not one of"),
-    (["target=qnn_htp", "quant=none"], "quant=none: compile requires precision"),
+    (["target=qnn_htp", "quant=none"], "quant=none: compile for qnn_htp needs a quantized"),
     (["model=local_hf"], "model.path: required but not set"),
     (["model=local_hf", "model.path=/nonexistent/dir"], "is not a Hugging Face checkpoint"),
     (["model=hub_cache", "model.hub_id=org/unknown-model"], "not in the local Hugging Face cache"),
