@@ -30,12 +30,13 @@ def save(model: onnx.ModelProto, path: Path) -> None:
                     location=f"{path.name}.data" if large else None)
 
 
-def set_model_meta(model: onnx.ModelProto, key: str, value: str) -> None:
-    for prop in model.metadata_props:
+def set_meta(holder: onnx.ModelProto | onnx.NodeProto, key: str, value: str) -> None:
+    """Set one metadata_props entry of a model or a node, never adding a duplicate key."""
+    for prop in holder.metadata_props:
         if prop.key == key:
             prop.value = value
             return
-    model.metadata_props.add(key=key, value=value)
+    holder.metadata_props.add(key=key, value=value)
 
 
 def model_meta(model: onnx.ModelProto) -> dict[str, str]:
@@ -43,7 +44,7 @@ def model_meta(model: onnx.ModelProto) -> dict[str, str]:
 
 
 def stamp_facts(model: onnx.ModelProto, facts: dict[str, Any], step: str, key: str) -> None:
-    set_model_meta(model, FACTS_KEY, json.dumps(
+    set_meta(model, FACTS_KEY, json.dumps(
         {"facts": facts, "step": step, "key": key}, sort_keys=True))
 
 
@@ -53,18 +54,6 @@ def read_facts(path: Path) -> dict[str, Any] | None:
         return None
     raw = model_meta(load(path, external=False)).get(FACTS_KEY)
     return json.loads(raw)["facts"] if raw else None
-
-
-def node_meta(node: onnx.NodeProto) -> dict[str, str]:
-    return {p.key: p.value for p in node.metadata_props}
-
-
-def set_node_meta(node: onnx.NodeProto, key: str, value: str) -> None:
-    for prop in node.metadata_props:
-        if prop.key == key:
-            prop.value = value
-            return
-    node.metadata_props.add(key=key, value=value)
 
 
 def clear_node_meta(model: onnx.ModelProto) -> None:

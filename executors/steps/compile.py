@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from executors import qnn
-from executors.artifacts import load, save, set_model_meta, stamp_facts
+from executors.artifacts import load, save, set_meta, stamp_facts
 from executors.base import MODEL, StepContext, StepResult
 from executors.inputs import batches, io_specs
 
@@ -36,7 +36,7 @@ def run(ctx: StepContext) -> StepResult:
     if not out.is_file():
         raise ctx.fail("the EP wrote no EPContext model", "check target.provider_options")
     model = load(out)
-    set_model_meta(model, "modelplan.compiled_from", ctx.step["inputs"]["model"])
+    set_meta(model, "modelplan.compiled_from", ctx.step["inputs"]["model"])
     stamp_facts(model, ctx.facts, ctx.id, ctx.step["key"])
     save(model, out)
     return StepResult(metrics={**_validate(ctx), "context_nodes": sum(

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from executors import hierarchy
-from executors.artifacts import clear_node_meta, load, save, set_model_meta, stamp_facts
+from executors.artifacts import clear_node_meta, load, save, set_meta, stamp_facts
 from executors.base import MODEL, SIDECAR, SOURCE, StepContext, StepResult
 from executors.inputs import batches
 
@@ -69,8 +69,8 @@ def run(ctx: StepContext) -> StepResult:
     onnx_model = load(path)
     clear_node_meta(onnx_model)  # node metadata is written by tag, after every rewrite
     out_specs = [{"name": n, "dtype": "float32"} for n in outputs]
-    set_model_meta(onnx_model, "winml.io.inputs", json.dumps(specs, sort_keys=True))
-    set_model_meta(onnx_model, "winml.io.outputs", json.dumps(out_specs, sort_keys=True))
+    set_meta(onnx_model, "winml.io.inputs", json.dumps(specs, sort_keys=True))
+    set_meta(onnx_model, "winml.io.outputs", json.dumps(out_specs, sort_keys=True))
     root = scopes.get("", f"/{type(model).__name__}")
     meta = hierarchy.sidecar([n.name for n in onnx_model.graph.node], scopes, WRAPPER_PREFIX, root)
     stamp_facts(onnx_model, ctx.facts, ctx.id, ctx.step["key"])

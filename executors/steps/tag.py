@@ -7,7 +7,7 @@ import json
 from collections import Counter
 
 from executors import hierarchy
-from executors.artifacts import DEPTH_KEY, TAG_KEY, load, save, set_node_meta, stamp_facts
+from executors.artifacts import DEPTH_KEY, TAG_KEY, load, save, set_meta, stamp_facts
 from executors.base import MODEL, SIDECAR, StepContext, StepResult
 
 
@@ -16,8 +16,8 @@ def run(ctx: StepContext) -> StepResult:
     model = load(ctx.input_model())
     assigned = hierarchy.assign(model.graph, meta)
     for node, (tag, _how) in zip(model.graph.node, assigned, strict=True):
-        set_node_meta(node, TAG_KEY, tag)
-        set_node_meta(node, DEPTH_KEY, str(hierarchy.depth(tag)))
+        set_meta(node, TAG_KEY, tag)
+        set_meta(node, DEPTH_KEY, str(hierarchy.depth(tag)))
     stamp_facts(model, ctx.facts, ctx.id, ctx.step["key"])
     save(model, ctx.out / MODEL)
     how = Counter(h for _t, h in assigned)

@@ -44,12 +44,15 @@ def headline(ir: dict[str, Any]) -> str:
     return f"{picks}  (config {short(ir['config_digest'])})"
 
 
-def why(step: dict[str, Any]) -> str:
-    """Why a step is in the plan as it is: the rule that shaped it, or the store's answer."""
+def why(step: dict[str, Any], brief: bool = False) -> str:
+    """Why a step is in the plan as it is: the rule that shaped it, or the store's answer.
+    brief: name the rule only (the proof is printed elsewhere)."""
     for field, verb in (("proof", "elided by"), ("inserted_by", "inserted by"),
                         ("moved_by", "moved by")):
         if field in step:
-            return f"{verb} {step[field]['rule']}: {step[field]['conclusion']}"
+            rule = step[field]["rule"]
+            return f"{verb} {rule} (proof below)" if brief else \
+                f"{verb} {rule}: {step[field]['conclusion']}"
     return step["reason"]
 
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.render.common import MARK, headline, params_line, premise_text, short, summary_line
+from planner.render.common import (
+    MARK,
+    headline,
+    params_line,
+    premise_text,
+    short,
+    summary_line,
+    why,
+)
 
 
 def render(ir: dict[str, Any]) -> str:
@@ -17,7 +25,7 @@ def render(ir: dict[str, Any]) -> str:
         lines.append(f"  {MARK[s['action']]} {s['id']:<{width}}  {s['action']:<6}  "
                      f"{short(s['key'])}  {params_line(s['params'])}".rstrip())
         reads = f"reads {inputs}; " if inputs else ""
-        lines.append(f"  {'':<{width + 2}}  {'':<6}  {reads}{_why(s)}")
+        lines.append(f"  {'':<{width + 2}}  {'':<6}  {reads}{why(s, brief=True)}")
     if ir["rewrites"]:
         lines += ["", "Proofs:"]
         for rw in ir["rewrites"]:
@@ -27,10 +35,3 @@ def render(ir: dict[str, Any]) -> str:
     lines += ["", f"Deliverable: {ir['deliverable']}", summary_line(ir)]
     return "\n".join(lines) + "\n"
 
-
-def _why(s: dict[str, Any]) -> str:
-    for field, verb in (("proof", "elided by"), ("inserted_by", "inserted by"),
-                        ("moved_by", "moved by")):
-        if field in s:
-            return f"{verb} {s[field]['rule']} (proof below)"
-    return s["reason"]
