@@ -52,8 +52,15 @@ def session(path: Path, ep: str, backend: str | None = None,
     import onnxruntime as ort
 
     so = so or session_options(ep, backend, provider_options or {}, cpu_fallback)
-    providers = None if ep == "qnn" else ["CPUExecutionProvider"]
-    return ort.InferenceSession(str(path), so, providers=providers)
+    if ep == "qnn":
+        return ort.InferenceSession(str(path), so)
+    try:
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001 - retried once, at the level the model was normalized at
+        # ORT 1.32 fails its full optimization level on some models its basic level wrote
+        # ("Attempt to replace the existing tensor", dynamo exports); they are already basic.
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
 @contextmanager

@@ -81,25 +81,29 @@ def cpu_session(model: Path, cache_dir: Path | None) -> tuple[Any, CacheInfo]:
 
 
 def _plain(model: Path) -> Any:
-    import onnxruntime as ort
+    """A session without the cache."""
+    from executors import qnn
 
-    return ort.InferenceSession(str(model), _options(), providers=["CPUExecutionProvider"])
+    return qnn.session(model, "cpu", so=_options())
 
 
 def _write(model: Path, slot: Path, fmt: str) -> tuple[Any, CacheInfo]:
+    """Save ORT's optimized model as `fmt` and check it loads back; a failure at either end
+    demotes the model (onnx -> ort -> no cache) and the session is still returned."""
     import onnxruntime as ort
 
     target = slot / f"optimized.{fmt}"
     tmp = slot / f".writing.{fmt}"
-    session = ort.InferenceSession(str(model), _options(tmp), providers=["CPUExecutionProvider"])
     try:
+        session = ort.InferenceSession(str(model), _options(tmp),
+                                       providers=["CPUExecutionProvider"])
         _load_back(tmp)
-    except Exception as exc:  # noqa: BLE001 - ORT raises several types on a bad load
+    except Exception as exc:  # noqa: BLE001 - ORT raises several types on a bad save/load
         tmp.unlink(missing_ok=True)
         _demote(slot, fmt, exc)
         if fmt == "onnx":
             return _write(model, slot, "ort")
-        return session, CacheInfo("disabled", str(exc).splitlines()[0])
+        return _plain(model), CacheInfo("disabled", str(exc).strip().splitlines()[0])
     tmp.replace(target)
     return session, CacheInfo(f"wrote-{fmt}")
 

@@ -110,7 +110,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                 Ensure("model_class", Param("model_class"))),
        traits=frozenset({T.SOURCE, T.DETERMINISTIC, T.CHEAP}),
        tools=("torch", "transformers"), unkeyed=("path",), outputs=("source",)),
-    Op("export", 2, "export to ONNX and record the module hierarchy",
+    Op("export", 3, "export to ONNX and record the module hierarchy",
        params=("exporter", "opset", "inputs", "report"),
        inputs=("model",),
        requires=(Require("format", "eq", "torch", config_path="model",

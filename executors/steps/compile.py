@@ -31,8 +31,9 @@ def run(ctx: StepContext) -> StepResult:
         detail = "".join(f"; QNN: {e}" for e in said)
         detail += f"; offending node(s): {', '.join(nodes[:5])}" if nodes else ""
         raise ctx.fail(f"{p['ep'].upper()} compile failed: {cause}{detail}",
-                       "legalize or quantize the model so the backend supports every node, or "
-                       "set target.cpu_fallback=true to allow CPU nodes") from exc
+                       "fix what QNN reports (target.provider_options; or legalize/quantize so "
+                       "the backend supports every node), or set target.cpu_fallback=true to "
+                       "allow CPU nodes") from exc
     if not out.is_file():
         raise ctx.fail("the EP wrote no EPContext model", "check target.provider_options")
     model = load(out)

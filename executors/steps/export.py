@@ -3,7 +3,10 @@ metadata and the module hierarchy in a sidecar. The export writes no node metada
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import json
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -89,7 +92,8 @@ def _export(ctx: StepContext, wrapped: Any, args: tuple, names: list[str],
     import torch
 
     dynamo = ctx.params["exporter"] == "dynamo"
-    with warnings.catch_warnings():
+    # the dynamo exporter reports progress on stdout, which belongs to `--json` output
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
         warnings.simplefilter("ignore")
         try:
             torch.onnx.export(wrapped, args, str(path), input_names=names, output_names=outputs,
@@ -104,13 +108,15 @@ def _export(ctx: StepContext, wrapped: Any, args: tuple, names: list[str],
 
 
 def _rename_dynamo_nodes(path: Path) -> None:
-    """Give dynamo-exported nodes TorchScript-style scoped names from their name scopes."""
+    """Give dynamo-exported nodes TorchScript-style scoped names from their name scopes
+    (`['', 'model', 'model.encoder', ..., 'op']`: the deepest module path, then the op)."""
     model = load(path)
     for i, node in enumerate(model.graph.node):
-        scopes = {p.key: p.value for p in node.metadata_props}.get("pkg.torch.onnx.name_scopes")
-        if scopes:
-            parts = [s for s in json.loads(scopes) if s][1:]  # drop the wrapper itself
-            node.name = "/" + "/".join([WRAPPER_PREFIX, *parts, f"{node.op_type}_{i}"])
+        raw = {p.key: p.value for p in node.metadata_props}.get("pkg.torch.onnx.name_scopes")
+        modules = [s for s in ast.literal_eval(raw)[:-1] if s] if raw else []
+        module = modules[-1] if modules else ""
+        node.name = "/" + "/".join([*module.split("."), f"{node.op_type}_{i}"]) if module \
+            else f"{node.op_type}_{i}"
     save(model, path)
 
 
