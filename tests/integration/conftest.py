@@ -21,13 +21,17 @@ def run_json(*args: str, store: Path, outputs: Path, timeout: float = 900) -> tu
     return result.returncode, record, result.stderr
 
 
-@pytest.fixture(scope="session")
-def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    store = tmp_path_factory.mktemp("cpu-store")
-    outputs = tmp_path_factory.mktemp("cpu-outputs")
-    code, record, err = run_json(*CPU_RUN, store=store, outputs=outputs)
+def built(factory: pytest.TempPathFactory, name: str, *args: str) -> dict[str, Any]:
+    """A successful `modelplan run ARGS` in its own store: record, store and outputs."""
+    store, outputs = factory.mktemp(f"{name}-store"), factory.mktemp(f"{name}-outputs")
+    code, record, err = run_json(*args, store=store, outputs=outputs)
     assert code == 0, err
     return {"record": record, "store": store, "outputs": outputs}
+
+
+@pytest.fixture(scope="session")
+def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return built(tmp_path_factory, "cpu", *CPU_RUN)
 
 
 def step(record: dict[str, Any], step_id: str) -> dict[str, Any]:

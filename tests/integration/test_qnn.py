@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 from executors import qnn
 from executors.artifacts import TAG_KEY, problems
 from tests.conftest import run_cli
-from tests.integration.conftest import run_json, step
+from tests.integration.conftest import built, run_json, step
 
 QNN_RUN = ("model=tiny_bert", "export.sequence_length=32", "verify.samples=2",
            "perf.iterations=3")
@@ -22,11 +22,7 @@ QNN_RUN = ("model=tiny_bert", "export.sequence_length=32", "verify.samples=2",
 
 @pytest.fixture(scope="module")
 def qnn_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    store = tmp_path_factory.mktemp("qnn-store")
-    outputs = tmp_path_factory.mktemp("qnn-out")
-    code, record, err = run_json(*QNN_RUN, store=store, outputs=outputs)
-    assert code == 0, err
-    return {"record": record, "store": store, "outputs": outputs}
+    return built(tmp_path_factory, "qnn", *QNN_RUN)
 
 
 def test_pipeline_order_and_metrics(qnn_run: dict[str, Any]) -> None:
