@@ -127,6 +127,14 @@ class Store:
 
     # -- runs ----------------------------------------------------------------------------
     def save_run(self, record: dict[str, Any]) -> Path:
+        """Keep a run record (it must match run.schema.json: a mismatch is a bug here)."""
+        import schemas
+        from schemas.validator import validate
+
+        bad = validate(record, schemas.load("run"))
+        if bad:
+            raise RuntimeError(f"run record does not match run.schema.json at "
+                               f"{'.'.join(map(str, bad[0].path))} ({bad[0].keyword})")
         path = self.root / "runs" / f"{record['run_id']}.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=2))
