@@ -25,8 +25,10 @@ def load_plan(path: Path) -> dict[str, Any]:
     return ir
 
 
-def check_plan(ir: Any, where: str) -> None:
-    """Schema-valid, keys recomputed and equal, config digest intact."""
+def check_plan(ir: Any, where: str, tools: str = "here") -> None:
+    """Schema-valid, one id per step, a real deliverable, config digest intact, every key
+    recomputed and equal. tools: "here" (keys with this machine's tool versions: the plan can
+    run here) or "plan" (keys with the versions the plan records: it was not edited)."""
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(schemas.load("plan"))
@@ -36,10 +38,19 @@ def check_plan(ir: Any, where: str) -> None:
         at = "/".join(str(p) for p in e.absolute_path) or "<root>"
         raise PlanFileError(f"{where}: not a valid plan at {at}: {e.message}; "
                             "re-plan with `modelplan plan -o FILE`")
+    ids = [s["id"] for s in ir["steps"]]
+    if len(set(ids)) != len(ids):
+        raise PlanFileError(f"{where}: step ids repeat ({sorted({i for i in ids if ids.count(i) > 1})}); "
+                            "re-plan with `modelplan plan -o FILE`")
+    if ir["deliverable"] not in ids:
+        raise PlanFileError(f"{where}: deliverable {ir['deliverable']!r} is not a step of the "
+                            "plan; re-plan with `modelplan plan -o FILE`")
     if config_digest(ir["config"]) != ir["config_digest"]:
         raise PlanFileError(f"{where}: the embedded config does not match config_digest "
                             "(edited by hand?); re-plan with `modelplan plan -o FILE`")
     here = tool_versions([t for s in ir["steps"] for t in OPS[s["op"]].tools])
+    if tools == "plan":
+        here = {t: ir["tools"].get(t, v) for t, v in here.items()}
     drift = {t: (v, here[t]) for t, v in ir["tools"].items() if here.get(t) != v}
     keys: dict[str, str] = {}
     for s in ir["steps"]:

@@ -32,12 +32,14 @@ def verify(store: Store, args: argparse.Namespace) -> int:
         if found:
             bad += 1
             print(f"corrupt {e.key[:12]} ({e.manifest.get('step', '?')}): {'; '.join(found)}")
-            if args.remove:
+            if args.remove and not args.dry_run:
                 store.remove(e.key)
                 print(f"  removed {e.path}")
+            elif args.remove:
+                print(f"  would remove {e.path}")
     print(f"{len(entries)} entries checked, {bad} corrupt"
           + ("" if not bad or args.remove else "; `modelplan store verify --remove` deletes them"))
-    return 1 if bad and not args.remove else 0
+    return 1 if bad and (not args.remove or args.dry_run) else 0
 
 
 def gc(store: Store, args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from planner.errors import ModelplanError
+from planner.errors import ModelplanError, UsageError
 
 T0 = time.perf_counter()
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
@@ -27,10 +27,45 @@ def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Names
 
 def write_atomic(path: Path, text: str) -> None:
     """Write a file whole or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(21, "it is a directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"{path}: cannot write it ({exc.strerror or exc}); "
+                         "choose another -o FILE") from exc
+
+
+def writable_dir(path: Path, option: str) -> Path:
+    """`path` as a directory this process can write into, or a UsageError naming `option`."""
+    path = path.resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".modelplan-probe.{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot write there ({exc.strerror or exc}); "
+                         f"pass a writable {option} DIR") from exc
+    return path
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
 
 
 @command
@@ -59,7 +94,14 @@ def _plan_sweep(args: argparse.Namespace) -> int:
     from planner.render import sweep as render_sweep
     from planner.sweep import plan_sweep
 
+    if args.format not in ("text", "json"):
+        raise UsageError(f"plan -m --format {args.format}: a sweep plan is text or json; "
+                         "plan one job for md or mermaid")
     data = plan_sweep(args.overrides, store=args.store).to_json()
+    errors = [f"job {j['index']} ({' '.join(j['overrides'])}): {j['error']}"
+              for j in data["jobs"] if j["error"]]
+    if errors:  # a dry run exists to find these: report them and write nothing
+        raise UsageError(*errors)
     out = json.dumps(data, indent=2) + "\n" if args.format == "json" else render_sweep.render(data)
     if args.output:
         write_atomic(Path(args.output), out)
@@ -67,11 +109,12 @@ def _plan_sweep(args: argparse.Namespace) -> int:
               f"Sweep plan written to {args.output}.")
     else:
         sys.stdout.write(out)
-    return 2 if data["summary"]["failed_jobs"] == data["summary"]["jobs"] else 0
+    return 0
 
 
 @command
 def cmd_diff(args: argparse.Namespace) -> int:
+    from executors.plan_io import check_plan
     from planner.diff import diff, render_md, render_text
     from planner.errors import PlanFileError
 
@@ -82,9 +125,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             raise PlanFileError(f"{path}: not a readable plan ({exc}); write one with "
                                 "`modelplan plan --format json -o FILE`") from exc
-        if not isinstance(ir, dict) or "steps" not in ir or "config" not in ir:
-            raise PlanFileError(f"{path}: not a plan (no steps/config); write one with "
-                                "`modelplan plan --format json -o FILE`")
+        check_plan(ir, path, tools="plan")  # an edited plan would make the diff a lie
         plans.append(ir)
     d = diff(*plans)
     out = {"text": render_text, "md": render_md}.get(args.format)
@@ -128,10 +169,14 @@ def _execute(ir: dict[str, Any], args: argparse.Namespace, overrides: list[str])
     from executors.store import Store
     from planner.lower import store_root
 
-    store = Store(Path(args.store).resolve() if args.store else store_root(ir["config"]))
     name = args.name or run_name(ir["config"])
+    if not name or "/" in name or name in (".", "..") or name.startswith("."):
+        raise UsageError(f"--name {name!r}: a run name is one folder name under --outputs "
+                         "(no '/', not starting with '.')")
+    outputs = writable_dir(Path(args.outputs), "--outputs")
+    store = Store(Path(args.store).resolve() if args.store else store_root(ir["config"]))
     executor = LocalExecutor(store, debug=args.debug, quiet=args.quiet)
-    record = executor.run(ir, name, Path(args.outputs).resolve(), overrides)
+    record = executor.run(ir, name, outputs, overrides)
     if args.json:
         print(json.dumps(record, indent=2))
     else:
@@ -154,7 +199,8 @@ def _run_sweep(args: argparse.Namespace) -> int:
         for job in sweep.jobs:
             print(f"modelplan: error: job {job.index}: {job.error}", file=sys.stderr)
         return 2
-    sweep_dir = Path(args.sweep_dir or time.strftime("multirun/%Y-%m-%d/%H-%M-%S")).resolve()
+    sweep_dir = writable_dir(Path(args.sweep_dir or time.strftime("multirun/%Y-%m-%d/%H-%M-%S")),
+                             "--sweep-dir")
     store = Store(Path(args.store).resolve() if args.store else store_root(first.config))
     summary = SweepExecutor(store, args.jobs or os.cpu_count() or 1, quiet=args.quiet,
                             debug=args.debug).run(sweep, sweep_dir)
@@ -181,6 +227,9 @@ def cmd_store(args: argparse.Namespace) -> int:
     from planner.lower import store_root
 
     root = Path(args.store).resolve() if args.store else store_root({"store": {"path": None}})
+    if not root.is_dir():
+        raise UsageError(f"store {root}: there is no store there; pass --store DIR of an "
+                         "existing store (runs create one)")
     return store_cli.ACTIONS[args.action](Store(root), args)
 
 
@@ -199,7 +248,8 @@ def parser() -> argparse.ArgumentParser:
     def overrides(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                         help="Hydra overrides, e.g. model=tiny_bert quant=w8a8 export.opset=17")
-        sp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks on errors")
 
     sp = sub.add_parser("plan", help="print the plan without running anything")
     overrides(sp)
@@ -223,30 +273,34 @@ def parser() -> argparse.ArgumentParser:
     running(sp)
     sp.add_argument("-m", "--multirun", action="store_true",
                     help="run every job of a sweep; each distinct step runs once")
-    sp.add_argument("-j", "--jobs", type=int, metavar="N",
+    sp.add_argument("-j", "--jobs", type=positive, metavar="N",
                     help="parallel workers for a sweep (default: the number of cores)")
     sp.add_argument("--sweep-dir", metavar="DIR",
                     help="where a sweep writes its jobs and results (default: multirun/DATE/TIME)")
 
     sp = sub.add_parser("apply", help="run a saved plan (modelplan plan -o plan.json)")
     sp.add_argument("plan", metavar="PLAN.json")
-    sp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks on errors")
     running(sp)
 
     sp = sub.add_parser("store", help="inspect and maintain the store")
     sp.add_argument("action", choices=["ls", "verify", "gc"])
     sp.add_argument("--store", metavar="DIR", help="the store (default: the user cache dir)")
     sp.add_argument("--remove", action="store_true", help="verify: remove corrupt entries")
-    sp.add_argument("--keep-runs", type=int, default=10, metavar="N",
+    sp.add_argument("--keep-runs", type=non_negative, default=10, metavar="N",
                     help="gc: keep entries used by the N most recent runs (default 10)")
-    sp.add_argument("--dry-run", action="store_true", help="gc: only say what would go")
-    sp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sp.add_argument("--dry-run", action="store_true",
+                    help="gc and verify --remove: only say what would go")
+    sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks on errors")
 
     sp = sub.add_parser("diff", help="what changes between two saved plans")
     sp.add_argument("a", metavar="OLD.json")
     sp.add_argument("b", metavar="NEW.json")
     sp.add_argument("--format", choices=["text", "md", "json"], default="text")
-    sp.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks on errors")
 
     sp = sub.add_parser("config", help="print the resolved, validated config")
     overrides(sp)
@@ -262,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unrecognized option(s): {' '.join(unknown)}")
     if hasattr(args, "overrides"):
         args.overrides = list(args.overrides) + extra
+    elif extra:
+        p.error(f"unexpected argument(s) for {args.command}: {' '.join(extra)}")
     try:
         code = COMMANDS[args.command](args)
     except ModelplanError as exc:

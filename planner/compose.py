@@ -52,7 +52,8 @@ def compose_config(overrides: list[str]) -> Any:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             return hydra_compose(config_name="config", overrides=overrides)
     except Exception as exc:
-        raise ConfigError(f"config: {first_line(exc)}") from exc
+        hint = "; to sweep over values add -m" if "Ambiguous value" in str(exc) else ""
+        raise ConfigError(f"config: {first_line(exc)}{hint}") from exc
     finally:
         GlobalHydra.instance().clear()
 
@@ -102,6 +103,9 @@ def check_overrides(parsed: list[Any]) -> None:
     paths = known_paths()
     for ov in parsed:
         key = ov.key_or_group
+        if not key:
+            errors.append(f"override '{ov.input_line}': no key before '='; write key=value")
+            continue
         if ov.is_add() or ov.is_delete() or key.startswith("hydra"):
             continue
         if key in GROUPS:

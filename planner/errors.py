@@ -19,6 +19,12 @@ class ConfigError(ModelplanError):
     exit_code = 2
 
 
+class UsageError(ModelplanError):
+    """A command-line argument cannot be used (an unwritable path, a bad name)."""
+
+    exit_code = 2
+
+
 class PlanError(ModelplanError):
     """The config is valid but contradictory: the planner rejects it (rule `reject`)."""
 

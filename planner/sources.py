@@ -21,6 +21,7 @@ TASK_BY_SUFFIX = (
     ("ForQuestionAnswering", "question-answering"), ("Model", "feature-extraction"),
 )
 CHUNK = 1 << 20
+WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -65,6 +66,10 @@ def checkpoint_location(model: dict[str, Any]) -> Path | None:
         if source == "local" and not (path / "config.json").is_file():
             raise ConfigError(f"model.path: '{model['path']}' is not a Hugging Face checkpoint "
                               "directory (no config.json); point it at one")
+        if source == "local" and not any(next(path.glob(p), None) for p in WEIGHTS):
+            raise ConfigError(f"model.path: '{model['path']}' has a config.json but no weights "
+                              "(*.safetensors or pytorch_model*.bin); point it at a complete "
+                              "checkpoint")
         if source == "onnx_file" and not path.is_file():
             raise ConfigError(f"model.path: '{model['path']}' is not a file; "
                               "point it at an existing .onnx model")
@@ -133,6 +138,10 @@ def model_info(model: dict[str, Any], where: Path | None) -> dict[str, Any]:
     """The parts of a checkpoint's config.json the planner needs."""
     if model["source"] == "random_init":
         ri = model["random_init"]
+        if ri["hidden_size"] % ri["num_attention_heads"]:
+            raise ConfigError(
+                f"model.random_init.hidden_size: {ri['hidden_size']} is not a multiple of "
+                f"num_attention_heads {ri['num_attention_heads']}; change one of them")
         return {"model_type": ri["architecture"], "vocab_size": ri["vocab_size"],
                 "type_vocab_size": 2, "architectures": ["BertModel"]}
     if where is None or where.is_file():
@@ -155,10 +164,13 @@ def detect_task(model: dict[str, Any], info: dict[str, Any]) -> tuple[str | None
 def derive_inputs(info: dict[str, Any], task: str | None, batch: int, seq: int) -> list[dict]:
     """Input specs for a text model: names, dtypes, shapes and value ranges."""
     vocab = info.get("vocab_size")
-    if not vocab or task is None:
+    if task is None:
+        raise ConfigError("model.task: the checkpoint's config.json names no architecture to "
+                          "detect the task from; set model.task (e.g. feature-extraction)")
+    if not vocab:
         raise ConfigError(
             f"export.inputs: cannot derive input specs for model_type "
-            f"'{info.get('model_type')}' (task {task}); set export.inputs to a list of "
+            f"'{info.get('model_type')}' (no vocab_size); set export.inputs to a list of "
             "{name, dtype, shape, min, max}")
     specs = [
         {"name": "input_ids", "dtype": "int64", "shape": [batch, seq], "min": 0, "max": vocab - 1},

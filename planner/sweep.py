@@ -34,6 +34,9 @@ def expand(overrides: list[str]) -> list[list[str]]:
                 raise ConfigError(f"{key}: only discrete sweeps (a,b,c / range() / choice()) "
                                   "can be expanded; list the values")
             choices[key] = [f"{key}={v}" for v in ov.sweep_string_iterator()]
+            if not choices[key]:
+                raise ConfigError(f"{ov.input_line}: this sweep has no values, so there are no "
+                                  "jobs; give at least one value")
         else:
             choices[key] = [f"{key}={ov.get_value_element_as_str()}"]
     return [list(job) for job in itertools.product(*choices.values())]

@@ -15,9 +15,18 @@ def check_config(config: dict[str, Any]) -> None:
     """Raise ConfigError listing every violation; return None when the config is valid."""
     lines = [f"{p}: required but not set; set {p}=<value>" for p in sorted(missing_paths(config))]
     if not lines:
-        lines = sorted({describe(v) for v in validate(config, schemas.load("config"))})
+        lines = one_per_path(validate(config, schemas.load("config")))
     if lines:
         raise ConfigError(*lines)
+
+
+def one_per_path(violations: list[Violation]) -> list[str]:
+    """One line per config path (the one that carries a fix, if any), sorted by path."""
+    best: dict[tuple, Violation] = {}
+    for v in violations:
+        if v.path not in best or ("x-fix" in v.schema and "x-fix" not in best[v.path].schema):
+            best[v.path] = v
+    return sorted({describe(v) for v in best.values()})
 
 
 def missing_paths(node: Any, prefix: str = "") -> list[str]:

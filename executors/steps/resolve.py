@@ -73,7 +73,11 @@ def _onnx_file(ctx: StepContext) -> StepResult:
     if digest != ctx.params["digest"]:
         raise ctx.fail("the ONNX file changed since the plan was made", "re-plan",
                        where=str(src))
-    model = load(src)
+    try:
+        model = load(src)
+    except Exception as exc:
+        raise ctx.fail(f"not a readable ONNX model ({type(exc).__name__})",
+                       "point model.path at a .onnx file", where=str(src)) from exc
     stamp_facts(model, ctx.facts, ctx.id, ctx.step["key"])
     save(model, ctx.out / "model.onnx")
     shutil.copystat(src, ctx.out / "model.onnx")
