@@ -43,8 +43,8 @@ def main() -> None:
                        for q, t in itertools.product(QUANTS, TARGETS))
         cached = sorted(cli("run", "-m", *sweep, "--store", str(tmp / "merged"), "--sweep-dir",
                             str(tmp / f"again{i}"), "--quiet") for i in range(3))[1]
-        plan_1000 = cli("plan", "-m", "model=tiny_bert", "quant=w8a8,w8a16,w8a16_pc,fp16,none",
-                        "target=cpu,qnn_htp", "export.sequence_length=range(16,116)",
+        plan_1000 = cli("plan", "-m", "model=tiny_bert", "quant=w8a8,w8a16,w8a16_pc,fp16",
+                        "target=cpu,qnn_htp", "export.sequence_length=range(16,141)",
                         "--store", str(tmp / "plan"), "-o", str(tmp / "plan.txt"))
     print("tiny_bert, 6-job sweep (quant x target), fresh stores")
     print(f"  merged (modelplan run -m, -j cores)   {merged:7.2f} s")

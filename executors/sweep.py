@@ -94,12 +94,8 @@ class SweepExecutor:
         try:
             self._maybe_start_pool(unique)
             while pending or running:
-                ready = [k for k in sorted(pending - measure, key=lambda k: _order(unique, k))
-                         if all(d in results for d in deps[k].values())]
-                alone = not running and len(ready) == 1  # a serial stretch: no worker hop
-                for key in ready:
-                    self._dispatch(key, unique, deps, results, running, pending, sweep_dir,
-                                   inline=alone)
+                for key in sorted(pending - measure, key=lambda k: _order(unique, k)):
+                    self._dispatch(key, unique, deps, results, running, pending, sweep_dir)
                 if running:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
                     for fut in done:
