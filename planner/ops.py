@@ -179,11 +179,4 @@ OPS: dict[str, Op] = {op.name: op for op in (
 )}
 
 
-def op(name: str) -> Op:
-    return OPS[name]
-
-
-def with_traits(*traits: Trait) -> list[Op]:
-    return [o for o in OPS.values() if all(o.has(t) for t in traits)]
-
 

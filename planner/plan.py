@@ -74,11 +74,6 @@ class Plan:
     def live(self) -> list[Step]:
         return [s for s in self.steps if s.action != "elided"]
 
-    def consumers(self, step_id: str, role: str | None = None) -> list[Step]:
-        """Non-elided steps reading `step_id` (through `role`, or any role)."""
-        return [s for s in self.live() for r, src in s.inputs.items()
-                if src == step_id and (role is None or r == role)]
-
     def chain_after(self, step_id: str) -> list[Step]:
         """Steps downstream of `step_id` along chain inputs, in plan order."""
         reached, out = {step_id}, []
