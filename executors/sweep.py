@@ -60,11 +60,12 @@ class SweepExecutor:
 
     def run(self, sweep: SweepPlan, sweep_dir: Path) -> dict[str, Any]:
         t0 = time.perf_counter()
-        plans = [j.plan.to_json() for j in sweep.jobs if j.plan is not None]
-        for ir in plans:
-            check_implemented(ir)
-        unique = sweep.unique_steps()
-        results = self._run_dag(unique, sweep_dir)
+        for job in sweep.jobs:
+            if job.ir is not None:
+                check_implemented(job.ir)
+        unique = sweep.unique
+        ids = {j.index: {s["id"]: s["key"] for s in j.ir["steps"]} for j in sweep.jobs if j.ir}
+        results = self._run_dag(unique, ids, sweep_dir)
         jobs = [self._job_result(job, results, sweep_dir) for job in sweep.jobs]
         summary = {
             "format_version": 1, "sweep_dir": str(sweep_dir),
@@ -80,11 +81,14 @@ class SweepExecutor:
         return summary
 
     # -- the merged DAG ------------------------------------------------------------------
-    def _run_dag(self, unique: dict[str, dict[str, Any]], sweep_dir: Path) -> dict[str, dict]:
+    def _run_dag(self, unique: dict[str, dict[str, Any]], ids: dict[int, dict[str, str]],
+                 sweep_dir: Path) -> dict[str, dict]:
         """Build every unique key once, dependencies first. Measurements (perf) wait until
         nothing else runs, then run one at a time in this process: a latency measured next to
         a build on the same cores would be wrong."""
-        deps = {k: _input_keys(v["step"], unique, v["jobs"][0]) for k, v in unique.items()}
+        # role -> key of the step each input names, within the job the step came from
+        deps = {k: {role: ids[v["jobs"][0]][src] for role, src in v["step"]["inputs"].items()}
+                for k, v in unique.items()}
         results: dict[str, dict[str, Any]] = {}
         running: dict[Future, str] = {}
         pending = set(unique)
@@ -175,7 +179,7 @@ class SweepExecutor:
         out = {"index": job.index, "overrides": job.overrides}
         if job.plan is None:
             return {**out, "status": "failed", "error": job.error, "record": None}
-        ir = job.plan.to_json()
+        ir = job.ir
         if any(results.get(s["key"], {}).get("status") == "unelided" for s in ir["steps"]):
             # a proof failed on the real input: this job re-keys, so it runs on its own
             record = LocalExecutor(self.store, self.debug, quiet=True).run(
@@ -216,15 +220,6 @@ class SweepExecutor:
         publish.outputs(record, out_dirs, sweep_dir / job.name)
         self.store.save_run(record)
         return record
-
-
-def _input_keys(step: dict[str, Any], unique: dict[str, dict], job: int) -> dict[str, str]:
-    """role -> key of the step it reads, within the job the step came from."""
-    by_id = {}
-    for v in unique.values():
-        if job in v["jobs"]:
-            by_id[v["step"]["id"]] = v["step"]["key"]
-    return {role: by_id[src] for role, src in step["inputs"].items()}
 
 
 def _measures(step: dict[str, Any]) -> bool:

@@ -167,14 +167,13 @@ def _execute(ir: dict[str, Any], args: argparse.Namespace, overrides: list[str])
     from executors.local import LocalExecutor
     from executors.report import table
     from executors.store import Store
-    from planner.lower import store_root
 
     name = args.name or run_name(ir["config"])
     if not name or "/" in name or name in (".", "..") or name.startswith("."):
         raise UsageError(f"--name {name!r}: a run name is one folder name under --outputs "
                          "(no '/', not starting with '.')")
     outputs = writable_dir(Path(args.outputs), "--outputs")
-    store = Store(Path(args.store).resolve() if args.store else store_root(ir["config"]))
+    store = Store(store_dir(args, ir["config"]))
     executor = LocalExecutor(store, debug=args.debug, quiet=args.quiet)
     record = executor.run(ir, name, outputs, overrides)
     if args.json:
@@ -190,7 +189,6 @@ def _execute(ir: dict[str, Any], args: argparse.Namespace, overrides: list[str])
 def _run_sweep(args: argparse.Namespace) -> int:
     from executors.store import Store
     from executors.sweep import SweepExecutor, results_table
-    from planner.lower import store_root
     from planner.sweep import plan_sweep
 
     sweep = plan_sweep(args.overrides, store=args.store)
@@ -201,7 +199,7 @@ def _run_sweep(args: argparse.Namespace) -> int:
         return 2
     sweep_dir = writable_dir(Path(args.sweep_dir or time.strftime("multirun/%Y-%m-%d/%H-%M-%S")),
                              "--sweep-dir")
-    store = Store(Path(args.store).resolve() if args.store else store_root(first.config))
+    store = Store(store_dir(args, first.config))
     summary = SweepExecutor(store, args.jobs or os.cpu_count() or 1, quiet=args.quiet,
                             debug=args.debug).run(sweep, sweep_dir)
     if args.json:
@@ -215,6 +213,13 @@ def _run_sweep(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def store_dir(args: argparse.Namespace, config: dict[str, Any]) -> Path:
+    """--store DIR when given, else the config's store (store.path or the user cache dir)."""
+    from planner.lower import store_root
+
+    return Path(args.store).resolve() if args.store else store_root(config)
+
+
 def run_name(config: dict[str, Any]) -> str:
     """A stable name for a config's outputs: model-quant-target."""
     return "-".join(str(config[g]["name"]) for g in ("model", "quant", "target"))
@@ -224,9 +229,8 @@ def run_name(config: dict[str, Any]) -> str:
 def cmd_store(args: argparse.Namespace) -> int:
     from executors import store_cli
     from executors.store import Store
-    from planner.lower import store_root
 
-    root = Path(args.store).resolve() if args.store else store_root({"store": {"path": None}})
+    root = store_dir(args, {"store": {"path": None}})
     if not root.is_dir():
         raise UsageError(f"store {root}: there is no store there; pass --store DIR of an "
                          "existing store (runs create one)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import itertools
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -158,32 +158,36 @@ class Job:
     def name(self) -> str:
         return f"{self.index}"
 
+    @cached_property
+    def ir(self) -> dict[str, Any] | None:
+        """The job's Plan IR, rendered once (a planned job does not change)."""
+        return self.plan.to_json() if self.plan is not None else None
+
 
 @dataclass
 class SweepPlan:
     jobs: list[Job]
     merges: list[Rewrite] = field(default_factory=list)
 
-    def unique_steps(self) -> dict[str, dict[str, Any]]:
+    @cached_property
+    def unique(self) -> dict[str, dict[str, Any]]:
         """key -> {step (IR of its first use), jobs using it}: each key once."""
         out: dict[str, dict[str, Any]] = {}
         for job in self.jobs:
-            if job.plan is None:
-                continue
-            for s in job.plan.to_json()["steps"]:
+            for s in job.ir["steps"] if job.ir else []:
                 entry = out.setdefault(s["key"], {"step": s, "jobs": []})
                 entry["jobs"].append(job.index)
         return out
 
     def to_json(self) -> dict[str, Any]:
-        unique = self.unique_steps()
+        unique = self.unique
         steps = [{"key": k, "id": v["step"]["id"], "op": v["step"]["op"],
                   "action": v["step"]["action"], "jobs": v["jobs"]} for k, v in unique.items()]
         total = sum(len(j.plan.steps) for j in self.jobs if j.plan is not None)
         return {
             "format_version": 1,
             "jobs": [{"index": j.index, "overrides": j.overrides, "error": j.error,
-                      "plan": j.plan.to_json() if j.plan else None} for j in self.jobs],
+                      "plan": j.ir} for j in self.jobs],
             "steps": steps,
             "rewrites": [rw.record() for rw in self.merges],
             "summary": {"jobs": len(self.jobs), "failed_jobs": sum(j.error is not None

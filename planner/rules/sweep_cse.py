@@ -14,7 +14,7 @@ SCOPE = "sweep"
 
 def apply(sweep: Any) -> list[Rewrite]:
     merges = []
-    for key, entry in sweep.unique_steps().items():
+    for key, entry in sweep.unique.items():
         jobs = entry["jobs"]
         if len(jobs) < 2:
             continue

@@ -58,6 +58,7 @@ def test_merged_plan_has_each_key_once_and_shares_the_prefix(tmp_path: Path) -> 
                        store=str(tmp_path))
     data = sweep.to_json()
     keys = [s["key"] for s in data["steps"]]
+    assert [s["key"] for s in data["steps"]] == list(sweep.unique)
     assert len(keys) == len(set(keys))
     by_id = {s["id"]: s for s in data["steps"] if len(s["jobs"]) == 4}
     assert set(by_id) == {"resolve", "export", "normalize", "optimize"}
