@@ -9,6 +9,12 @@ from typing import Any
 
 import onnx
 
+MODEL = "model.onnx"                   # a step's model output
+SOURCE = "source.json"                 # what resolve found
+METRICS = "metrics.json"               # a sink's measurements
+SIDECAR = "model_htp_metadata.json"    # the export's hierarchy map
+REPORT = "model_hierarchy.md"          # the export's optional hierarchy report
+ROLE_FILES = {"hierarchy": (SIDECAR, REPORT)}  # an output role's files, besides the model
 FACTS_KEY = "modelplan.facts"
 TAG_KEY = "winml.hierarchy.tag"
 DEPTH_KEY = "winml.hierarchy.depth"
@@ -32,9 +38,9 @@ def save(model: onnx.ModelProto, path: Path) -> None:
 
 def set_meta(holder: onnx.ModelProto | onnx.NodeProto, key: str, value: str) -> None:
     """Set one metadata_props entry of a model or a node, never adding a duplicate key."""
-    for prop in holder.metadata_props:
-        if prop.key == key:
-            prop.value = value
+    for entry in holder.metadata_props:
+        if entry.key == key:
+            entry.value = value
             return
     holder.metadata_props.add(key=key, value=value)
 
@@ -43,9 +49,19 @@ def model_meta(model: onnx.ModelProto) -> dict[str, str]:
     return {p.key: p.value for p in model.metadata_props}
 
 
-def stamp_facts(model: onnx.ModelProto, facts: dict[str, Any], step: str, key: str) -> None:
-    set_meta(model, FACTS_KEY, json.dumps(
-        {"facts": facts, "step": step, "key": key}, sort_keys=True))
+def stamp_file(out: Path, facts: dict[str, Any], step: str, key: str) -> None:
+    """Stamp observed facts into a step's output: its model's metadata (the graph only is
+    rewritten; external weights stay as they are) and its source description, if any."""
+    model_path, source_path = out / MODEL, out / SOURCE
+    if model_path.is_file():
+        model = load(model_path, external=False)
+        set_meta(model, FACTS_KEY, json.dumps(
+            {"facts": facts, "step": step, "key": key}, sort_keys=True))
+        save(model, model_path)
+    if source_path.is_file():
+        info = json.loads(source_path.read_text())
+        info["facts"] = facts
+        source_path.write_text(json.dumps(info, indent=2, sort_keys=True))
 
 
 def read_facts(path: Path) -> dict[str, Any] | None:

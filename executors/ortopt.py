@@ -1,20 +1,49 @@
-"""ONNX Runtime graph optimization run to a fixed point (one pass is not always enough:
-on ORT 1.32 a second basic pass still rewrites a freshly exported BERT)."""
+"""ONNX Runtime graph optimization: the basic level run to a fixed point (one pass is not
+always enough: on ORT 1.32 a second basic pass still rewrites a freshly exported BERT), the
+transformer fusions optim.flags name, and the observations the fact checkers make with them.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import tempfile
+from collections import Counter
 from pathlib import Path
 
 import onnx
 
 from executors.artifacts import load, save
+from planner.errors import StepError
+from planner.ops import FUSIONS
 
 MAX_PASSES = 8
+# flag -> onnxruntime.transformers FusionOptions attribute (matmul_add is ORT's
+# MatMulAddFusion, part of the basic level, so the basic fixed point applies it)
+FUSION_OPTION = {"gelu": "enable_gelu", "layer_norm": "enable_layer_norm",
+                 "skip_layer_norm": "enable_skip_layer_norm", "bias_gelu": "enable_bias_gelu",
+                 "attention": "enable_attention", "matmul_add": None}
+# flag -> the op types its fusion creates (what one more fusion pass would add)
+FUSED_OPS = {"gelu": ("Gelu", "FastGelu", "BiasGelu"), "layer_norm": ("LayerNormalization",),
+             "skip_layer_norm": ("SkipLayerNormalization",), "bias_gelu": ("BiasGelu",),
+             "attention": ("Attention", "MultiHeadAttention"), "matmul_add": ("Gemm",)}
+assert set(FUSION_OPTION) == set(FUSED_OPS) == set(FUSIONS)
+_FIXED_POINTS: set[str] = set()  # structure digests this process saw the basic level keep
 
 
 def graph_digest(model: onnx.ModelProto) -> str:
     return hashlib.sha256(model.graph.SerializeToString(deterministic=True)).hexdigest()
+
+
+def structure_digest(model: onnx.ModelProto) -> str:
+    """Digest of what optimization acts on: nodes (without their metadata), initializers,
+    inputs and outputs; value_info and doc strings left out."""
+    graph = onnx.GraphProto()
+    graph.CopyFrom(model.graph)
+    del graph.value_info[:]
+    for node in graph.node:
+        del node.metadata_props[:]
+        node.doc_string = ""
+    return hashlib.sha256(graph.SerializeToString(deterministic=True)).hexdigest()
 
 
 def ort_pass(src: Path, dst: Path) -> None:
@@ -44,10 +73,63 @@ def basic_fixed_point(model: onnx.ModelProto, work: Path) -> tuple[onnx.ModelPro
             break
         digest, passes = new_digest, i
     else:
-        raise RuntimeError(f"ORT basic optimization did not converge in {MAX_PASSES} passes")
+        raise StepError(f"ONNX Runtime's basic optimizations did not reach a fixed point in "
+                        f"{MAX_PASSES} passes; set optim=none and report this model")
     result = onnx.shape_inference.infer_shapes(load(current), data_prop=True)
     current.unlink()
     for meta in model.metadata_props:  # keep the model-level metadata ORT may not carry over
         if meta.key not in {p.key for p in result.metadata_props}:
             result.metadata_props.add(key=meta.key, value=meta.value)
+    _FIXED_POINTS.add(structure_digest(result))
     return result, passes
+
+
+def basic_pass_changes(path: Path) -> str | None:
+    """What one more basic pass would change on the model at `path` (None: nothing)."""
+    model = load(path, external=False)
+    before = structure_digest(model)
+    if before in _FIXED_POINTS:  # this process's fixed point loop just saw a pass keep it
+        return None
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        out = Path(tmp) / "pass.onnx"
+        ort_pass(path, out)
+        after = load(out, external=False)
+    if structure_digest(after) == before:
+        _FIXED_POINTS.add(before)
+        return None
+    ops_before = Counter(n.op_type for n in model.graph.node)
+    ops_after = Counter(n.op_type for n in after.graph.node)
+    delta = {kind: ops_after[kind] - ops_before[kind] for kind in ops_before | ops_after
+             if ops_after[kind] != ops_before[kind]}
+    return (f"one more ONNX Runtime basic pass still rewrites it (node count by op "
+            f"changes {dict(sorted(delta.items())) or 'not, but the graph does'})")
+
+
+def fuse(model: onnx.ModelProto, flags: list[str]) -> onnx.ModelProto:
+    """The transformer fusions the flags name (flags only the basic level applies: none)."""
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    if not any(FUSION_OPTION[f] for f in flags):
+        return model
+    options = FusionOptions("bert")
+    for attr in vars(options):
+        if attr.startswith("enable_") and attr != "enable_shape_inference":
+            setattr(options, attr, False)
+    for flag in flags:
+        if FUSION_OPTION[flag]:
+            setattr(options, FUSION_OPTION[flag], True)
+    return optimize_model(model, model_type="bert", opt_level=0,
+                          optimization_options=options).model
+
+
+def unfused(path: Path, flags: list[str]) -> str | None:
+    """Which of `flags` one more fusion pass would still apply to the model at `path`."""
+    transformer = [f for f in flags if FUSION_OPTION[f]]
+    if not transformer:
+        return None
+    model = load(path)
+    before = Counter(n.op_type for n in model.graph.node)
+    after = Counter(n.op_type for n in fuse(model, transformer).graph.node)
+    left = [f for f in transformer if any(after[kind] > before[kind] for kind in FUSED_OPS[f])]
+    return f"one more fusion pass still fuses {', '.join(left)}" if left else None

@@ -1,5 +1,6 @@
 """Stable paths for a run's results: `outputs/<run-name>/` gets copies of the deliverable's
-files (and the hierarchy sidecar) and the run record; store entries stay untouched."""
+files, the outputs that ops declare published (`Op.publish`, e.g. the export's hierarchy map),
+the metrics and the run record; store entries stay untouched."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from executors.base import SIDECAR
+from executors.artifacts import ROLE_FILES, SOURCE
+from planner.ops import OPS
+from planner.storelayout import MANIFEST, RESULT
 
-SKIP = {"manifest.json", "result.json", "source.json"}
+SKIP = {MANIFEST, RESULT, SOURCE}
 
 
 def _copy_if_changed(src: Path, dst: Path) -> None:
@@ -24,18 +27,25 @@ def _copy_if_changed(src: Path, dst: Path) -> None:
     tmp.replace(dst)
 
 
+def _published_files(step: dict[str, Any], src: Path, deliverable: str) -> list[Path]:
+    if step["id"] == deliverable:
+        return [f for f in sorted(src.iterdir()) if f.is_file() and f.name not in SKIP]
+    names = {n for role in OPS[step["op"]].publish for n in ROLE_FILES[role]}
+    return [src / n for n in sorted(names) if (src / n).is_file()]
+
+
 def outputs(record: dict[str, Any], out_dirs: dict[str, Path], out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     published: dict[str, str] = {}
     deliverable = record["deliverable"]
-    sources = [(deliverable, out_dirs.get(deliverable))]
-    sources += [(s["id"], out_dirs.get(s["id"])) for s in record["steps"] if s["op"] == "export"]
-    for step_id, src in sources:
-        if src is None or record["status"] != "ok":
-            continue
-        for f in sorted(src.iterdir()):
-            if f.is_file() and f.name not in SKIP and (step_id == deliverable or f.name == SIDECAR
-                                                       or f.name.endswith(".md")):
+    chosen = [s for s in record["steps"] if s["id"] == deliverable]
+    chosen += [s for s in record["steps"] if s["id"] != deliverable and OPS[s["op"]].publish]
+    if record["status"] == "ok":
+        for step in chosen:
+            src = out_dirs.get(step["id"])
+            if src is None:
+                continue
+            for f in _published_files(step, src, deliverable):
                 _copy_if_changed(f, out_dir / f.name)
                 published[f.name] = str(out_dir / f.name)
     record["published"] = published

@@ -16,6 +16,13 @@ _REGISTERED: list[Any] = []
 QNN = "QNNExecutionProvider"
 
 
+def available_eps() -> set[str]:
+    """The execution providers steps can name (`ep` params) that are installed here."""
+    import importlib.util
+
+    return {"cpu"} | ({"qnn"} if importlib.util.find_spec("onnxruntime_qnn") else set())
+
+
 def qnn_devices() -> list[Any]:
     """Register the QNN EP library once and return its devices."""
     import onnxruntime as ort
@@ -95,4 +102,4 @@ def qnn_errors(lines: list[str]) -> tuple[list[str], list[str]]:
     clean = [ANSI.sub("", ln) for ln in lines]
     errors = [ln.split("] ", 1)[-1] for ln in clean if "[E:" in ln]
     nodes = re.findall(r"name: ([^,]+), type: ([^ }]+)", "\n".join(clean))
-    return errors, [f"{name} ({op})" for name, op in nodes]
+    return errors, [f"{name} ({kind})" for name, kind in nodes]

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.errors import StoreError
+from planner.errors import InternalError, StoreError
+from planner.storelayout import MANIFEST, SUBDIRS, entry_dir
 
-MANIFEST = "manifest.json"
 CHUNK = 1 << 20
 
 
@@ -44,14 +44,14 @@ class Store:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         try:
-            for sub in ("tmp", "locks", "runs"):
+            for sub in SUBDIRS:
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"store {self.root}: cannot create it ({exc.strerror}); "
                              "pass a writable --store DIR") from exc
 
     def entry_dir(self, key: str) -> Path:
-        return self.root / key[:2] / key
+        return entry_dir(self.root, key)
 
     def get(self, key: str) -> Entry | None:
         """The complete entry for `key`, or None. Incomplete entries never exist here."""
@@ -133,8 +133,9 @@ class Store:
 
         bad = validate(record, schemas.load("run"))
         if bad:
-            raise RuntimeError(f"run record does not match run.schema.json at "
-                               f"{'.'.join(map(str, bad[0].path))} ({bad[0].keyword})")
+            raise InternalError(f"run record does not match run.schema.json at "
+                                f"{'.'.join(map(str, bad[0].path))} ({bad[0].keyword}); this "
+                                "is a modelplan bug: rerun with --debug and report it")
         path = self.root / "runs" / f"{record['run_id']}.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=2))

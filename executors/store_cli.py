@@ -1,4 +1,4 @@
-"""`modelplan store ls | verify | gc`."""
+"""`modelplan store ls | verify | gc`: commands the local executor registers for its store."""
 
 from __future__ import annotations
 
@@ -6,9 +6,12 @@ import argparse
 import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from executors.report import human_bytes
 from executors.store import Store
+from planner.errors import UsageError
+from planner.render.run import human_bytes
+from planner.storelayout import store_root
 
 
 def ls(store: Store, args: argparse.Namespace) -> int:
@@ -64,3 +67,30 @@ def gc(store: Store, args: argparse.Namespace) -> int:
 
 ACTIONS: dict[str, Callable[[Store, argparse.Namespace], int]] = {
     "ls": ls, "verify": verify, "gc": gc}
+
+
+def cmd_store(args: argparse.Namespace) -> int:
+    root = Path(args.store).resolve() if args.store else store_root({"store": {"path": None}})
+    if not root.is_dir():
+        raise UsageError(f"store {root}: there is no store there; pass --store DIR of an "
+                         "existing store (runs create one)")
+    return ACTIONS[args.action](Store(root), args)
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def add_command(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    sp = sub.add_parser("store", parents=[common], help="inspect and maintain the store")
+    sp.add_argument("action", choices=list(ACTIONS))
+    sp.add_argument("--store", metavar="DIR", help="the store (default: the user cache dir)")
+    sp.add_argument("--remove", action="store_true", help="verify: remove corrupt entries")
+    sp.add_argument("--keep-runs", type=non_negative, default=10, metavar="N",
+                    help="gc: keep entries used by the N most recent runs (default 10)")
+    sp.add_argument("--dry-run", action="store_true",
+                    help="gc and verify --remove: only say what would go")
+    sp.set_defaults(handler=cmd_store)

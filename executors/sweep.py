@@ -1,27 +1,29 @@
-"""Run a sweep as one merged DAG: every unique key is built once, by a pool of worker
-processes, in dependency order. One failing step stops only the jobs that need it."""
+"""Run a sweep as one merged DAG for the local executor: every unique key is built once, by a
+pool of worker processes, in dependency order. One failing step stops only the jobs that need
+it. Job records come from the same builder as single runs (executors/records.py)."""
 
 from __future__ import annotations
 
-import csv
 import json
-import os
-import sys
 import threading
 import time
-import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import suppress
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from executors import publish
-from executors.local import LocalExecutor, check_implemented, execute_step, premises_hold
-from executors.report import human_bytes, result_summary
+from executors import publish, records
+from executors.base import execute_step, premises_hold
+from executors.local import check_runnable
 from executors.store import Store
+from planner.errors import PlanError
 from planner.ops import OPS, Trait
+from planner.render.results import csv_text, rows
 from planner.sweep import SweepPlan
+
+if TYPE_CHECKING:
+    from executors.local import LocalExecutor
 
 
 def _warm() -> None:
@@ -30,7 +32,7 @@ def _warm() -> None:
     import onnx  # noqa: F401
     import onnxruntime  # noqa: F401
 
-    import executors.local  # noqa: F401
+    import executors.base  # noqa: F401
 
 
 def _prefetch_measurement() -> None:
@@ -49,26 +51,23 @@ def _worker(store_root: str, step: dict[str, Any], key: str, inputs: dict[str, s
                         Path(out_dir) if out_dir else None, lambda _msg: None, quiet=True)
 
 
-class SweepExecutor:
-    def __init__(self, store: Store, jobs: int, quiet: bool = False, debug: bool = False) -> None:
-        self.store, self.jobs, self.quiet, self.debug = store, max(1, jobs), quiet, debug
+class SweepRunner:
+    def __init__(self, executor: LocalExecutor, jobs: int) -> None:
+        self.executor, self.store, self.jobs = executor, executor.store, max(1, jobs)
+        self.say = executor.say
         self.pool: ProcessPoolExecutor | None = None
 
-    def say(self, text: str) -> None:
-        if not self.quiet:
-            print(text, file=sys.stderr, flush=True)
-
     def run(self, sweep: SweepPlan, sweep_dir: Path) -> dict[str, Any]:
-        t0 = time.perf_counter()
+        started, t0 = time.time(), time.perf_counter()
         for job in sweep.jobs:
             if job.ir is not None:
-                check_implemented(job.ir)
+                check_runnable(job.ir)
         unique = sweep.unique
         ids = {j.index: {s["id"]: s["key"] for s in j.ir["steps"]} for j in sweep.jobs if j.ir}
         results = self._run_dag(unique, ids, sweep_dir)
-        jobs = [self._job_result(job, results, sweep_dir) for job in sweep.jobs]
+        jobs = [self._job_result(job, results, sweep_dir, started) for job in sweep.jobs]
         summary = {
-            "format_version": 1, "sweep_dir": str(sweep_dir),
+            "format_version": 1, "sweep_dir": str(sweep_dir), "executor": self.executor.name,
             "wall_s": round(time.perf_counter() - t0, 3),
             "jobs": jobs,
             "steps": [{"key": k, "id": v["step"]["id"], "op": v["step"]["op"],
@@ -104,7 +103,7 @@ class SweepExecutor:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
                     for fut in done:
                         key = running.pop(fut)
-                        results[key] = fut.result()
+                        results[key] = {**fut.result(), "ended": time.time()}
                         self._report(unique[key]["step"], results[key])
                     continue
                 if self.pool is not None and not pending - measure:
@@ -116,7 +115,8 @@ class SweepExecutor:
                                    inline=True)
                 if pending and not ready and not any(
                         all(d in results for d in deps[k].values()) for k in pending):
-                    raise RuntimeError("sweep DAG has a cycle or a missing input")
+                    raise PlanError("the merged sweep DAG has a cycle or a missing input; "
+                                    "this is a modelplan bug: report the sweep's overrides")
         finally:
             if self.pool is not None:
                 self.pool.shutdown()
@@ -135,13 +135,13 @@ class SweepExecutor:
                   sweep_dir: Path, inline: bool = False) -> None:
         if any(d in results and results[d]["status"] != "ok" for d in deps[key].values()):
             results[key] = {"status": "skipped", "action": "run",
-                            "error": "an input step failed"}
+                            "error": "an input step failed", "ended": time.time()}
             pending.discard(key)
         elif all(d in results for d in deps[key].values()):
             pending.discard(key)
             fut = self._start(unique[key]["step"], key, deps[key], results, sweep_dir, inline)
             if isinstance(fut, dict):
-                results[key] = fut
+                results[key] = {**fut, "ended": time.time()}
             else:
                 running[fut] = key
 
@@ -175,48 +175,42 @@ class SweepExecutor:
             self.say(f"  {step['id']:<10} FAILED: {result.get('error')}")
 
     # -- per-job records -----------------------------------------------------------------
-    def _job_result(self, job: Any, results: dict[str, dict], sweep_dir: Path) -> dict[str, Any]:
+    def _job_result(self, job: Any, results: dict[str, dict], sweep_dir: Path,
+                    started: float) -> dict[str, Any]:
         out = {"index": job.index, "overrides": job.overrides}
         if job.plan is None:
             return {**out, "status": "failed", "error": job.error, "record": None}
         ir = job.ir
         if any(results.get(s["key"], {}).get("status") == "unelided" for s in ir["steps"]):
             # a proof failed on the real input: this job re-keys, so it runs on its own
-            record = LocalExecutor(self.store, self.debug, quiet=True).run(
-                ir, job.name, sweep_dir, job.overrides)
+            record = self.executor.run(ir, sweep_dir / job.name, job.overrides)
         else:
-            record = self._assemble(ir, job, results, sweep_dir)
+            record = self._assemble(ir, job, results, sweep_dir, started)
         return {**out, "status": record["status"],
                 "error": record["error"]["message"] if record["error"] else None,
                 "record": record}
 
     def _assemble(self, ir: dict[str, Any], job: Any, results: dict[str, dict],
-                  sweep_dir: Path) -> dict[str, Any]:
-        steps, out_dirs, error = [], {}, None
+                  sweep_dir: Path, started: float) -> dict[str, Any]:
+        """The job's run record from the merged DAG's results: it started with the sweep and
+        took until its last step was done."""
+        steps, out_dirs = [], {}
         for s in ir["steps"]:
-            r = results.get(s["key"], {"status": "skipped", "action": "run",
-                                       "error": "an input step failed"})
-            rec = {"id": s["id"], "op": s["op"], "key": s["key"], "action": r["action"],
-                   "planned_action": s["action"], "status": r["status"],
-                   "wall_s": r.get("wall_s", 0.0), "peak_rss_mb": r.get("peak_rss_mb", 0.0),
-                   "outputs": r.get("outputs", {}), "digests": r.get("digests", {}),
-                   "metrics": r.get("metrics", {}), "proof_check": r.get("proof_check"),
-                   "error": r.get("error")}
-            steps.append(rec)
+            r = results.get(s["key"])
+            if r is None or r["status"] == "skipped":
+                steps.append(records.skipped(s, s["key"]))
+                continue
+            fields = {f: r[f] for f in ("action", "status", "wall_s", "peak_rss_mb", "outputs",
+                                        "digests", "metrics", "proof_check", "error") if f in r}
+            steps.append(records.step_record(s, s["key"], **fields))
             if r["status"] == "ok":
                 out_dirs[s["id"]] = Path(r["path"])
-            elif error is None:
-                error = {"step": s["id"], "message": r.get("error") or r["status"]}
-        deliverable = ir["deliverable"]
-        record = {
-            "format_version": 1, "run_id": f"{time.strftime('%Y%m%dT%H%M%S')}-"
-                                          f"{uuid.uuid4().hex[:6]}",
-            "status": "failed" if error else "ok", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "wall_s": 0.0, "executor": "local", "store": str(self.store.root),
-            "config_digest": ir["config_digest"], "overrides": job.overrides,
-            "deliverable": deliverable, "outputs_dir": str(sweep_dir / job.name),
-            "steps": steps, "error": error,
-        }
+        ended = max((results[s["key"]]["ended"] for s in ir["steps"] if s["key"] in results),
+                    default=started)
+        record = records.run_record(
+            ir, steps, executor=self.executor.name, store=self.store.root, started=started,
+            wall_s=ended - started, overrides=job.overrides, deliverable=ir["deliverable"],
+            outputs_dir=sweep_dir / job.name, job=job.index)
         publish.outputs(record, out_dirs, sweep_dir / job.name)
         self.store.save_run(record)
         return record
@@ -230,67 +224,11 @@ def _order(unique: dict[str, dict], key: str) -> tuple[int, str]:
     return (len(unique[key]["jobs"]) * -1, key)  # widely shared steps first
 
 
-def swept_keys(jobs: list[dict[str, Any]]) -> list[str]:
-    """The override keys whose value differs between jobs (what a results row shows)."""
-    values: dict[str, set[str]] = {}
-    for j in jobs:
-        for ov in j["overrides"]:
-            k, _, v = ov.partition("=")
-            values.setdefault(k, set()).add(v)
-    return [k for k, vs in values.items() if len(vs) > 1]
-
-
-def rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    keys = swept_keys(summary["jobs"])
-    out = []
-    for j in summary["jobs"]:
-        r = result_summary(j["record"]) if j["record"] else {}
-        picked = {ov.partition("=")[0]: ov.partition("=")[2] for ov in j["overrides"]}
-        out.append({"job": j["index"], **{k: picked.get(k, "") for k in keys},
-                    "status": j["status"], "artifact": r.get("artifact"),
-                    "size_bytes": r.get("size_bytes"), "cosine_mean": r.get("cosine_mean"),
-                    "cosine_min": r.get("cosine_min"),
-                    "latency_ms_median": r.get("latency_ms_median"),
-                    "error": j.get("error")})
-    return out
-
-
 def write_results(summary: dict[str, Any], sweep_dir: Path) -> None:
     sweep_dir.mkdir(parents=True, exist_ok=True)
     table = rows(summary)
     (sweep_dir / "results.json").write_text(json.dumps(table, indent=2))
-    tmp = sweep_dir / f".results.{os.getpid()}.csv"
-    with tmp.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(table[0]) if table else ["job"])
-        writer.writeheader()
-        writer.writerows(table)
+    tmp = sweep_dir / ".results.csv.tmp"
+    tmp.write_text(csv_text(table))
     tmp.replace(sweep_dir / "results.csv")
     (sweep_dir / "sweep.json").write_text(json.dumps(summary, indent=2))
-
-
-def results_table(summary: dict[str, Any]) -> str:
-    table = rows(summary)
-    cols = [c for c in table[0] if c not in ("cosine_min", "error")] if table else []
-    def cell(row: dict[str, Any], c: str) -> str:
-        v = row[c]
-        if v is None:
-            return "-"
-        if c == "size_bytes":
-            return human_bytes(v)
-        if isinstance(v, float):
-            return f"{v:.4f}" if c.startswith("cosine") else f"{v:.1f}"
-        return str(v)
-    grid = [cols] + [[cell(r, c) for c in cols] for r in table]
-    widths = [max(len(row[i]) for row in grid) for i in range(len(cols))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in grid]
-    unique = summary["steps"]
-    built = sum(s["action"] == "run" and s["status"] == "ok" for s in unique)
-    failed = [j for j in summary["jobs"] if j["status"] != "ok"]
-    cached = sum(s["action"] == "cached" for s in unique)
-    elided = sum(s["action"] == "elided" for s in unique)
-    lines += ["", (f"Sweep: {len(summary['jobs'])} jobs, {len(unique)} unique steps "
-                   f"({built} run, {cached} cached, {elided} elided), {len(failed)} failed, "
-                   f"in {summary['wall_s']:.1f} s.")]
-    lines += [f"  job {j['index']} failed: {j['error']}" for j in failed]
-    lines.append(f"Results: {summary['sweep_dir']}/results.csv")
-    return "\n".join(lines) + "\n"

@@ -9,9 +9,10 @@ from typing import Any
 from planner import rules
 from planner.compose import TIMINGS, compose_timed
 from planner.keys import assign_keys
-from planner.lower import lower, store_root
+from planner.lower import lower
 from planner.ops import Trait
 from planner.plan import Plan
+from planner.storelayout import entry_complete, store_root
 from planner.validate import check_config
 
 
@@ -31,11 +32,6 @@ def plan_for(config: dict[str, Any]) -> Plan:
     mark_actions(plan, store_root(config))
     TIMINGS["plan_s"] = time.perf_counter() - t0
     return plan
-
-
-def entry_complete(root: Path, key: str) -> bool:
-    """A store entry exists only once fully built (it is renamed into place last)."""
-    return (root / key[:2] / key / "manifest.json").is_file()
 
 
 def mark_actions(plan: Plan, root: Path) -> None:

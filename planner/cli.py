@@ -1,4 +1,5 @@
-"""The `modelplan` command line: parses arguments, calls the planner or an executor, prints.
+"""The `modelplan` command line: parses arguments, calls the planner or the application layer
+(planner/app.py, which finds the executor plugin), prints.
 
 Errors are ModelplanError lines printed once here; a traceback only with --debug.
 """
@@ -61,13 +62,6 @@ def positive(text: str) -> int:
     return value
 
 
-def non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
 @command
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.multirun:
@@ -79,12 +73,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from planner.render import render
 
     ir = plan_for(config).to_json()
+    from planner.render.common import summary_line
+
     out = render(ir, args.format)
     if args.output:
         write_atomic(Path(args.output), out)
-        s = ir["summary"]
-        print(f"Plan: {s['run']} to run, {s['cached']} cached, {s['elided']} elided. "
-              f"Written to {args.output} ({args.format}).")
+        print(f"{summary_line(ir)} Written to {args.output} ({args.format}).")
     else:
         sys.stdout.write(out)
     return 0
@@ -114,9 +108,9 @@ def _plan_sweep(args: argparse.Namespace) -> int:
 
 @command
 def cmd_diff(args: argparse.Namespace) -> int:
-    from executors.plan_io import check_plan
     from planner.diff import diff, render_md, render_text
     from planner.errors import PlanFileError
+    from planner.planfile import check_plan
 
     plans = []
     for path in (args.a, args.b):
@@ -158,24 +152,29 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 @command
 def cmd_apply(args: argparse.Namespace) -> int:
-    from executors.plan_io import load_plan
+    from planner.planfile import load_plan
 
     return _execute(load_plan(Path(args.plan)), args, [])
 
 
+def _options(args: argparse.Namespace) -> Any:
+    from planner.app import RunOptions
+
+    jobs = {"jobs": args.jobs} if getattr(args, "jobs", None) else {}
+    return RunOptions(store=Path(args.store).resolve() if args.store else None,
+                      quiet=args.quiet, debug=args.debug, executor=jobs)
+
+
 def _execute(ir: dict[str, Any], args: argparse.Namespace, overrides: list[str]) -> int:
-    from executors.local import LocalExecutor
-    from executors.report import table
-    from executors.store import Store
+    from planner.app import run_plan
+    from planner.render.run import table
 
     name = args.name or run_name(ir["config"])
     if not name or "/" in name or name in (".", "..") or name.startswith("."):
         raise UsageError(f"--name {name!r}: a run name is one folder name under --outputs "
                          "(no '/', not starting with '.')")
     outputs = writable_dir(Path(args.outputs), "--outputs")
-    store = Store(store_dir(args, ir["config"]))
-    executor = LocalExecutor(store, debug=args.debug, quiet=args.quiet)
-    record = executor.run(ir, name, outputs, overrides)
+    record = run_plan(ir, outputs / name, overrides, _options(args))
     if args.json:
         print(json.dumps(record, indent=2))
     else:
@@ -187,8 +186,8 @@ def _execute(ir: dict[str, Any], args: argparse.Namespace, overrides: list[str])
 
 
 def _run_sweep(args: argparse.Namespace) -> int:
-    from executors.store import Store
-    from executors.sweep import SweepExecutor, results_table
+    from planner.app import run_sweep
+    from planner.render.results import table
     from planner.sweep import plan_sweep
 
     sweep = plan_sweep(args.overrides, store=args.store)
@@ -199,13 +198,11 @@ def _run_sweep(args: argparse.Namespace) -> int:
         return 2
     sweep_dir = writable_dir(Path(args.sweep_dir or time.strftime("multirun/%Y-%m-%d/%H-%M-%S")),
                              "--sweep-dir")
-    store = Store(store_dir(args, first.config))
-    summary = SweepExecutor(store, args.jobs or os.cpu_count() or 1, quiet=args.quiet,
-                            debug=args.debug).run(sweep, sweep_dir)
+    summary = run_sweep(sweep, sweep_dir, _options(args))
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        sys.stdout.write(results_table(summary))
+        sys.stdout.write(table(summary))
     failed = [j for j in summary["jobs"] if j["status"] != "ok"]
     for j in failed:
         print(f"modelplan: error: job {j['index']} ({' '.join(j['overrides'])}): {j['error']}",
@@ -213,28 +210,9 @@ def _run_sweep(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def store_dir(args: argparse.Namespace, config: dict[str, Any]) -> Path:
-    """--store DIR when given, else the config's store (store.path or the user cache dir)."""
-    from planner.lower import store_root
-
-    return Path(args.store).resolve() if args.store else store_root(config)
-
-
 def run_name(config: dict[str, Any]) -> str:
     """A stable name for a config's outputs: model-quant-target."""
     return "-".join(str(config[g]["name"]) for g in ("model", "quant", "target"))
-
-
-@command
-def cmd_store(args: argparse.Namespace) -> int:
-    from executors import store_cli
-    from executors.store import Store
-
-    root = store_dir(args, {"store": {"path": None}})
-    if not root.is_dir():
-        raise UsageError(f"store {root}: there is no store there; pass --store DIR of an "
-                         "existing store (runs create one)")
-    return store_cli.ACTIONS[args.action](Store(root), args)
 
 
 def _yaml(config: dict[str, Any]) -> str:
@@ -243,25 +221,23 @@ def _yaml(config: dict[str, Any]) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(config))
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(plugins: bool = True) -> argparse.ArgumentParser:
+    """The argument parser; plugins: also the commands installed executors register."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks on errors")
     p = argparse.ArgumentParser(prog="modelplan", description=(
         "Compile a Hydra model-build config into an explicit plan and run it on ONNX Runtime."))
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def overrides(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("overrides", nargs="*", metavar="OVERRIDE",
-                        help="Hydra overrides, e.g. model=tiny_bert quant=w8a8 export.opset=17")
-        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="show tracebacks on errors")
-
-    sp = sub.add_parser("plan", help="print the plan without running anything")
-    overrides(sp)
-    sp.add_argument("-m", "--multirun", action="store_true",
-                    help="plan every job of a sweep (a=x,y b=z,w) as one merged DAG")
-    sp.add_argument("--format", choices=["text", "json", "md", "mermaid"], default="text")
-    sp.add_argument("-o", "--output", metavar="FILE", help="write the plan to FILE")
-    sp.add_argument("--store", metavar="DIR", help="the store to check for cached steps")
+    def add(name: str, help_text: str, overrides: bool = False) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, parents=[common], help=help_text)
+        sp.set_defaults(handler=COMMANDS[name])
+        if overrides:
+            sp.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                            help="Hydra overrides, e.g. model=tiny_bert quant=w8a8 export.opset=17")
+        return sp
 
     def running(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--store", metavar="DIR", help="the content-addressed store "
@@ -272,8 +248,14 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--json", action="store_true", help="print the run record as JSON")
         sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
-    sp = sub.add_parser("run", help="plan, then run the plan")
-    overrides(sp)
+    sp = add("plan", "print the plan without running anything", overrides=True)
+    sp.add_argument("-m", "--multirun", action="store_true",
+                    help="plan every job of a sweep (a=x,y b=z,w) as one merged DAG")
+    sp.add_argument("--format", choices=["text", "json", "md", "mermaid"], default="text")
+    sp.add_argument("-o", "--output", metavar="FILE", help="write the plan to FILE")
+    sp.add_argument("--store", metavar="DIR", help="the store to check for cached steps")
+
+    sp = add("run", "plan, then run the plan", overrides=True)
     running(sp)
     sp.add_argument("-m", "--multirun", action="store_true",
                     help="run every job of a sweep; each distinct step runs once")
@@ -282,38 +264,33 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--sweep-dir", metavar="DIR",
                     help="where a sweep writes its jobs and results (default: multirun/DATE/TIME)")
 
-    sp = sub.add_parser("apply", help="run a saved plan (modelplan plan -o plan.json)")
+    sp = add("apply", "run a saved plan (modelplan plan -o plan.json)")
     sp.add_argument("plan", metavar="PLAN.json")
-    sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="show tracebacks on errors")
     running(sp)
 
-    sp = sub.add_parser("store", help="inspect and maintain the store")
-    sp.add_argument("action", choices=["ls", "verify", "gc"])
-    sp.add_argument("--store", metavar="DIR", help="the store (default: the user cache dir)")
-    sp.add_argument("--remove", action="store_true", help="verify: remove corrupt entries")
-    sp.add_argument("--keep-runs", type=non_negative, default=10, metavar="N",
-                    help="gc: keep entries used by the N most recent runs (default 10)")
-    sp.add_argument("--dry-run", action="store_true",
-                    help="gc and verify --remove: only say what would go")
-    sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="show tracebacks on errors")
-
-    sp = sub.add_parser("diff", help="what changes between two saved plans")
+    sp = add("diff", "what changes between two saved plans")
     sp.add_argument("a", metavar="OLD.json")
     sp.add_argument("b", metavar="NEW.json")
     sp.add_argument("--format", choices=["text", "md", "json"], default="text")
-    sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="show tracebacks on errors")
 
-    sp = sub.add_parser("config", help="print the resolved, validated config")
-    overrides(sp)
+    sp = add("config", "print the resolved, validated config", overrides=True)
     sp.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+    if plugins:
+        from planner.app import add_plugin_commands
+
+        add_plugin_commands(sub, common)
     return p
 
 
+def _needs_plugins(argv: list[str]) -> bool:
+    """Plugin commands are loaded only when the command is not a core one (or for help)."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first not in COMMANDS
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = parser(plugins=_needs_plugins(argv))
     args, extra = p.parse_known_args(argv)
     unknown = [x for x in extra if x.startswith("-")]
     if unknown:
@@ -323,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         p.error(f"unexpected argument(s) for {args.command}: {' '.join(extra)}")
     try:
-        code = COMMANDS[args.command](args)
+        code = args.handler(args)
     except ModelplanError as exc:
         if args.debug:
             raise

@@ -43,6 +43,12 @@ class StepError(ModelplanError):
     exit_code = 1
 
 
+class InternalError(ModelplanError):
+    """modelplan broke one of its own invariants: a bug to report, not a user mistake."""
+
+    exit_code = 1
+
+
 class StoreError(ModelplanError):
     """The store given cannot be used (a bad --store / store.path)."""
 

@@ -9,20 +9,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from planner.ops import Derived, Ensure, Op, Param, Require, Trait
+from planner.ops import Derived, Ensure, FactName, Op, Param, Require, Trait
 
-KINDS: dict[str, str] = {
-    "format": "value", "source_digest": "value", "task": "value", "model_class": "value",
-    "opset": "value", "io_specs": "flag", "hierarchy_map": "flag", "normalized": "flag",
-    "fused": "set", "legal_for": "value", "precision": "value", "tagged": "flag",
-    "compiled": "value",
+N = FactName
+KINDS: dict[FactName, str] = {
+    N.FORMAT: "value", N.SOURCE_DIGEST: "value", N.TASK: "value", N.MODEL_CLASS: "value",
+    N.OPSET: "value", N.IO_SPECS: "flag", N.HIERARCHY_MAP: "flag", N.NORMALIZED: "flag",
+    N.FUSED: "set", N.LEGAL_FOR: "value", N.PRECISION: "value", N.TAGGED: "flag",
+    N.COMPILED: "value",
 }
 
 # What an op's traits destroy in its input's facts.
-KILLED_BY: dict[Trait, tuple[str, ...]] = {
-    Trait.DROPS_NODE_METADATA: ("tagged",),
-    Trait.FOLDS_CONSTANTS: ("legal_for",),
-    Trait.ENCAPSULATES: ("tagged",),  # tags stay on the QDQ graph the context was built from
+KILLED_BY: dict[Trait, tuple[FactName, ...]] = {
+    Trait.DROPS_NODE_METADATA: (N.TAGGED,),
+    Trait.FOLDS_CONSTANTS: (N.LEGAL_FOR,),
+    Trait.CHANGES_OPSET: (N.OPSET,),
+    Trait.ENCAPSULATES: (N.TAGGED,),  # tags stay on the QDQ graph the context was built from
 }
 
 

@@ -19,18 +19,16 @@ from planner.errors import ModelplanError
 def job(cfg: DictConfig) -> dict[str, Any]:
     from hydra.core.hydra_config import HydraConfig
 
-    from executors.local import LocalExecutor
-    from executors.report import table
-    from executors.store import Store
+    from planner.app import RunOptions, run_plan
     from planner.build import plan_for
-    from planner.lower import store_root
+    from planner.render.run import table
 
     config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         ir = plan_for(config).to_json()
-        record = LocalExecutor(Store(store_root(config)), quiet=True).run(
-            ir, "result", out_dir, list(HydraConfig.get().overrides.task))
+        record = run_plan(ir, out_dir / "result", list(HydraConfig.get().overrides.task),
+                          RunOptions(quiet=True))
     except ModelplanError as exc:
         for line in exc.lines:
             print(f"modelplan: error: {line}", file=sys.stderr)

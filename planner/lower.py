@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from planner import sources
 from planner.keys import config_digest
 from planner.plan import Plan, Step
-
-
-def store_root(config: dict[str, Any]) -> Path:
-    """The content-addressed store: store.path, or the user cache dir."""
-    if config["store"]["path"]:
-        return Path(config["store"]["path"]).expanduser().resolve()
-    base = Path.home() / ".cache"
-    if xdg := os.environ.get("XDG_CACHE_HOME"):
-        base = Path(xdg)
-    return base / "modelplan" / "store"
+from planner.storelayout import store_root
 
 
 def target_id(target: dict[str, Any]) -> str:

@@ -1,8 +1,12 @@
 """Op declarations: what each op takes, requires, ensures and is (DESIGN §2), as data.
 
-Rules reason over these declarations only. Behaviour is declared from measurement on
-ONNX Runtime 1.32: every ORT graph optimization and `quantize_static` drop all node
+Rules reason over these declarations only, and executors read them to decide what to check,
+publish, report and where a step can run. Behaviour is declared from measurement on ONNX
+Runtime 1.32: every ORT graph optimization and `quantize_static` drop all node
 metadata_props; legalize and tag keep them.
+
+To add an op: declare it in OPS below and write `executors/steps/<name>.py`; rules and
+executors pick it up from the declaration.
 """
 
 from __future__ import annotations
@@ -15,18 +19,37 @@ from typing import Any
 
 class Trait(StrEnum):
     SOURCE = "source"                            # takes no model input
-    DETERMINISTIC = "deterministic"              # same inputs and params, same bytes
-    CHEAP = "cheap"
     IDEMPOTENT = "idempotent"                    # applying it twice equals applying it once
-    REWRITES_GRAPH = "rewrites_graph"
     FOLDS_CONSTANTS = "folds_constants"          # may re-create constants legalize removed
     DROPS_NODE_METADATA = "drops_node_metadata"  # node metadata_props do not survive it
     WRITES_NODE_METADATA = "writes_node_metadata"
-    CALIBRATES = "calibrates"                    # its result depends on value ranges
-    NEEDS_EP = "needs_ep"                        # needs an ONNX Runtime execution provider
+    NEEDS_EP = "needs_ep"                        # needs the execution provider its `ep` names
+    CHANGES_OPSET = "changes_opset"              # may raise the opset (16-bit Q/DQ: opset 21)
     ENCAPSULATES = "encapsulates"                # wraps the graph in an opaque EP context
     SINK = "sink"                                # produces results, not a model
     NOT_CACHEABLE = "not_cacheable"              # measures this machine: always runs
+
+
+class FactName(StrEnum):
+    """Every fact an op can require or ensure (planner/facts.py says how each compares)."""
+
+    FORMAT = "format"
+    SOURCE_DIGEST = "source_digest"
+    TASK = "task"
+    MODEL_CLASS = "model_class"
+    OPSET = "opset"
+    IO_SPECS = "io_specs"
+    HIERARCHY_MAP = "hierarchy_map"
+    NORMALIZED = "normalized"
+    FUSED = "fused"
+    LEGAL_FOR = "legal_for"
+    PRECISION = "precision"
+    TAGGED = "tagged"
+    COMPILED = "compiled"
+
+
+# The ONNX Runtime fusions optim.flags can name (the config schema's enum is tested against it).
+FUSIONS = ("attention", "bias_gelu", "gelu", "layer_norm", "matmul_add", "skip_layer_norm")
 
 
 @dataclass(frozen=True)
@@ -46,7 +69,7 @@ class Derived:
 
 @dataclass(frozen=True)
 class Ensure:
-    fact: str
+    fact: FactName
     value: Any = True  # literal, Param or Derived
 
 
@@ -54,7 +77,7 @@ class Ensure:
 class Require:
     """A fact the op's input `role` must carry. test: present | eq | not_in."""
 
-    fact: str
+    fact: FactName
     test: str = "present"
     value: Any = None  # literal or Param
     role: str = "model"
@@ -67,9 +90,9 @@ class Require:
 class Op:
     name: str
     version: int
-    summary: str
-    params: tuple[str, ...]
-    inputs: tuple[str, ...]
+    summary: str                   # one line, shown in plans
+    params: tuple[str, ...]        # exactly the keys of a step's params (plan files checked)
+    inputs: tuple[str, ...]        # exactly the roles of a step's inputs
     requires: tuple[Require, ...] = ()
     ensures: tuple[Ensure, ...] = ()
     traits: frozenset[Trait] = frozenset()
@@ -77,6 +100,8 @@ class Op:
     unkeyed: tuple[str, ...] = ()  # params that locate content but are not content (paths)
     outputs: tuple[str, ...] = ("model",)
     chain_role: str = "model"      # the input a pipeline step is threaded through
+    publish: tuple[str, ...] = ()  # outputs copied beside the deliverable (e.g. hierarchy)
+    headline: tuple[str, ...] = () # the metrics a run summary shows, most telling first
 
     def has(self, trait: Trait) -> bool:
         return trait in self.traits
@@ -97,86 +122,83 @@ def source_format(params: dict[str, Any]) -> str:
 
 
 T = Trait
-_GRAPH_REWRITER = frozenset({T.DETERMINISTIC, T.IDEMPOTENT, T.REWRITES_GRAPH,
-                             T.FOLDS_CONSTANTS, T.DROPS_NODE_METADATA})
+N = FactName
+_GRAPH_REWRITER = frozenset({T.IDEMPOTENT, T.FOLDS_CONSTANTS, T.DROPS_NODE_METADATA})
 
 OPS: dict[str, Op] = {op.name: op for op in (
     Op("resolve", 2, "load the model source and digest its files",
        params=("source", "package", "path", "hub_id", "task", "model_class",
                "trust_remote_code", "random_init", "digest"),
        inputs=(),
-       ensures=(Ensure("format", Derived("torch, or onnx for an ONNX file", source_format)),
-                Ensure("source_digest", Param("digest")), Ensure("task", Param("task")),
-                Ensure("model_class", Param("model_class"))),
-       traits=frozenset({T.SOURCE, T.DETERMINISTIC, T.CHEAP}),
+       ensures=(Ensure(N.FORMAT, Derived("torch, or onnx for an ONNX file", source_format)),
+                Ensure(N.SOURCE_DIGEST, Param("digest")), Ensure(N.TASK, Param("task")),
+                Ensure(N.MODEL_CLASS, Param("model_class"))),
+       traits=frozenset({T.SOURCE}),
        tools=("torch", "transformers"), unkeyed=("path",), outputs=("source",)),
     Op("export", 3, "export to ONNX and record the module hierarchy",
        params=("exporter", "opset", "inputs", "report"),
        inputs=("model",),
-       requires=(Require("format", "eq", "torch", config_path="model",
+       requires=(Require(N.FORMAT, "eq", "torch", config_path="model",
                          fix="export needs a torch model; an ONNX file is used as it is"),),
-       ensures=(Ensure("format", "onnx"), Ensure("opset", Param("opset")),
-                Ensure("io_specs"), Ensure("hierarchy_map")),
-       traits=frozenset({T.DETERMINISTIC}),
-       tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy")),
+       ensures=(Ensure(N.FORMAT, "onnx"), Ensure(N.OPSET, Param("opset")),
+                Ensure(N.IO_SPECS), Ensure(N.HIERARCHY_MAP)),
+       tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy"),
+       publish=("hierarchy",)),
     Op("normalize", 2, "shape inference and ONNX Runtime basic optimizations",
        params=(), inputs=("model",),
-       requires=(Require("format", "eq", "onnx"),),
+       requires=(Require(N.FORMAT, "eq", "onnx"),),
        # measured: ORT's basic level includes MatMulAddFusion
-       ensures=(Ensure("normalized"), Ensure("fused", ("matmul_add",))),
+       ensures=(Ensure(N.NORMALIZED), Ensure(N.FUSED, ("matmul_add",))),
        traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime")),
     Op("optimize", 3, "ONNX Runtime fusions named by flags (optimize{} is normalize)",
        params=("flags",), inputs=("model",),
-       requires=(Require("normalized", config_path="optim"),),
-       ensures=(Ensure("normalized"), Ensure("fused", Param("flags"))),
+       requires=(Require(N.NORMALIZED, config_path="optim"),),
+       ensures=(Ensure(N.NORMALIZED), Ensure(N.FUSED, Param("flags"))),
        traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime")),
     Op("legalize", 3, "rewrite what the target rejects (mask constants, mask Where, Erf GELU)",
        params=("target",), inputs=("model",),
-       requires=(Require("format", "eq", "onnx"),),
-       ensures=(Ensure("legal_for", Param("target")),),
-       traits=frozenset({T.DETERMINISTIC, T.IDEMPOTENT, T.REWRITES_GRAPH}),
+       requires=(Require(N.FORMAT, "eq", "onnx"),),
+       ensures=(Ensure(N.LEGAL_FOR, Param("target")),),
+       traits=frozenset({T.IDEMPOTENT}),
        tools=("onnx", "onnxruntime")),
     Op("tag", 2, "write hierarchy tags into every node's metadata",
        params=(), inputs=("model", "hierarchy"),
-       requires=(Require("format", "eq", "onnx"), Require("hierarchy_map", role="hierarchy")),
-       ensures=(Ensure("tagged"),),
-       traits=frozenset({T.DETERMINISTIC, T.IDEMPOTENT, T.WRITES_NODE_METADATA}),
+       requires=(Require(N.FORMAT, "eq", "onnx"), Require(N.HIERARCHY_MAP, role="hierarchy")),
+       ensures=(Ensure(N.TAGGED),),
+       traits=frozenset({T.IDEMPOTENT, T.WRITES_NODE_METADATA}),
        tools=("onnx",)),
     Op("quantize", 2, "QDQ static quantization (or float16 conversion)",
        params=("kind", "weight_type", "activation_type", "per_channel", "symmetric",
                "calibration", "profile"),
        inputs=("model", "source"),
-       requires=(Require("normalized", config_path="optim"),),
-       ensures=(Ensure("precision", Derived("w<bits>a<bits>, or fp16", precision)),),
-       traits=frozenset({T.DETERMINISTIC, T.REWRITES_GRAPH, T.CALIBRATES,
-                         T.DROPS_NODE_METADATA}),
+       requires=(Require(N.NORMALIZED, config_path="optim"),),
+       ensures=(Ensure(N.PRECISION, Derived("w<bits>a<bits>, or fp16", precision)),),
+       traits=frozenset({T.DROPS_NODE_METADATA, T.CHANGES_OPSET}),
        tools=("onnx", "onnxruntime", "transformers")),
     Op("compile", 2, "compile to an EPContext model on the target's execution provider",
        params=("target", "ep", "backend", "embed_context", "cpu_fallback", "provider_options"),
        inputs=("model",),
-       requires=(Require("precision", "not_in", ["fp32"], config_path="quant",
+       requires=(Require(N.PRECISION, "not_in", ["fp32"], config_path="quant",
                          fix="set quant=w8a16_pc (or quant=fp16), or target=cpu",
                          need="compile for {target} needs a quantized or fp16 model"),
-                 Require("legal_for", "eq", Param("target"), config_path="target")),
-       ensures=(Ensure("compiled", Param("target")),),
+                 Require(N.LEGAL_FOR, "eq", Param("target"), config_path="target")),
+       ensures=(Ensure(N.COMPILED, Param("target")),),
        traits=frozenset({T.NEEDS_EP, T.ENCAPSULATES}),
        tools=("onnx", "onnxruntime", "onnxruntime-qnn")),
     Op("verify", 1, "compare the candidate with the fp32 reference on real inputs",
        params=("metric", "reference", "threshold", "samples", "ep", "backend",
                "provider_options"),
        inputs=("candidate", "reference", "source"),
-       requires=(Require("format", "eq", "onnx", role="candidate"),
-                 Require("format", "eq", "onnx", role="reference")),
-       traits=frozenset({T.SINK, T.NEEDS_EP, T.DETERMINISTIC}),
+       requires=(Require(N.FORMAT, "eq", "onnx", role="candidate"),
+                 Require(N.FORMAT, "eq", "onnx", role="reference")),
+       traits=frozenset({T.SINK, T.NEEDS_EP}),
        tools=("onnxruntime", "onnxruntime-qnn", "transformers"),
-       outputs=("metrics",), chain_role="candidate"),
+       outputs=("metrics",), chain_role="candidate", headline=("cosine_mean", "cosine_min")),
     Op("perf", 1, "session time and latency on the target's execution provider",
        params=("ep", "backend", "iterations", "warmup", "provider_options"),
        inputs=("model",),
-       requires=(Require("format", "eq", "onnx"),),
+       requires=(Require(N.FORMAT, "eq", "onnx"),),
        traits=frozenset({T.SINK, T.NEEDS_EP, T.NOT_CACHEABLE}),
-       tools=("onnxruntime", "onnxruntime-qnn"), outputs=("metrics",)),
+       tools=("onnxruntime", "onnxruntime-qnn"), outputs=("metrics",),
+       headline=("latency_ms_median", "latency_ms_p90", "ep")),
 )}
-
-
-

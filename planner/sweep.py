@@ -21,7 +21,7 @@ from planner.compose import (
     parse_overrides,
 )
 from planner.errors import ConfigError, ModelplanError
-from planner.plan import Plan, Rewrite
+from planner.plan import ACTIONS, Plan, Rewrite
 
 
 def expand(overrides: list[str]) -> list[list[str]]:
@@ -194,7 +194,7 @@ class SweepPlan:
                                                                    for j in self.jobs),
                         "total_steps": total, "unique_steps": len(steps),
                         **{a: sum(s["action"] == a for s in steps)
-                           for a in ("run", "cached", "elided")},
+                           for a in ACTIONS},
                         "shared_steps": sum(len(s["jobs"]) > 1 for s in steps)},
         }
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from executors import qnn
-from executors.artifacts import load, save, set_meta, stamp_facts
-from executors.base import MODEL, StepContext, StepResult
+from executors.artifacts import MODEL, load, save, set_meta
+from executors.base import StepContext, StepResult
 from executors.inputs import batches, io_specs
 
 
@@ -38,7 +38,6 @@ def run(ctx: StepContext) -> StepResult:
         raise ctx.fail("the EP wrote no EPContext model", "check target.provider_options")
     model = load(out)
     set_meta(model, "modelplan.compiled_from", ctx.step["inputs"]["model"])
-    stamp_facts(model, ctx.facts, ctx.id, ctx.step["key"])
     save(model, out)
     return StepResult(metrics={**_validate(ctx), "context_nodes": sum(
         n.op_type == "EPContext" for n in model.graph.node), "nodes": len(model.graph.node)})

@@ -14,8 +14,17 @@ from typing import Any
 import numpy as np
 
 from executors import hierarchy
-from executors.artifacts import clear_node_meta, load, save, set_meta, stamp_facts
-from executors.base import MODEL, SIDECAR, SOURCE, StepContext, StepResult
+from executors.artifacts import (
+    MODEL,
+    REPORT,
+    SIDECAR,
+    SOURCE,
+    clear_node_meta,
+    load,
+    save,
+    set_meta,
+)
+from executors.base import StepContext, StepResult
 from executors.inputs import batches
 
 OUTPUTS = {"feature-extraction": ["last_hidden_state"], "fill-mask": ["logits"],
@@ -76,11 +85,10 @@ def run(ctx: StepContext) -> StepResult:
     set_meta(onnx_model, "winml.io.outputs", json.dumps(out_specs, sort_keys=True))
     root = scopes.get("", f"/{type(model).__name__}")
     meta = hierarchy.sidecar([n.name for n in onnx_model.graph.node], scopes, WRAPPER_PREFIX, root)
-    stamp_facts(onnx_model, ctx.facts, ctx.id, ctx.step["key"])
     save(onnx_model, path)
     (ctx.out / SIDECAR).write_text(json.dumps(meta, indent=1, sort_keys=True))
     if ctx.params["report"]:
-        (ctx.out / "model_hierarchy.md").write_text(hierarchy.report(meta))
+        (ctx.out / REPORT).write_text(hierarchy.report(meta))
     max_abs = _check_against_torch(ctx, path, feed, expected)
     return StepResult(metrics={"nodes": meta["coverage"]["nodes"], "coverage": meta["coverage"],
                                "traced_modules": len(meta["traced_modules"]),

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from executors.artifacts import load, save, stamp_facts
-from executors.base import MODEL, StepContext, StepResult
+from executors.artifacts import MODEL, load, save
+from executors.base import StepContext, StepResult
 from executors.ortopt import basic_fixed_point
 
 
@@ -14,7 +14,6 @@ def run(ctx: StepContext) -> StepResult:
     work.mkdir()
     result, passes = basic_fixed_point(model, work)
     work.rmdir()
-    stamp_facts(result, ctx.facts, ctx.id, ctx.step["key"])
     save(result, ctx.out / MODEL)
     return StepResult(metrics={"nodes_before": before, "nodes_after": len(result.graph.node),
                                "ort_passes_to_fixed_point": passes})

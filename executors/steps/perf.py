@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from executors import qnn
-from executors.base import METRICS, StepContext, StepResult
+from executors.artifacts import METRICS
+from executors.base import StepContext, StepResult
 from executors.inputs import batches, io_specs
 from executors.session_cache import cpu_session
 

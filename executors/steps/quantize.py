@@ -5,13 +5,13 @@ values inside each input's range; kind=fp16 converts to float16 instead."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from executors.artifacts import load, save, stamp_facts
-from executors.base import MODEL, StepContext, StepResult
+from executors.artifacts import MODEL, load, save
+from executors.base import StepContext, StepResult
 from executors.inputs import batches, io_specs
 
 
@@ -35,7 +35,6 @@ def _float16(ctx: StepContext) -> StepResult:
 
     with quiet_logging():
         model = convert_float_to_float16(load(ctx.input_model()), keep_io_types=True)
-    stamp_facts(model, ctx.facts, ctx.id, ctx.step["key"])
     save(model, ctx.out / MODEL)
     return StepResult(metrics={"precision": "fp16"})
 
@@ -63,36 +62,44 @@ def _qdq(ctx: StepContext) -> StepResult:
         config = _config(p, staged, Reader())
         quantize(str(staged), str(ctx.out / MODEL), config)
     staged.unlink()
-    model = load(ctx.out / MODEL)
-    stamp_facts(model, ctx.facts, ctx.id, ctx.step["key"])
-    save(model, ctx.out / MODEL)
+    model = load(ctx.out / MODEL, external=False)
+    save(model, ctx.out / MODEL)  # metadata in canonical order, as every artifact
     qdq = sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
     return StepResult(metrics={"calibration_samples": n, "qdq_nodes": qdq,
                                "nodes": len(model.graph.node)})
 
 
 def _config(p: dict[str, Any], path: Path, reader: Any) -> Any:
-    from onnxruntime.quantization import (
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        StaticQuantConfig,
-    )
+    from onnxruntime.quantization import CalibrationMethod, QuantType
 
     qtype = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8, "uint16": QuantType.QUInt16,
              "int16": QuantType.QInt16}
     method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
               "percentile": CalibrationMethod.Percentile}[p["calibration"]["method"]]
-    if p["profile"].startswith("qnn"):
-        from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+    ep = p["profile"].split("_")[0]  # the profile names the target (qnn_htp) or cpu
+    return CONFIGS[ep](p, path, reader, method, qtype[p["activation_type"]],
+                       qtype[p["weight_type"]])
 
-        return get_qnn_qdq_config(
-            str(path), reader, calibrate_method=method,
-            activation_type=qtype[p["activation_type"]], weight_type=qtype[p["weight_type"]],
-            per_channel=p["per_channel"], activation_symmetric=p["symmetric"],
-            weight_symmetric=p["symmetric"] if p["symmetric"] else None)
+
+def _qnn_config(p: dict[str, Any], path: Path, reader: Any, method: Any, activations: Any,
+                weights: Any) -> Any:
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+
+    return get_qnn_qdq_config(
+        str(path), reader, calibrate_method=method, activation_type=activations,
+        weight_type=weights, per_channel=p["per_channel"], activation_symmetric=p["symmetric"],
+        weight_symmetric=p["symmetric"] if p["symmetric"] else None)
+
+
+def _generic_config(p: dict[str, Any], path: Path, reader: Any, method: Any, activations: Any,
+                    weights: Any) -> Any:
+    from onnxruntime.quantization import QuantFormat, StaticQuantConfig
+
     return StaticQuantConfig(
         reader, calibrate_method=method, quant_format=QuantFormat.QDQ,
-        activation_type=qtype[p["activation_type"]], weight_type=qtype[p["weight_type"]],
-        per_channel=p["per_channel"],
+        activation_type=activations, weight_type=weights, per_channel=p["per_channel"],
         extra_options={"ActivationSymmetric": p["symmetric"], "WeightSymmetric": p["symmetric"]})
+
+
+# The QDQ configuration each execution provider needs (QNN's knows which ops HTP quantizes).
+CONFIGS: dict[str, Callable[..., Any]] = {"qnn": _qnn_config, "cpu": _generic_config}

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
-from executors.base import SOURCE, StepContext, StepResult
+from executors.artifacts import SOURCE
+from executors.base import StepContext, StepResult
 from planner import sources
 
 CUSTOM_CODE_HINT = ("set model.trust_remote_code=true only if you trust the checkpoint's code")
@@ -28,7 +28,7 @@ def run(ctx: StepContext) -> StepResult:
     (ctx.out / SOURCE).write_text(json.dumps({
         "source": p["source"], "checkpoint": rel, "digest": p["digest"], "task": p["task"],
         "model_class": p["model_class"] or (info.get("architectures") or ["AutoModel"])[0],
-        "model_type": info.get("model_type"), "facts": ctx.facts}, indent=2, sort_keys=True))
+        "model_type": info.get("model_type")}, indent=2, sort_keys=True))
     return StepResult(metrics={"checkpoint": rel})
 
 
@@ -66,7 +66,7 @@ def _random_init(ctx: StepContext) -> Path:
 
 
 def _onnx_file(ctx: StepContext) -> StepResult:
-    from executors.artifacts import load, save, stamp_facts
+    from executors.artifacts import MODEL, load, save
 
     src = Path(ctx.params["path"])
     digest = sources.DigestMemo(None).tree_digest(src)
@@ -78,9 +78,9 @@ def _onnx_file(ctx: StepContext) -> StepResult:
     except Exception as exc:
         raise ctx.fail(f"not a readable ONNX model ({type(exc).__name__})",
                        "point model.path at a .onnx file", where=str(src)) from exc
-    stamp_facts(model, ctx.facts, ctx.id, ctx.step["key"])
-    save(model, ctx.out / "model.onnx")
-    shutil.copystat(src, ctx.out / "model.onnx")
+    save(model, ctx.out / MODEL)
     (ctx.out / SOURCE).write_text(json.dumps({"source": "onnx_file", "checkpoint": None,
-                                              "digest": digest, "facts": ctx.facts}))
+                                              "digest": digest, "task": ctx.params["task"],
+                                              "model_class": ctx.params["model_class"]},
+                                             indent=2, sort_keys=True))
     return StepResult()

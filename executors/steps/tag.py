@@ -7,8 +7,8 @@ import json
 from collections import Counter
 
 from executors import hierarchy
-from executors.artifacts import DEPTH_KEY, TAG_KEY, load, save, set_meta, stamp_facts
-from executors.base import MODEL, SIDECAR, StepContext, StepResult
+from executors.artifacts import DEPTH_KEY, MODEL, SIDECAR, TAG_KEY, load, save, set_meta
+from executors.base import StepContext, StepResult
 
 
 def run(ctx: StepContext) -> StepResult:
@@ -18,7 +18,6 @@ def run(ctx: StepContext) -> StepResult:
     for node, (tag, _how) in zip(model.graph.node, assigned, strict=True):
         set_meta(node, TAG_KEY, tag)
         set_meta(node, DEPTH_KEY, str(hierarchy.depth(tag)))
-    stamp_facts(model, ctx.facts, ctx.id, ctx.step["key"])
     save(model, ctx.out / MODEL)
     how = Counter(h for _t, h in assigned)
     total = len(assigned)

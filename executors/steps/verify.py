@@ -8,7 +8,8 @@ import json
 import numpy as np
 
 from executors import qnn
-from executors.base import METRICS, StepContext, StepResult
+from executors.artifacts import METRICS
+from executors.base import StepContext, StepResult
 from executors.inputs import batches, io_specs, valid_positions
 from executors.session_cache import cpu_session
 

@@ -41,18 +41,16 @@ class ModelplanLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
-        from executors.store import Store
-        from executors.sweep import SweepExecutor
-        from planner.lower import store_root
+        from planner.app import RunOptions, run_sweep
         from planner.sweep import plan_jobs
 
         assert self.config is not None
         sweep_dir = Path(self.config.hydra.sweep.dir).resolve()
         sweep = plan_jobs([list(o) for o in job_overrides], first_index=initial_job_idx)
-        first = next((j.plan for j in sweep.jobs if j.plan is not None), None)
-        store = Store(store_root(first.config) if first else
-                      store_root({"store": {"path": None}}))
-        summary = SweepExecutor(store, self.workers).run(sweep, sweep_dir)
+        if all(j.plan is None for j in sweep.jobs):  # nothing to run: every config failed
+            return [_job_return({"overrides": j.overrides, "status": "failed", "record": None,
+                                 "error": j.error}) for j in sweep.jobs]
+        summary = run_sweep(sweep, sweep_dir, RunOptions(executor={"jobs": self.workers}))
         return [_job_return(j) for j in summary["jobs"]]
 
 

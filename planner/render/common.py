@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-MARK = {"run": "+", "cached": "=", "elided": "-"}
+from planner.plan import ACTIONS
+
+MARK = dict(zip(ACTIONS, "+=-", strict=True))  # run, cached, elided
 GROUP_KEYS = ("model", "optim", "quant", "target", "verify", "perf")
 
 
@@ -62,6 +64,11 @@ def premise_text(p: dict[str, Any]) -> str:
     return p["claim"] + (f" (established by {by})" if by and not said else "")
 
 
+def counts_line(summary: dict[str, int]) -> str:
+    """The plan's one-line summary from its action counts (run, cached, elided)."""
+    return (f"Plan: {summary['run']} to run, {summary['cached']} cached, "
+            f"{summary['elided']} elided.")
+
+
 def summary_line(ir: dict[str, Any]) -> str:
-    s = ir["summary"]
-    return f"Plan: {s['run']} to run, {s['cached']} cached, {s['elided']} elided."
+    return counts_line(ir["summary"])

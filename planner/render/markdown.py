@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.ops import OPS
 from planner.render.common import headline, params_line, premise_text, short, summary_line, why
 
 
@@ -25,5 +26,8 @@ def render(ir: dict[str, Any]) -> str:
             lines.append(f"- **{rw['rule']}** {rw['action']} `{rw['step']}`: {cell(rw['conclusion'])}")
             lines += [f"  - {cell(premise_text(p))}" for p in rw["premises"]]
         lines += ["", "</details>"]
-    lines += ["", f"**{summary_line(ir)}**"]
+    lines += ["", "<details><summary>Ops</summary>", "", "| op | what it does |", "|---|---|"]
+    lines += [f"| {name} | {cell(OPS[name].summary)} |"
+              for name in dict.fromkeys(s["op"] for s in ir["steps"]) if name in OPS]
+    lines += ["", "</details>", "", f"**{summary_line(ir)}**"]
     return "\n".join(lines) + "\n"

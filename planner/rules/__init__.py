@@ -13,7 +13,7 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from planner.errors import PlanError
+from planner.errors import InternalError, PlanError
 from planner.plan import Plan, Rewrite
 
 MAX_ROUNDS = 100
@@ -51,4 +51,6 @@ def rewrite(plan: Plan, switches: dict[str, Any]) -> None:
                 break
         else:
             return
-    raise RuntimeError(f"rewrite rules did not reach a fixed point in {MAX_ROUNDS} rounds")
+    raise InternalError(f"the rewrite rules did not reach a fixed point in {MAX_ROUNDS} rounds; "
+                        "this is a modelplan bug: report the config (`modelplan config ...`) "
+                        "and set planner.rules.elide=false to plan without elision meanwhile")

@@ -102,7 +102,10 @@ def test_apply_runs_a_saved_plan_and_refuses_a_tampered_one(cpu_run: dict[str, A
     assert "Traceback" not in refused.stderr
     ir["steps"][1]["params"]["_target_"] = "os.system"
     bad.write_text(json.dumps(ir))
-    assert run_cli("apply", str(bad), "--store", store).returncode == 2
+    refused = run_cli("apply", str(bad), "--store", store)
+    assert refused.returncode == 2
+    assert "has params ['_target_', 'exporter', 'inputs', 'opset', 'report'], but export " \
+           "declares ['exporter', 'inputs', 'opset', 'report']" in refused.stderr
 
 
 def test_apply_rejects_non_plans(tmp_path: Path) -> None:

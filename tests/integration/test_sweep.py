@@ -42,6 +42,21 @@ def test_four_jobs_share_one_export(sweep: dict[str, Any]) -> None:
     assert any(rw["rule"] == "sweep-CSE" for rw in s["rewrites"])
 
 
+def test_job_records_carry_real_times_and_the_executor(sweep: dict[str, Any]) -> None:
+    s = sweep["summary"]
+    assert s["executor"] == "local"
+    for job in s["jobs"]:
+        record = job["record"]
+        assert record["executor"] == "local" and record["job"] == job["index"]
+        assert 0 < record["wall_s"] <= s["wall_s"]  # from the sweep's start to its last step
+        built = [st for st in record["steps"] if st["action"] == "run"]
+        assert built and all(st["wall_s"] > 0 and st["peak_rss_mb"] > 0 for st in built)
+    starts = {j["record"]["started"] for j in s["jobs"]}
+    assert len(starts) == 1  # every job started with the sweep
+    saved = [json.loads(p.read_text()) for p in (sweep["store"] / "runs").glob("*.json")]
+    assert sorted(r["job"] for r in saved) == [0, 1, 2, 3]
+
+
 def test_results_files_list_every_job(sweep: dict[str, Any]) -> None:
     rows = list(csv.DictReader((sweep["dir"] / "results.csv").open()))
     assert [(r["quant"], r["target"]) for r in rows] == [

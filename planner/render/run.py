@@ -1,8 +1,15 @@
-"""The run table printed after `modelplan run` / `apply`, and store listings."""
+"""A run record for people: the table printed after `modelplan run` / `apply`, and the
+run's headline results (deliverable, size, and the metrics ops declare as `Op.headline`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from planner.ops import OPS
+from planner.plan import ACTIONS
+
+MAIN_OUTPUTS = ("model.onnx", "metrics.json", "source.json")
 
 
 def human_bytes(n: float) -> str:
@@ -15,10 +22,15 @@ def human_bytes(n: float) -> str:
 
 def _main_output(step: dict[str, Any]) -> str:
     outs = step["outputs"]
-    for name in ("model.onnx", "model_ctx.onnx", "metrics.json", "source.json"):
+    for name in MAIN_OUTPUTS:
         if name in outs:
             return outs[name]
     return next(iter(outs.values()), "")
+
+
+def _show_metric(name: str, value: Any) -> str:
+    return f"{name}={value:.4f}" if isinstance(value, float) and "cosine" in name else \
+        f"{name}={value:.1f}" if isinstance(value, float) else f"{name}={value}"
 
 
 def _note(step: dict[str, Any]) -> str:
@@ -27,25 +39,25 @@ def _note(step: dict[str, Any]) -> str:
     pc = step["proof_check"]
     if pc is not None and not pc["held"]:
         return "proof did not hold"
-    m = step["metrics"]
-    for key in ("cosine_mean", "latency_ms_median"):
-        if key in m:
-            return f"{key}={m[key]:.4f}" if key == "cosine_mean" else f"{key}={m[key]:.1f}"
-    return ""
+    headline = OPS[step["op"]].headline if step["op"] in OPS else ()
+    shown = [m for m in headline[:1] if m in step["metrics"]]
+    return _show_metric(shown[0], step["metrics"][shown[0]]) if shown else ""
+
+
+def headline_metrics(record: dict[str, Any]) -> dict[str, Any]:
+    """The metrics every ok step's op declares as its headline, by name."""
+    return {m: s["metrics"][m] for s in record["steps"] if s["status"] == "ok" and s["op"] in OPS
+            for m in OPS[s["op"]].headline if m in s["metrics"]}
 
 
 def result_summary(record: dict[str, Any]) -> dict[str, Any]:
-    """Per run: the artifact, its size, verify metrics and latency (None where absent)."""
-    from pathlib import Path
-
+    """Per run: the artifact, its size and the headline metrics (None where absent)."""
     model = next((p for n, p in record.get("published", {}).items() if n.endswith(".onnx")),
                  None)
-    by_op = {s["op"]: s["metrics"] for s in record["steps"] if s["status"] == "ok"}
-    verify, perf = by_op.get("verify", {}), by_op.get("perf", {})
+    metrics = headline_metrics(record)
+    names = [m for op in OPS.values() for m in op.headline]
     return {"artifact": model, "size_bytes": Path(model).stat().st_size if model else None,
-            "cosine_mean": verify.get("cosine_mean"), "cosine_min": verify.get("cosine_min"),
-            "latency_ms_median": perf.get("latency_ms_median"),
-            "latency_ms_p90": perf.get("latency_ms_p90"), "ep": perf.get("ep")}
+            **{m: metrics.get(m) for m in names}}
 
 
 def _deliverable(record: dict[str, Any]) -> list[str]:
@@ -73,11 +85,10 @@ def table(record: dict[str, Any]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]
              for r in rows]
     counts = {a: sum(1 for s in record["steps"] if s["action"] == a and s["status"] == "ok")
-              for a in ("run", "cached", "elided")}
+              for a in ACTIONS}
     lines.append("")
-    summary = (f"Run {record['status']}: {counts['run']} run, {counts['cached']} cached, "
-               f"{counts['elided']} elided in {record['wall_s']:.1f} s.")
-    lines.append(summary)
+    lines.append(f"Run {record['status']}: {counts['run']} run, {counts['cached']} cached, "
+                 f"{counts['elided']} elided in {record['wall_s']:.1f} s.")
     if record.get("published"):
         lines.extend(_deliverable(record))
     if record["outputs_dir"]:

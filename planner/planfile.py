@@ -1,4 +1,5 @@
-"""Saved plans: validate against plan.schema.json, recompute every key, refuse mismatches."""
+"""Saved plans: validate against plan.schema.json and the op declarations, recompute every
+key, refuse mismatches. Executors run only plans that pass `check_plan`."""
 
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ def check_plan(ir: Any, where: str, tools: str = "here") -> None:
         at = "/".join(str(p) for p in e.absolute_path) or "<root>"
         raise PlanFileError(f"{where}: not a valid plan at {at}: {e.message}; "
                             "re-plan with `modelplan plan -o FILE`")
+    for s in ir["steps"]:
+        _check_against_declaration(s, where)
     ids = [s["id"] for s in ir["steps"]]
     if len(set(ids)) != len(ids):
         raise PlanFileError(f"{where}: step ids repeat ({sorted({i for i in ids if ids.count(i) > 1})}); "
@@ -65,6 +68,20 @@ def check_plan(ir: Any, where: str, tools: str = "here") -> None:
                    if drift else "its op, params or inputs were changed after planning")
             raise PlanFileError(f"{where}: step {s['id']} key does not match its content "
                                 f"({why}); re-plan on this machine with `modelplan plan -o FILE`")
+
+
+def _check_against_declaration(s: dict[str, Any], where: str) -> None:
+    """A step names a declared op and carries exactly the params and input roles it declares."""
+    op = OPS.get(s["op"])
+    if op is None:
+        raise PlanFileError(f"{where}: step {s['id']} names op {s['op']!r}, which this version "
+                            f"does not know ({', '.join(OPS)}); re-plan with this version")
+    for what, have, want in (("params", set(s["params"]), set(op.params)),
+                             ("input roles", set(s["inputs"]), set(op.inputs))):
+        if have != want:
+            raise PlanFileError(
+                f"{where}: step {s['id']} ({op.name}) has {what} {sorted(have)}, but {op.name} "
+                f"declares {sorted(want)}; re-plan with `modelplan plan -o FILE`")
 
 
 class _StepView:

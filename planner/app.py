@@ -1,0 +1,87 @@
+"""Run a plan or a sweep on the executor its config names: the one path the CLI, the Hydra app
+(`modelplan-job`) and the Hydra launcher share.
+
+Executors are plugins found by name in the `modelplan.executors` entry-point group, the way
+Hydra finds launchers; nothing under planner/ imports them. An executor class provides:
+
+    name: str
+    __init__(store_root: Path, options: dict, quiet: bool, debug: bool)
+    run(ir, outputs_dir: Path | None, overrides: list[str]) -> run record
+    run_sweep(sweep: SweepPlan, sweep_dir: Path) -> sweep summary
+    add_commands(subparsers, common_parser) -> None   (optional, static: its CLI commands)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from planner.errors import ConfigError, UsageError
+from planner.storelayout import store_root
+
+GROUP = "modelplan.executors"
+
+
+@dataclass
+class RunOptions:
+    """What the caller decides about a run, beside the plan itself."""
+
+    store: Path | None = None             # None: the config's store
+    quiet: bool = False
+    debug: bool = False
+    executor: dict[str, Any] = field(default_factory=dict)  # overrides config["executor"]
+
+
+@cache
+def _entry_points() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
+
+
+def executor_names() -> list[str]:
+    return sorted(_entry_points())
+
+
+def executor_class(name: str) -> type:
+    eps = _entry_points()
+    if name not in eps:
+        raise ConfigError(f"executor: '{name}' is not an installed executor "
+                          f"(installed: {', '.join(sorted(eps)) or 'none'}); install the "
+                          f"package that provides it (e.g. pip install 'modelplan[{name}]')")
+    return eps[name].load()
+
+
+def make_executor(config: dict[str, Any], options: RunOptions) -> Any:
+    settings = {**config["executor"], **options.executor}
+    root = options.store or store_root(config)
+    return executor_class(settings["name"])(root, settings, quiet=options.quiet,
+                                            debug=options.debug)
+
+
+def run_plan(ir: dict[str, Any], outputs_dir: Path | None, overrides: list[str],
+             options: RunOptions) -> dict[str, Any]:
+    """Run one plan; returns its run record (schemas/run.schema.json)."""
+    return make_executor(ir["config"], options).run(ir, outputs_dir, overrides)
+
+
+def run_sweep(sweep: Any, sweep_dir: Path, options: RunOptions) -> dict[str, Any]:
+    """Run every job of a planned sweep as one merged DAG; returns the sweep summary."""
+    configs = [j.plan.config for j in sweep.jobs if j.plan is not None]
+    if not configs:
+        raise UsageError(*[f"job {j.index}: {j.error}" for j in sweep.jobs])
+    names = sorted({c["executor"]["name"] for c in configs})
+    if len(names) > 1:
+        raise UsageError(f"executor: a sweep runs on one executor, these jobs ask for "
+                         f"{', '.join(names)}; sweep over the others in separate runs")
+    return make_executor(configs[0], options).run_sweep(sweep, sweep_dir)
+
+
+def add_plugin_commands(sub: Any, common: Any) -> None:
+    """Let every installed executor register its own CLI commands."""
+    for name in executor_names():
+        cls = executor_class(name)
+        if hasattr(cls, "add_commands"):
+            cls.add_commands(sub, common)

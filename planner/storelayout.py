@@ -1,0 +1,35 @@
+"""Where the content-addressed store lives and how it is laid out (DESIGN §4).
+
+The planner reads the layout to mark steps `cached`; executors write entries into it
+(executors/store.py). An entry exists only once complete: its manifest is written last,
+inside a temporary directory that is then renamed to `<root>/<key[:2]>/<key>/`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "manifest.json"
+RESULT = "result.json"        # a step's metrics, beside its outputs
+SUBDIRS = ("tmp", "locks", "runs")
+
+
+def store_root(config: dict[str, Any]) -> Path:
+    """The store: store.path, or the user cache dir."""
+    if config["store"]["path"]:
+        return Path(config["store"]["path"]).expanduser().resolve()
+    base = Path.home() / ".cache"
+    if xdg := os.environ.get("XDG_CACHE_HOME"):
+        base = Path(xdg)
+    return base / "modelplan" / "store"
+
+
+def entry_dir(root: Path, key: str) -> Path:
+    return root / key[:2] / key
+
+
+def entry_complete(root: Path, key: str) -> bool:
+    """A store entry exists only once fully built (it is renamed into place last)."""
+    return (entry_dir(root, key) / MANIFEST).is_file()
