@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BASE = ["model=tiny_bert", "export.sequence_length=32", "verify.samples=2", "perf.iterations=3"]
+BASE = ["model=tiny_bert", "export.shapes.sequence_length=32", "verify.samples=2", "perf.iterations=3"]
 QUANTS, TARGETS = ["w8a8", "w8a16", "w8a16_pc"], ["cpu", "qnn_htp"]
 
 
@@ -44,7 +44,7 @@ def main() -> None:
         cached = sorted(cli("run", "-m", *sweep, "--store", str(tmp / "merged"), "--sweep-dir",
                             str(tmp / f"again{i}"), "--quiet") for i in range(3))[1]
         plan_1000 = cli("plan", "-m", "model=tiny_bert", "quant=w8a8,w8a16,w8a16_pc,fp16",
-                        "target=cpu,qnn_htp", "export.sequence_length=range(16,141)",
+                        "target=cpu,qnn_htp", "export.shapes.sequence_length=range(16,141)",
                         "--store", str(tmp / "plan"), "-o", str(tmp / "plan.txt"))
     print("tiny_bert, 6-job sweep (quant x target), fresh stores")
     print(f"  merged (modelplan run -m, -j cores)   {merged:7.2f} s")

@@ -88,8 +88,10 @@ def _io_specs(a: Artifact, _want: Any) -> str | None:
         f"winml.io.inputs names {named}, the graph takes {graph_inputs}"
 
 
-def _hierarchy_map(a: Artifact, _want: Any) -> str | None:
+def _hierarchy_map(a: Artifact, want: Any) -> str | None:
     path = a.dir / SIDECAR
+    if not want:  # export.hierarchy=false: a clean export, no hierarchy recorded
+        return f"it has a hierarchy sidecar {SIDECAR}" if path.is_file() else None
     if not path.is_file():
         return f"no hierarchy sidecar {SIDECAR}"
     mapped = json.loads(path.read_text())["nodes"]

@@ -12,6 +12,7 @@ from typing import Any
 
 from executors.artifacts import ROLE_FILES, SOURCE
 from planner.ops import OPS
+from planner.plan import MAIN_GRAPH, graph_of
 from planner.storelayout import MANIFEST, RESULT
 
 SKIP = {MANIFEST, RESULT, SOURCE}
@@ -34,6 +35,12 @@ def _published_files(step: dict[str, Any], src: Path, deliverable: str) -> list[
     return [src / n for n in sorted(names) if (src / n).is_file()]
 
 
+def published_name(step_id: str, name: str) -> str:
+    """A file's name in the outputs: prefixed with its graph when the model has several."""
+    graph = graph_of(step_id)
+    return name if graph == MAIN_GRAPH else f"{graph}_{name}"
+
+
 def outputs(record: dict[str, Any], out_dirs: dict[str, Path], out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     published: dict[str, str] = {}
@@ -46,8 +53,9 @@ def outputs(record: dict[str, Any], out_dirs: dict[str, Path], out_dir: Path) ->
             if src is None:
                 continue
             for f in _published_files(step, src, deliverable):
-                _copy_if_changed(f, out_dir / f.name)
-                published[f.name] = str(out_dir / f.name)
+                name = published_name(step["id"], f.name)
+                _copy_if_changed(f, out_dir / name)
+                published[name] = str(out_dir / name)
     record["published"] = published
     metrics = {s["id"]: s["metrics"] for s in record["steps"] if s["metrics"]}
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))

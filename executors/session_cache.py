@@ -36,7 +36,7 @@ def _options(optimized_to: Path | None = None, from_cache: bool = False) -> Any:
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # failures here are caught and handled (demote, retry)
     if from_cache:  # already optimized: loading must not optimize again
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if optimized_to is not None:

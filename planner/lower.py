@@ -1,12 +1,17 @@
-"""Lower a validated config into steps: the pipeline as the user asked for it, before any proof."""
+"""Lower a validated config into steps: the pipeline as the user asked for it, before any proof.
+
+One chain per graph the model exports: a single graph ("model"), or an encoder and a decoder
+that share `resolve` and meet again in a `bundle` step, the pair being the deliverable.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from planner import sources
+from planner import sources, specs
+from planner import tasks as T
 from planner.keys import config_digest
-from planner.plan import Plan, Step
+from planner.plan import Plan, Step, graph_step_id
 from planner.storelayout import store_root
 
 
@@ -15,78 +20,135 @@ def target_id(target: dict[str, Any]) -> str:
     return "_".join(p for p in (target["ep"], target["backend"]) if p)
 
 
-def lower(config: dict[str, Any]) -> Plan:
-    """Steps in the order a user would write them: export, tag, normalize, optimize, quantize,
-    compile, verify, perf. Rules then move, insert and elide steps, each with its proof."""
-    model, target = config["model"], config["target"]
+def build_facts(config: dict[str, Any]) -> dict[str, Any]:
+    """What the planner knows of the model before any step: where it is, its task, its class,
+    its modality and the specs of every graph it exports (what `modelplan inspect` shows)."""
+    model = config["model"]
     memo = sources.DigestMemo(store_root(config) / "digests.json")
     where = sources.checkpoint_location(model)
     info = sources.model_info(model, where)
-    task, model_class = sources.detect_task(model, info)
-    resolve = Step("resolve", "resolve", {
-        **{k: model[k] for k in ("source", "package", "hub_id", "trust_remote_code",
-                                 "random_init")},
-        "path": str(where) if where else None, "task": task, "model_class": model_class,
-        "digest": sources.source_digest(model, where, memo)})
-    memo.save()
-    steps = [resolve]
-    chain = resolve.id
+    out: dict[str, Any] = {"where": where, "info": info, "task": model["task"],
+                           "model_class": model["model_class"], "modality": None,
+                           "graphs": {"model": None}}
     if model["source"] != "onnx_file":
-        steps += _export_and_tag(config, info, task)
-        chain = "tag"
-    steps.append(Step("normalize", "normalize", {}, {"model": chain}))
-    steps.append(Step("optimize", "optimize", {"flags": sorted(config["optim"]["flags"])},
-                      {"model": "normalize"}))
-    fp32 = chain = "optimize"
-    steps += _quantize_and_compile(config, chain)
-    deliverable = steps[-1].id
-    steps += _sinks(config, deliverable, fp32, target)
+        task, model_class = T.detect(model, info, sources.checkpoint_files(where))
+        modality = T.task_modality(task, info, model_class)
+        ex = config["export"]
+        if ex["inputs"]:
+            graphs = {"model": {"inputs": ex["inputs"], "outputs": T.task_outputs(task, info)}}
+            if modality in T.GRAPHS:
+                raise _custom_inputs_for_pair(modality)
+        else:
+            graphs = specs.graph_specs(info, sources.preprocessor_info(model, where), task,
+                                       modality, ex["shapes"])
+        out.update(task=task, model_class=model_class, modality=modality, graphs=graphs)
+    out["digest"] = sources.source_digest(model, where, memo)
+    memo.save()
+    return out
+
+
+def _custom_inputs_for_pair(modality: str) -> Exception:
+    from planner.errors import ConfigError
+
+    return ConfigError(f"export.inputs: a {modality} model exports an encoder and a decoder "
+                       "graph, whose inputs are derived; use export.shapes.* instead")
+
+
+def lower(config: dict[str, Any]) -> Plan:
+    """Steps in the order a user would write them: export, tag, normalize, optimize, quantize,
+    compile, verify, perf. Rules then move, insert and elide steps, each with its proof."""
+    model = config["model"]
+    known = build_facts(config)
+    random_init = sources.random_init(model) if model["source"] == "random_init" else None
+    resolve = Step("resolve", "resolve", {
+        **{k: model[k] for k in ("source", "package", "hub_id", "trust_remote_code")},
+        "random_init": random_init, "path": str(known["where"]) if known["where"] else None,
+        "task": known["task"], "model_class": known["model_class"], "digest": known["digest"]})
+    steps = [resolve]
+    finals: dict[str, str] = {}
+    for graph, spec in known["graphs"].items():
+        chain = _chain(config, graph, spec)
+        steps += chain
+        deliverable = next(s for s in reversed(chain) if s.op not in ("verify", "perf"))
+        finals[graph] = deliverable.id
+    if len(finals) > 1:
+        bundle = Step("bundle", "bundle", {"graphs": list(finals)}, dict(finals))
+        steps.append(bundle)
+        deliverable_id = bundle.id
+    else:
+        deliverable_id = next(iter(finals.values()))
     return Plan(config=config, config_digest=config_digest(config), steps=steps,
-                deliverable=deliverable)
+                deliverable=deliverable_id)
 
 
-def _export_and_tag(config: dict[str, Any], info: dict[str, Any], task: str | None) -> list[Step]:
-    ex = config["export"]
-    inputs = ex["inputs"] or sources.derive_inputs(info, task, ex["batch_size"],
-                                                   ex["sequence_length"])
-    export = Step("export", "export", {"exporter": ex["exporter"], "opset": ex["opset"],
-                                       "inputs": inputs, "report": ex["report"]},
-                  {"model": "resolve"})
-    tag = Step("tag", "tag", {}, {"model": "export", "hierarchy": "export"})
-    return [export, tag]
+def _chain(config: dict[str, Any], graph: str, spec: dict[str, Any] | None) -> list[Step]:
+    """One graph's steps: export and tag (for a torch source), normalize, optimize, quantize,
+    compile, and the verify and perf sinks."""
+    def sid(op: str) -> str:
+        return graph_step_id(graph, op)
+
+    steps: list[Step] = []
+    chain = "resolve"
+    if spec is not None:
+        ex = config["export"]
+        steps.append(Step(sid("export"), "export", {
+            "exporter": ex["exporter"], "opset": ex["opset"],
+            "graph": None if graph == "model" else graph, "inputs": spec["inputs"],
+            "outputs": spec["outputs"], "hierarchy": ex["hierarchy"], "report": ex["report"]},
+            {"model": "resolve"}))
+        chain = sid("export")
+        if ex["hierarchy"]:
+            steps.append(Step(sid("tag"), "tag", {}, {"model": chain, "hierarchy": chain}))
+            chain = sid("tag")
+    steps.append(Step(sid("normalize"), "normalize", {}, {"model": chain}))
+    steps.append(Step(sid("optimize"), "optimize", {"flags": sorted(config["optim"]["flags"])},
+                      {"model": sid("normalize")}))
+    fp32 = chain = sid("optimize")
+    steps += _quantize_and_compile(config, chain, sid)
+    deliverable = steps[-1].id
+    return steps + _sinks(config, deliverable, fp32, sid)
 
 
-def _quantize_and_compile(config: dict[str, Any], chain: str) -> list[Step]:
+def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any) -> list[Step]:
     quant, target = config["quant"], config["target"]
     steps = []
     if quant["kind"] != "none":
-        steps.append(Step("quantize", "quantize", {
+        steps.append(Step(sid("quantize"), "quantize", {
             **{k: quant[k] for k in ("kind", "weight_type", "activation_type", "per_channel",
                                      "symmetric", "calibration")},
             "profile": target_id(target) if target["ep"] != "cpu" else "cpu"},
             {"model": chain, "source": "resolve"}))
-        chain = "quantize"
+        chain = sid("quantize")
     if target["ep"] != "cpu":
-        steps.append(Step("compile", "compile", {
+        steps.append(Step(sid("compile"), "compile", {
             "target": target_id(target), "ep": target["ep"], "backend": target["backend"],
             "embed_context": target["embed_context"], "cpu_fallback": target["cpu_fallback"],
-            "provider_options": dict(sorted(target["provider_options"].items()))},
+            "provider_options": provider_options(config)},
             {"model": chain}))
     return steps
 
 
-def _sinks(config: dict[str, Any], deliverable: str, fp32: str,
-           target: dict[str, Any]) -> list[Step]:
-    verify, perf = config["verify"], config["perf"]
+def provider_options(config: dict[str, Any]) -> dict[str, Any]:
+    """The target's provider options, plus what the precision needs on it (fp16 on HTP needs
+    enable_htp_fp16_precision with a soc_model, measured)."""
+    target, quant = config["target"], config["quant"]
+    options = dict(target["provider_options"])
+    if quant["kind"] == "fp16":
+        options = {**target.get("fp16_provider_options", {}), **options}
+    return dict(sorted(options.items()))
+
+
+def _sinks(config: dict[str, Any], deliverable: str, fp32: str, sid: Any) -> list[Step]:
+    verify, perf, target = config["verify"], config["perf"], config["target"]
     ep = {"ep": target["ep"], "backend": target["backend"],
-          "provider_options": dict(sorted(target["provider_options"].items()))}
+          "provider_options": provider_options(config)}
     steps = []
     if verify["metric"] != "none":
-        steps.append(Step("verify", "verify", {
+        steps.append(Step(sid("verify"), "verify", {
             **{k: verify[k] for k in ("metric", "reference", "threshold", "samples")}, **ep},
             {"candidate": deliverable, "reference": fp32, "source": "resolve"}))
     if perf["iterations"] > 0:
-        steps.append(Step("perf", "perf", {"iterations": perf["iterations"],
-                                           "warmup": perf["warmup"], **ep},
+        steps.append(Step(sid("perf"), "perf", {"iterations": perf["iterations"],
+                                                "warmup": perf["warmup"], **ep},
                           {"model": deliverable}))
     return steps

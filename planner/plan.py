@@ -10,6 +10,18 @@ from planner.ops import OPS, Op, Trait
 
 FORMAT_VERSION = 1
 ACTIONS = ("run", "cached", "elided")
+MAIN_GRAPH = "model"  # the one graph of most models; encoder-decoders have two others
+
+
+def graph_step_id(graph: str, op: str) -> str:
+    """A step's id in a graph's chain: `export`, or `decoder.export` for a second graph."""
+    return op if graph == MAIN_GRAPH else f"{graph}.{op}"
+
+
+def graph_of(step_id: str) -> str:
+    """The graph a step id belongs to (MAIN_GRAPH for unprefixed ids such as `legalize.2`)."""
+    head, _, rest = step_id.partition(".")
+    return head if rest and not rest.isdigit() else MAIN_GRAPH
 
 
 @dataclass
@@ -107,14 +119,16 @@ class Plan:
     def sinks(self) -> list[str]:
         return [s.id for s in self.live() if s.decl.has(Trait.SINK)] + [self.deliverable]
 
-    def new_id(self, op: str) -> str:
+    def new_id(self, op: str, near: str | None = None) -> str:
+        """A fresh id for an `op` step in the graph chain of step `near`."""
+        base = graph_step_id(graph_of(near), op) if near else op
         taken = {s.id for s in self.steps}
-        if op not in taken:
-            return op
+        if base not in taken:
+            return base
         n = 2
-        while f"{op}.{n}" in taken:
+        while f"{base}.{n}" in taken:
             n += 1
-        return f"{op}.{n}"
+        return f"{base}.{n}"
 
     # -- edits (used by the rule engine only) --------------------------------------------
     def _rewire_chain(self, old: str, new: str, skip: str) -> None:

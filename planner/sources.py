@@ -14,12 +14,6 @@ from typing import Any
 
 from planner.errors import ConfigError
 
-TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-TASK_BY_SUFFIX = (
-    ("ForMaskedLM", "fill-mask"), ("ForSequenceClassification", "text-classification"),
-    ("ForTokenClassification", "token-classification"),
-    ("ForQuestionAnswering", "question-answering"), ("Model", "feature-extraction"),
-)
 CHUNK = 1 << 20
 WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
 
@@ -129,55 +123,71 @@ class DigestMemo:
 
 def source_digest(model: dict[str, Any], where: Path | None, memo: DigestMemo) -> str:
     if model["source"] == "random_init":
-        return hashlib.sha256(canonical_json(model["random_init"])).hexdigest()
+        return hashlib.sha256(canonical_json(random_init(model))).hexdigest()
     assert where is not None
     return memo.tree_digest(where)
+
+
+def random_init(model: dict[str, Any]) -> dict[str, Any]:
+    """The effective random-init spec: the model type's tiny config under the user's fields."""
+    from planner.tiny import TINY, TINY_PREPROCESSOR
+
+    ri = model["random_init"]
+    return {"model_type": ri["model_type"], "seed": ri["seed"],
+            "config": _merged(TINY.get(ri["model_type"], {}), ri.get("config") or {}),
+            "preprocessor": _merged(TINY_PREPROCESSOR.get(ri["model_type"], {}),
+                                    ri.get("preprocessor") or {})}
+
+
+def _merged(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in new.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 def model_info(model: dict[str, Any], where: Path | None) -> dict[str, Any]:
     """The parts of a checkpoint's config.json the planner needs."""
     if model["source"] == "random_init":
-        ri = model["random_init"]
-        if ri["hidden_size"] % ri["num_attention_heads"]:
+        ri = random_init(model)
+        cfg = ri["config"]
+        heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
+        if isinstance(heads, int) and isinstance(hidden, int) and hidden % heads:
             raise ConfigError(
-                f"model.random_init.hidden_size: {ri['hidden_size']} is not a multiple of "
-                f"num_attention_heads {ri['num_attention_heads']}; change one of them")
-        return {"model_type": ri["architecture"], "vocab_size": ri["vocab_size"],
-                "type_vocab_size": 2, "architectures": ["BertModel"]}
+                f"model.random_init.config.hidden_size: {hidden} is not a multiple of "
+                f"num_attention_heads {heads}; change one of them")
+        arch = [model["model_class"]] if model["model_class"] else []
+        return {**cfg, "model_type": ri["model_type"], "architectures": arch}
     if where is None or where.is_file():
         return {}
+    return _read_json(where / "config.json", required=True)
+
+
+def preprocessor_info(model: dict[str, Any], where: Path | None) -> dict[str, Any]:
+    """The checkpoint's preprocessor_config.json (image processor or feature extractor), or
+    what a random-init model's `preprocessor` says of it."""
+    if model["source"] == "random_init":
+        pre = random_init(model)["preprocessor"]
+        size = pre.get("image_size")
+        h, w = (size, size) if isinstance(size, int) else (size or (None, None))
+        return {**({"size": {"height": h, "width": w}} if h else {}),
+                **({"sampling_rate": pre["sampling_rate"]} if "sampling_rate" in pre else {})}
+    if where is None or where.is_file():
+        return {}
+    return _read_json(where / "preprocessor_config.json", required=False)
+
+
+def checkpoint_files(where: Path | None) -> tuple[str, ...]:
+    if where is None or where.is_file():
+        return ()
+    return tuple(sorted(p.name for p in where.iterdir() if p.is_file()))
+
+
+def _read_json(path: Path, required: bool) -> dict[str, Any]:
+    if not path.is_file() and not required:
+        return {}
     try:
-        return json.loads((where / "config.json").read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"model: cannot read {where / 'config.json'} ({exc}); "
+        raise ConfigError(f"model: cannot read {path} ({exc}); "
                           "fix or replace the checkpoint") from exc
-
-
-def detect_task(model: dict[str, Any], info: dict[str, Any]) -> tuple[str | None, str | None]:
-    arch = (info.get("architectures") or [None])[0]
-    task = model["task"]
-    if task is None and arch:
-        task = next((t for suffix, t in TASK_BY_SUFFIX if arch.endswith(suffix)), None)
-    return task, model["model_class"] or arch
-
-
-def derive_inputs(info: dict[str, Any], task: str | None, batch: int, seq: int) -> list[dict]:
-    """Input specs for a text model: names, dtypes, shapes and value ranges."""
-    vocab = info.get("vocab_size")
-    if task is None:
-        raise ConfigError("model.task: the checkpoint's config.json names no architecture to "
-                          "detect the task from; set model.task (e.g. feature-extraction)")
-    if not vocab:
-        raise ConfigError(
-            f"export.inputs: cannot derive input specs for model_type "
-            f"'{info.get('model_type')}' (no vocab_size); set export.inputs to a list of "
-            "{name, dtype, shape, min, max}")
-    specs = [
-        {"name": "input_ids", "dtype": "int64", "shape": [batch, seq], "min": 0, "max": vocab - 1},
-        {"name": "attention_mask", "dtype": "int64", "shape": [batch, seq], "min": 0, "max": 1},
-    ]
-    types = info.get("type_vocab_size") or 0
-    if types >= 2 or info.get("model_type") == "bert":
-        specs.append({"name": "token_type_ids", "dtype": "int64", "shape": [batch, seq],
-                      "min": 0, "max": max(types, 1) - 1})
-    return specs

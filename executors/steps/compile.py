@@ -9,7 +9,7 @@ import numpy as np
 from executors import qnn
 from executors.artifacts import MODEL, load, save, set_meta
 from executors.base import StepContext, StepResult
-from executors.inputs import batches, io_specs
+from executors.samples import batches, io_specs
 
 
 def run(ctx: StepContext) -> StepResult:

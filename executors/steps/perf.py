@@ -14,7 +14,7 @@ import numpy as np
 from executors import qnn
 from executors.artifacts import METRICS
 from executors.base import StepContext, StepResult
-from executors.inputs import batches, io_specs
+from executors.samples import batches, io_specs
 from executors.session_cache import cpu_session
 
 

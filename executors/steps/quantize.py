@@ -12,7 +12,7 @@ from typing import Any
 
 from executors.artifacts import MODEL, load, save
 from executors.base import StepContext, StepResult
-from executors.inputs import batches, io_specs
+from executors.samples import Samples, io_specs
 
 
 @contextmanager
@@ -46,8 +46,13 @@ def _qdq(ctx: StepContext) -> StepResult:
     src = ctx.input_model()
     specs, _ = io_specs(src)
     n = p["calibration"]["samples"]
-    ctx.progress(f"  calibrating on {n} sample(s) ({p['calibration']['method']})")
-    feeds = batches(specs, n, "calibration", source=ctx.inputs.get("source"))
+    samples = Samples(specs, "calibration", source=ctx.inputs.get("source"))
+    feeds = samples.feeds(n)
+    ctx.progress(f"  calibrating on {n} sample(s) ({p['calibration']['method']}): "
+                 f"{samples.origin}")
+    if samples.random:
+        ctx.progress("  warning: calibration: random (the model has no preprocessor for "
+                     "some inputs); quantization ranges may not match real data")
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -66,7 +71,9 @@ def _qdq(ctx: StepContext) -> StepResult:
     save(model, ctx.out / MODEL)  # metadata in canonical order, as every artifact
     qdq = sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
     return StepResult(metrics={"calibration_samples": n, "qdq_nodes": qdq,
-                               "nodes": len(model.graph.node)})
+                               "nodes": len(model.graph.node),
+                               "calibration": "random" if samples.random else "real",
+                               "calibration_data": samples.origin})
 
 
 def _config(p: dict[str, Any], path: Path, reader: Any) -> Any:

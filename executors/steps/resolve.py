@@ -27,8 +27,8 @@ def run(ctx: StepContext) -> StepResult:
     rel = "checkpoint" if checkpoint.parent == ctx.out else str(checkpoint)
     (ctx.out / SOURCE).write_text(json.dumps({
         "source": p["source"], "checkpoint": rel, "digest": p["digest"], "task": p["task"],
-        "model_class": p["model_class"] or (info.get("architectures") or ["AutoModel"])[0],
-        "model_type": info.get("model_type")}, indent=2, sort_keys=True))
+        "model_class": p["model_class"], "model_type": info.get("model_type"),
+        "trust_remote_code": p["trust_remote_code"]}, indent=2, sort_keys=True))
     return StepResult(metrics={"checkpoint": rel})
 
 
@@ -49,19 +49,37 @@ def _existing(ctx: StepContext) -> Path:
 
 
 def _random_init(ctx: StepContext) -> Path:
+    """A checkpoint from a transformers config with seeded random weights, saved with a
+    preprocessor (image processor or feature extractor) so samples go through it as they
+    would for a real checkpoint."""
     import torch
     import transformers
 
+    from executors import torchmodel
+    from executors.preprocessors import write_preprocessor
+
     ri = ctx.params["random_init"]
-    config = transformers.BertConfig(
-        hidden_size=ri["hidden_size"], num_hidden_layers=ri["num_hidden_layers"],
-        num_attention_heads=ri["num_attention_heads"], intermediate_size=ri["intermediate_size"],
-        vocab_size=ri["vocab_size"], max_position_embeddings=ri["max_position_embeddings"],
-        architectures=["BertModel"])
+    if ri["model_type"] not in transformers.CONFIG_MAPPING:
+        raise ctx.fail(f"transformers {transformers.__version__} knows no model_type "
+                       f"{ri['model_type']!r}", "set model.random_init.model_type to a "
+                       "transformers model type (e.g. bert, vit, wav2vec2)")
+    try:
+        default = set(transformers.AutoConfig.for_model(ri["model_type"]).to_dict())
+    except (ValueError, TypeError, KeyError, AttributeError):
+        default = set(ri["config"])  # composite configs (encoder + decoder) need their parts
+    unknown = sorted(set(ri["config"]) - default)
+    if unknown:
+        raise ctx.fail(f"model.random_init.config has field(s) {unknown} that a "
+                       f"{ri['model_type']} config does not have",
+                       "remove them or check their spelling")
+    config = transformers.AutoConfig.for_model(ri["model_type"], **ri["config"])
+    cls = torchmodel.model_class({"model_class": ctx.params["model_class"],
+                                  "task": ctx.params["task"]})
     torch.manual_seed(ri["seed"])
-    model = transformers.BertModel(config).eval()
+    model = cls.from_config(config) if cls.__name__.startswith("Auto") else cls(config)
     out = ctx.out / "checkpoint"
-    model.save_pretrained(str(out))
+    model.eval().save_pretrained(str(out))
+    write_preprocessor(ri["model_type"], config, out, ri["preprocessor"])
     return out
 
 

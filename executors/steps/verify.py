@@ -10,7 +10,7 @@ import numpy as np
 from executors import qnn
 from executors.artifacts import METRICS
 from executors.base import StepContext, StepResult
-from executors.inputs import batches, io_specs, valid_positions
+from executors.samples import Samples, io_specs, valid_positions
 from executors.session_cache import cpu_session
 
 HINT = ("use quant=w8a16_pc (w8a16 per-channel keeps transformers accurate), or lower "
@@ -26,34 +26,49 @@ def candidate_session(ctx: StepContext):
         return qnn.session(path, p["ep"], p["backend"], p["provider_options"], cpu_fallback=False)
 
 
+def vectors(got: np.ndarray, want: np.ndarray,
+            valid: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """What cosine compares: per real token for token outputs ([batch, seq, ...] matching the
+    attention mask), else one flattened vector per batch element."""
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    if valid is not None and got.ndim >= 3 and got.shape[:2] == valid.shape:
+        got, want = got[valid], want[valid]
+        return got.reshape(len(got), -1), want.reshape(len(want), -1)
+    batch = got.shape[0] if got.ndim > 1 else 1
+    return got.reshape(batch, -1), want.reshape(batch, -1)
+
+
 def run(ctx: StepContext) -> StepResult:
     p = ctx.params
     ref_path = ctx.input_model("reference")
     specs, _ = io_specs(ref_path)
-    feeds = batches(specs, p["samples"], "verify", source=ctx.inputs.get("source"))
+    samples = Samples(specs, "verify", source=ctx.inputs.get("source"))
+    feeds = samples.feeds(p["samples"])
     reference, _ = cpu_session(ref_path, ctx.cache_dir)
     candidate = candidate_session(ctx)
-    cosines, max_abs = [], 0.0
+    names = [o.name for o in reference.get_outputs()]
+    per_output: dict[str, list[float]] = {n: [] for n in names}
+    max_abs = 0.0
     for i, feed in enumerate(feeds, 1):
         ctx.progress(f"  verify sample {i}/{len(feeds)}")
         valid = valid_positions(feed)
-        for got, want in zip(candidate.run(None, feed), reference.run(None, feed), strict=True):
-            got, want = got.astype(np.float64), want.astype(np.float64)
-            if valid is not None and got.ndim >= 3 and got.shape[:2] == valid.shape:
-                got, want = got[valid], want[valid]
-            got, want = got.reshape(-1, got.shape[-1]), want.reshape(-1, want.shape[-1])
-            num = (got * want).sum(-1)
-            den = np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1)
-            cosines.extend((num / np.maximum(den, 1e-12)).tolist())
-            max_abs = max(max_abs, float(np.abs(got - want).max()))
+        for name, got, want in zip(names, candidate.run(names, feed), reference.run(names, feed),
+                                   strict=True):
+            g, w = vectors(got, want, valid)
+            num = (g * w).sum(-1)
+            den = np.linalg.norm(g, axis=-1) * np.linalg.norm(w, axis=-1)
+            per_output[name].extend((num / np.maximum(den, 1e-12)).tolist())
+            max_abs = max(max_abs, float(np.abs(g - w).max()))
+    cosines = [c for values in per_output.values() for c in values]
     metrics = {"cosine_mean": float(np.mean(cosines)), "cosine_min": float(np.min(cosines)),
                "max_abs": max_abs, "samples": len(feeds), "threshold": p["threshold"],
-               "vectors": len(cosines)}
+               "vectors": len(cosines), "data": samples.origin,
+               "cosine_by_output": {n: float(np.mean(v)) for n, v in per_output.items()}}
     metrics["passed"] = metrics["cosine_mean"] >= p["threshold"]
     (ctx.out / METRICS).write_text(json.dumps(metrics, indent=2, sort_keys=True))
     if not metrics["passed"]:
         raise ctx.fail(f"cosine_mean {metrics['cosine_mean']:.4f} is below verify.threshold "
                        f"{p['threshold']} (cosine_min {metrics['cosine_min']:.4f}, max_abs "
-                       f"{max_abs:.4g}, {len(feeds)} real inputs)", HINT,
+                       f"{max_abs:.4g}, {len(feeds)} inputs: {samples.origin})", HINT,
                        where=str(ctx.input_model("candidate")))
     return StepResult(metrics=metrics)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.ops import OPS
-from planner.plan import ACTIONS
+from planner.plan import ACTIONS, MAIN_GRAPH, graph_of
 
 MAIN_OUTPUTS = ("model.onnx", "metrics.json", "source.json")
 
@@ -61,15 +61,21 @@ def result_summary(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _deliverable(record: dict[str, Any]) -> list[str]:
-    r = result_summary(record)
-    if not r["artifact"]:
+    models = [(n, p) for n, p in record.get("published", {}).items() if n.endswith(".onnx")]
+    if not models:
         return []
-    lines = [f"Deliverable: {r['artifact']} ({human_bytes(r['size_bytes'])})"]
-    if r["cosine_mean"] is not None:
-        lines.append(f"Verify: cosine mean {r['cosine_mean']:.4f}, min {r['cosine_min']:.4f}")
-    if r["latency_ms_median"] is not None:
-        lines.append(f"Latency on {r['ep']}: median {r['latency_ms_median']:.1f} ms, "
-                     f"p90 {r['latency_ms_p90']:.1f} ms")
+    lines = [f"Deliverable: {p} ({human_bytes(Path(p).stat().st_size)})" for _n, p in models]
+    for s in record["steps"]:
+        m, graph = s["metrics"], graph_of(s["id"])
+        where = "" if graph == MAIN_GRAPH else f" ({graph})"
+        if s["status"] != "ok":
+            continue
+        if "cosine_mean" in m:
+            lines.append(f"Verify{where}: cosine mean {m['cosine_mean']:.4f}, "
+                         f"min {m['cosine_min']:.4f}")
+        if "latency_ms_median" in m:
+            lines.append(f"Latency on {m['ep']}{where}: median {m['latency_ms_median']:.1f} ms, "
+                         f"p90 {m['latency_ms_p90']:.1f} ms")
     return lines
 
 

@@ -39,7 +39,7 @@ def _insertion(plan: Plan, s: Step, target: str, known: dict[str, F.Facts]) -> R
     if anchor is None:  # nothing undoes legality: legalize as soon as the model is ONNX
         anchor = next(u for u in reversed(upstream) if F.value_of(known[u.id], "format") == "onnx")
     param = next(e.value.name for e in op.ensures if e.fact == FACT and isinstance(e.value, Param))
-    new = Step(plan.new_id(op.name), op.name, {param: target})
+    new = Step(plan.new_id(op.name, near=anchor.id), op.name, {param: target})
     premises = [
         {"fact": FACT, "claim": f"{s.id} requires {FACT}={target}", "by": s.id},
         {"fact": FACT, "claim": f"{FACT}={target} does not hold on {s.id}'s input", "by": None},

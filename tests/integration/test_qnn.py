@@ -16,7 +16,7 @@ from executors.artifacts import TAG_KEY, problems
 from tests.conftest import run_cli
 from tests.integration.conftest import built, run_json, step
 
-QNN_RUN = ("model=tiny_bert", "export.sequence_length=32", "verify.samples=2",
+QNN_RUN = ("model=tiny_bert", "export.shapes.sequence_length=32", "verify.samples=2",
            "perf.iterations=3")
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from tests.integration.conftest import CPU_RUN, run_json, step
 
-CPU = ("quant=none", "target=cpu", "verify=none", "perf=none", "export.sequence_length=32")
+CPU = ("quant=none", "target=cpu", "verify=none", "perf=none", "export.shapes.sequence_length=32")
 
 
 def tiny_checkpoint(cpu_run: dict[str, Any], dest: Path) -> Path:
@@ -46,7 +46,7 @@ def test_custom_code_is_refused_unless_trusted(cpu_run: dict[str, Any], tmp_path
 
 def test_dynamo_export_with_report(tmp_path: Path) -> None:
     code, record, err = run_json(*CPU_RUN, "export=dynamo", "export.report=true",
-                                 "export.sequence_length=32", store=tmp_path / "store",
+                                 "export.shapes.sequence_length=32", store=tmp_path / "store",
                                  outputs=tmp_path / "out")
     assert code == 0, err
     export = step(record, "export")

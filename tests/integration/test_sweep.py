@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT, run_cli
 
-SWEEP = ("model=tiny_bert", "export.sequence_length=32", "verify.samples=2",
+SWEEP = ("model=tiny_bert", "export.shapes.sequence_length=32", "verify.samples=2",
          "perf.iterations=2", "quant=w8a8,w8a16", "target=cpu,qnn_htp")
 
 
@@ -84,7 +84,7 @@ def test_cached_rerun_and_one_failing_job(sweep: dict[str, Any], tmp_path: Path)
 def _job(launcher: str, store: Path, sweep_dir: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "planner.hydra_app", "-m", "model=tiny_bert", "quant=none",
-         "target=cpu", "verify=none", "perf=none", "export.sequence_length=16,32",
+         "target=cpu", "verify=none", "perf=none", "export.shapes.sequence_length=16,32",
          f"hydra/launcher={launcher}", f"store.path={store}", f"hydra.sweep.dir={sweep_dir}"],
         capture_output=True, text=True, cwd=ROOT, timeout=900, check=False)
 

@@ -60,7 +60,7 @@ def test_config_prints_the_resolved_config() -> None:
     assert result.returncode == 0, result.stderr
     config = json.loads(result.stdout)
     assert config["quant"]["activation_type"] == "uint8"
-    assert config["model"]["random_init"]["hidden_size"] == 64
+    assert config["model"]["random_init"]["config"]["hidden_size"] == 64
 
 
 def test_unknown_option_is_a_usage_error() -> None:

@@ -58,8 +58,8 @@ def test_required_path_must_be_set() -> None:
 
 
 def test_every_violation_is_reported_sorted() -> None:
-    lines = errors_of(["quant.activation_type=uint12", "export.batch_size=0"])
-    assert [ln.split(":")[0] for ln in lines] == ["export.batch_size", "quant.activation_type"]
+    lines = errors_of(["quant.activation_type=uint12", "export.shapes.batch_size=0"])
+    assert [ln.split(":")[0] for ln in lines] == ["export.shapes.batch_size", "quant.activation_type"]
 
 
 def test_unknown_fusion_flag_is_a_config_error() -> None:

@@ -29,7 +29,7 @@ overrides = st.fixed_dictionaries({
     st.lists(st.sampled_from(FLAGS), unique=True, max_size=3),
     st.integers(14, 21), st.integers(1, 256), st.booleans(), st.booleans(),
 )).map(lambda t: ["model=tiny_bert", *t[0], f"optim.flags=[{','.join(t[1])}]",
-                  f"export.opset={t[2]}", f"export.sequence_length={t[3]}",
+                  f"export.opset={t[2]}", f"export.shapes.sequence_length={t[3]}",
                   f"planner.rules.elide={str(t[4]).lower()}",
                   f"quant.per_channel={str(t[5]).lower()}"])
 

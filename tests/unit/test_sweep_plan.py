@@ -16,7 +16,7 @@ from tests.conftest import run_cli
 VALUES = {
     "quant": ["none", "w8a8", "w8a16", "w8a16_pc", "fp16"], "target": ["cpu", "qnn_htp"],
     "optim": ["none", "transformer"], "model": ["tiny_bert", "minilm"],
-    "export.opset": ["14", "17", "18"], "export.sequence_length": ["16", "64", "128"],
+    "export.opset": ["14", "17", "18"], "export.shapes.sequence_length": ["16", "64", "128"],
     "quant.per_channel": ["true", "false"], "verify.threshold": ["0.9", "0.99"],
     "model.random_init.hidden_size": ["32", "64"], "optim.flags": ["[gelu]", "[]"],
 }
@@ -28,7 +28,7 @@ def test_expand_is_the_cartesian_product_in_order() -> None:
         ["model=tiny_bert", "quant=w8a8", "target=qnn_htp"],
         ["model=tiny_bert", "quant=w8a16", "target=cpu"],
         ["model=tiny_bert", "quant=w8a16", "target=qnn_htp"]]
-    assert len(expand(["export.sequence_length=range(16,20)"])) == 4
+    assert len(expand(["export.shapes.sequence_length=range(16,20)"])) == 4
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,76 @@
+"""Preprocessors for random-weight checkpoints: the image processor or feature extractor that
+transformers pairs with the model type, sized to the config, saved beside the weights so that
+calibration and verification samples go through the same preprocessing as a real checkpoint's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+RATE = 16000
+
+
+def image_size(config: Any) -> tuple[int, int] | None:
+    for part in (config, getattr(config, "vision_config", None), getattr(config, "encoder", None),
+                 getattr(config, "backbone_config", None)):
+        size = getattr(part, "image_size", None) if part is not None else None
+        if isinstance(size, int):
+            return size, size
+        if isinstance(size, list | tuple) and len(size) == 2:
+            return int(size[0]), int(size[1])
+    return None
+
+
+def write_preprocessor(model_type: str, config: Any, out: Path,
+                       hints: dict[str, Any]) -> str | None:
+    """Save the model type's preprocessor into `out`; the class name written, or None when
+    transformers pairs none with this model type (text: no tokenizer for random weights).
+    `hints` (model.random_init.preprocessor) give sizes the config does not."""
+    if model_type == "vision-encoder-decoder":
+        model_type = config.encoder.model_type
+    size = hints.get("image_size")
+    size = (size, size) if isinstance(size, int) else tuple(size) if size else image_size(config)
+    processor = _image_processor(model_type, size) or \
+        _feature_extractor(model_type, config, hints.get("sampling_rate", RATE))
+    if processor is None:
+        return None
+    processor.save_pretrained(str(out))
+    return type(processor).__name__
+
+
+def _image_processor(model_type: str, size: tuple[int, int] | None) -> Any:
+    import transformers
+    from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES
+
+    names = IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type)
+    if not names or size is None:
+        return None
+    name = names.get("pil") if isinstance(names, dict) else names
+    cls = getattr(transformers, name or "", None)
+    if cls is None:
+        return None
+    h, w = size
+    for kwargs in ({"size": {"height": h, "width": w}, "do_center_crop": False, "do_pad": False},
+                   {"size": {"height": h, "width": w}, "do_center_crop": False},
+                   {"size": {"height": h, "width": w}},
+                   {"size": {"shortest_edge": min(h, w)}, "crop_pct": 1.0}):
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError, KeyError):
+            continue
+    return None
+
+
+def _feature_extractor(model_type: str, config: Any, rate: int) -> Any:
+    import transformers
+    from transformers.models.auto.feature_extraction_auto import FEATURE_EXTRACTOR_MAPPING_NAMES
+
+    name = FEATURE_EXTRACTOR_MAPPING_NAMES.get(model_type)
+    cls = getattr(transformers, name or "", None)
+    if cls is None:
+        return None
+    if hasattr(config, "num_mel_bins"):  # a spectrogram model: the extractor makes its frames
+        return cls(num_mel_bins=config.num_mel_bins, max_length=config.max_length,
+                   sampling_rate=rate)
+    return cls(sampling_rate=rate, do_normalize=True, return_attention_mask=False)

@@ -1,0 +1,175 @@
+"""Text samples: the shipped sentences through the model's tokenizer (random token ids with a
+padded mask when it has none), layout boxes for document models, and a decoder's inputs: the
+target tokens, and the encoder's own states on the matching source sentence or photograph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SENTENCES = Path(__file__).resolve().parent.parent / "data" / "sentences.txt"
+TEXT_KINDS = ("token_ids", "attention_mask", "token_types", "boxes")
+DECODER_KINDS = ("decoder_ids", "encoder_hidden_states", "encoder_attention_mask")
+QUERIES = ("a photo of a cat", "a photo of a person", "a rocket", "a cup of coffee",
+           "the moon", "a clock", "some coins", "a page of text")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "vocab.json",
+                   "spiece.model", "sentencepiece.bpe.model", "source.spm")
+
+
+@dataclass
+class Got:
+    feeds: list[dict[str, np.ndarray]]
+    origin: str
+
+
+def sentences(split: str) -> list[str]:
+    lines = [ln.strip() for ln in SENTENCES.read_text().splitlines() if ln.strip()]
+    return lines[0::2] if split == "calibration" else lines[1::2]
+
+
+@cache
+def tokenizer(ckpt: Path | None) -> Any:
+    if ckpt is None or not any((ckpt / f).is_file() for f in TOKENIZER_FILES):
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(ckpt), local_files_only=True)
+    except (OSError, ValueError, KeyError, ImportError):
+        return None
+
+
+def _padded_mask(rng: np.random.Generator, batch: int, seq: int) -> np.ndarray:
+    valid = rng.integers(max(1, seq // 4), seq + 1, size=batch)
+    return (np.arange(seq)[None, :] < valid[:, None]).astype(np.int64)
+
+
+def _boxes(mask: np.ndarray) -> np.ndarray:
+    """Layout boxes for tokens written left to right on lines of a page (0..1000)."""
+    batch, seq = mask.shape
+    j = np.arange(seq)
+    x0, y0 = (j % 10) * 95, (j // 10) * 30 % 970
+    line = np.stack([x0, y0, x0 + 90, y0 + 25], axis=-1)
+    return np.broadcast_to(line, (batch, seq, 4)).copy() * mask[..., None]
+
+
+def text_feeds(wanted: dict[str, dict[str, Any]], n: int, split: str, ckpt: Path | None,
+               rng: np.random.Generator) -> Got:
+    ids = wanted["token_ids"]
+    batch, seq = ids["shape"][:2]
+    tok = tokenizer(ckpt)
+    lines = sentences(split)
+    feeds = []
+    for i in range(n):
+        if tok is not None:
+            texts = [lines[(i * batch + b) % len(lines)] for b in range(batch)]
+            enc = tok(texts, padding="max_length", truncation=True, max_length=seq,
+                      return_tensors="np")
+            ids_v = np.asarray(enc["input_ids"])
+            mask = np.asarray(enc.get("attention_mask", np.ones_like(ids_v)))
+            types = enc.get("token_type_ids")
+        else:
+            mask = _padded_mask(rng, batch, seq)
+            ids_v = rng.integers(int(ids["min"]), int(ids["max"]) + 1, size=(batch, seq)) * mask
+            types = None
+        feed = {ids["name"]: ids_v}
+        for kind, spec in wanted.items():
+            if kind == "attention_mask":
+                feed[spec["name"]] = mask
+            elif kind == "token_types":
+                feed[spec["name"]] = np.asarray(types) if types is not None else \
+                    np.zeros_like(ids_v)
+            elif kind == "boxes":
+                feed[spec["name"]] = _boxes(mask)
+        feeds.append(feed)
+    origin = "sentences via the model's tokenizer" if tok is not None else \
+        "random token ids (the model has no tokenizer)"
+    return Got(feeds, origin)
+
+
+def query_feeds(wanted: dict[str, dict[str, Any]], n: int, ckpt: Path | None,
+                rng: np.random.Generator) -> Got:
+    """Text queries for a text + image model (zero-shot detection or classification)."""
+    return text_feeds(wanted, n, "verify", ckpt, rng) if tokenizer(ckpt) is None else \
+        _queries(wanted, n, tokenizer(ckpt))
+
+
+def _queries(wanted: dict[str, dict[str, Any]], n: int, tok: Any) -> Got:
+    ids = wanted["token_ids"]
+    batch, seq = ids["shape"][:2]
+    feeds = []
+    for i in range(n):
+        texts = [QUERIES[(i + b) % len(QUERIES)] for b in range(batch)]
+        enc = tok(texts, padding="max_length", truncation=True, max_length=seq,
+                  return_tensors="np")
+        feed = {ids["name"]: np.asarray(enc["input_ids"])}
+        if "attention_mask" in wanted:
+            feed[wanted["attention_mask"]["name"]] = np.asarray(enc["attention_mask"])
+        feeds.append(feed)
+    return Got(feeds, "text queries via the model's tokenizer")
+
+
+def decoder_feeds(wanted: dict[str, dict[str, Any]], n: int, split: str, source: Path | None,
+                  ckpt: Path | None, rng: np.random.Generator) -> Got:
+    """Target tokens, and the encoder's states on the matching source sentence or photograph
+    (computed with the torch model: what the exported encoder gives, before quantization)."""
+    import torch
+
+    from executors import torchmodel
+    from executors.samples import media
+
+    ids_spec, states_spec = wanted["decoder_ids"], wanted["encoder_hidden_states"]
+    batch, steps = ids_spec["shape"]
+    enc_seq = states_spec["shape"][1]
+    model, _ = torchmodel.load(source)
+    tok = tokenizer(ckpt)
+    lines = sentences(split)
+    pool = media.views(split)
+    feeds = []
+    for i in range(n):
+        texts = [lines[(i * batch + b) % len(lines)] for b in range(batch)]
+        if tok is not None:
+            dec = np.asarray(tok(texts, padding="max_length", truncation=True,
+                                 max_length=steps, return_tensors="np")["input_ids"])
+        else:
+            dec = rng.integers(0, int(ids_spec["max"]) + 1, size=(batch, steps))
+        enc_in, enc_mask = _encoder_inputs(model, tok, texts, enc_seq, pool, i, batch, ckpt,
+                                           rng)
+        with torch.no_grad():
+            states = model.get_encoder()(**{k: torch.from_numpy(v) for k, v in enc_in.items()},
+                                         return_dict=True).last_hidden_state.numpy()
+        feed = {ids_spec["name"]: dec, states_spec["name"]: states[:, :enc_seq]}
+        if "encoder_attention_mask" in wanted:
+            feed[wanted["encoder_attention_mask"]["name"]] = enc_mask
+        feeds.append(feed)
+    origin = ("target sentences via the model's tokenizer" if tok is not None
+              else "random target token ids") + "; encoder states of the torch encoder"
+    return Got(feeds, origin)
+
+
+def _encoder_inputs(model: Any, tok: Any, texts: list[str], enc_seq: int, pool: list, i: int,
+                    batch: int, ckpt: Path | None,
+                    rng: np.random.Generator) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    from executors.samples import media
+
+    config = model.config
+    if getattr(config, "encoder", None) is not None and hasattr(config.encoder, "image_size"):
+        size = config.encoder.image_size
+        h, w = (size, size) if isinstance(size, int) else size
+        shape = [batch, getattr(config.encoder, "num_channels", 3), h, w]
+        processor = media.image_processor(ckpt)
+        pixels = np.stack([media.pixels(pool[(i * batch + b) % len(pool)], shape, processor)
+                           for b in range(batch)])
+        return {"pixel_values": pixels}, np.ones((batch, enc_seq), np.int64)
+    if tok is not None:
+        enc = tok(texts, padding="max_length", truncation=True, max_length=enc_seq,
+                  return_tensors="np")
+        ids, mask = np.asarray(enc["input_ids"]), np.asarray(enc["attention_mask"])
+    else:
+        mask = _padded_mask(rng, batch, enc_seq)
+        ids = rng.integers(0, config.vocab_size, size=(batch, enc_seq)) * mask
+    return {"input_ids": ids, "attention_mask": mask}, mask

@@ -1,0 +1,35 @@
+"""bundle: an encoder-decoder model's graphs delivered together, as `encoder_model.onnx` and
+`decoder_model.onnx` (hard links to their store entries where the filesystem allows, copies
+otherwise) with `bundle.json` naming each graph's source step and I/O."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from executors.artifacts import MODEL
+from executors.base import StepContext, StepResult
+from executors.samples import io_specs
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def run(ctx: StepContext) -> StepResult:
+    described = {}
+    for graph in ctx.params["graphs"]:
+        src_dir = ctx.inputs[graph]
+        for f in sorted(src_dir.iterdir()):
+            if f.name == MODEL or f.name.startswith(f"{MODEL}."):  # the model and its weights
+                link_or_copy(f, ctx.out / f"{graph}_{f.name}")
+        inputs, outputs = io_specs(src_dir / MODEL)
+        described[graph] = {"model": f"{graph}_{MODEL}", "from": ctx.step["inputs"][graph],
+                            "inputs": inputs, "outputs": outputs}
+    (ctx.out / "bundle.json").write_text(json.dumps(described, indent=2, sort_keys=True))
+    return StepResult(metrics={"graphs": list(described)})

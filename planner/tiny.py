@@ -1,0 +1,108 @@
+"""Tiny random-weight configs per model type (hidden ~32, 2 layers, small images, short
+audio): what `model=tiny_random model.random_init.model_type=<type>` builds, for tests and the
+coverage benchmark. `model.random_init.config` overrides any field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_TEXT = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+         "intermediate_size": 64, "vocab_size": 1000, "max_position_embeddings": 512,
+         "type_vocab_size": 2}
+_VIT = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 64, "image_size": 32, "patch_size": 8}
+_AUDIO = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+          "intermediate_size": 64, "conv_dim": [16] * 7, "num_conv_pos_embeddings": 16,
+          "num_conv_pos_embedding_groups": 2, "vocab_size": 32}
+_SEQ2SEQ = {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2,
+            "encoder_attention_heads": 2, "decoder_attention_heads": 2,
+            "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "vocab_size": 1000,
+            "max_position_embeddings": 128, "pad_token_id": 1, "bos_token_id": 0,
+            "eos_token_id": 2, "decoder_start_token_id": 2}
+_CLIP_TOWERS = {
+    "text_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                    "intermediate_size": 64, "vocab_size": 1000},
+    "vision_config": {**_VIT}, "projection_dim": 32}
+
+TINY: dict[str, dict[str, Any]] = {
+    "bert": _TEXT,
+    "roberta": {**_TEXT, "type_vocab_size": 1, "pad_token_id": 1},
+    "xlm-roberta": {**_TEXT, "type_vocab_size": 1, "pad_token_id": 1},
+    "distilbert": {"dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 64,
+                   "vocab_size": 1000, "max_position_embeddings": 512},
+    "mpnet": {**_TEXT, "pad_token_id": 1},
+    "electra": {**_TEXT, "embedding_size": 32},
+    "deberta-v2": {**_TEXT, "relative_attention": True, "position_biased_input": False,
+                   "pos_att_type": ["p2c", "c2p"], "max_relative_positions": -1},
+    "modernbert": {**_TEXT, "global_attn_every_n_layers": 2, "local_attention": 64,
+                   "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+                   "cls_token_id": 1, "sep_token_id": 2},
+    "layoutlm": {**_TEXT, "max_2d_position_embeddings": 1024},
+    "vit": _VIT,
+    "dinov2": _VIT,
+    "beit": {**_VIT, "out_indices": [1, 2]},
+    "swin": {"embed_dim": 16, "depths": [1, 1], "num_heads": [1, 2], "image_size": 32,
+             "patch_size": 4, "window_size": 4},
+    "swinv2": {"embed_dim": 16, "depths": [1, 1], "num_heads": [1, 2], "image_size": 32,
+               "patch_size": 4, "window_size": 4},
+    "convnext": {"hidden_sizes": [16, 32], "depths": [1, 1], "num_stages": 2,
+                 "image_size": 32},
+    "resnet": {"embedding_size": 16, "hidden_sizes": [16, 32], "depths": [1, 1],
+               "layer_type": "basic"},
+    "mobilevit": {"image_size": 64, "hidden_sizes": [32, 48, 64],
+                  "neck_hidden_sizes": [8, 8, 16, 16, 24, 32, 64]},
+    "segformer": {"num_encoder_blocks": 2, "depths": [1, 1], "sr_ratios": [2, 1],
+                  "hidden_sizes": [16, 32], "patch_sizes": [7, 3], "strides": [4, 2],
+                  "num_attention_heads": [1, 2], "mlp_ratios": [2, 2],
+                  "decoder_hidden_size": 32},
+    "dpt": {"hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 2,
+            "intermediate_size": 64, "image_size": 32, "patch_size": 8,
+            "backbone_out_indices": [0, 1, 2, 3], "neck_hidden_sizes": [8, 16, 32, 32],
+            "fusion_hidden_size": 16, "head_hidden_size": 16},
+    "depth_anything": {"backbone_config": {"model_type": "dinov2", "hidden_size": 32,
+                                           "num_hidden_layers": 4, "num_attention_heads": 2,
+                                           "intermediate_size": 64, "image_size": 56,
+                                           "patch_size": 14,
+                                           "out_indices": [1, 2, 3, 4]},
+                       "neck_hidden_sizes": [8, 16, 32, 32], "fusion_hidden_size": 16,
+                       "reassemble_hidden_size": 32, "patch_size": 14, "head_hidden_size": 16},
+    "yolos": {**_VIT, "image_size": [32, 32], "num_detection_tokens": 10},
+    "rt_detr": {"d_model": 32, "encoder_hidden_dim": 32, "encoder_in_channels": [32, 32, 32],
+                "encoder_ffn_dim": 64, "encoder_layers": 1, "decoder_layers": 2,
+                "decoder_ffn_dim": 64, "decoder_attention_heads": 2,
+                "encoder_attention_heads": 2, "num_queries": 20, "num_denoising": 0,
+                "backbone_config": {"model_type": "rt_detr_resnet", "embedding_size": 16,
+                                    "hidden_sizes": [16, 32, 32, 32], "depths": [1, 1, 1, 1],
+                                    "layer_type": "basic", "out_features": ["stage2", "stage3",
+                                                                            "stage4"]}},
+    "vitpose": {"backbone_config": {"model_type": "vitpose_backbone", "hidden_size": 32,
+                                    "num_hidden_layers": 2, "num_attention_heads": 2,
+                                    "intermediate_size": 64, "image_size": [64, 48],
+                                    "patch_size": [16, 16], "out_indices": [2]}},
+    "owlvit": {**_CLIP_TOWERS, "text_config": {**_CLIP_TOWERS["text_config"],
+                                               "max_position_embeddings": 16}},
+    "owlv2": {**_CLIP_TOWERS, "text_config": {**_CLIP_TOWERS["text_config"],
+                                              "max_position_embeddings": 16}},
+    "clip": _CLIP_TOWERS,
+    "wav2vec2": _AUDIO,
+    "hubert": _AUDIO,
+    "audio-spectrogram-transformer": {"hidden_size": 32, "num_hidden_layers": 2,
+                                      "num_attention_heads": 2, "intermediate_size": 64,
+                                      "max_length": 64, "num_mel_bins": 32},
+    "marian": {**_SEQ2SEQ, "pad_token_id": 999, "decoder_start_token_id": 999,
+               "eos_token_id": 0},
+    "bart": _SEQ2SEQ,
+    "vision-encoder-decoder": {
+        "encoder": {"model_type": "vit", **_VIT},
+        "decoder": {"model_type": "bert", **_TEXT, "is_decoder": True,
+                    "add_cross_attention": True},
+        "decoder_start_token_id": 101, "pad_token_id": 0},
+}
+
+# The preprocessor a tiny model gets where its config does not say its input size (a real
+# checkpoint's preprocessor_config.json says it).
+TINY_PREPROCESSOR: dict[str, dict[str, Any]] = {
+    "resnet": {"image_size": 32}, "segformer": {"image_size": 64},
+    "rt_detr": {"image_size": 64}, "vitpose": {"image_size": [64, 48]},
+    "depth_anything": {"image_size": 56},
+}
