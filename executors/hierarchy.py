@@ -47,6 +47,15 @@ def executed_modules(model: Any, run: Callable[[], Any]) -> dict[str, str]:
     return {name: paths[name] for name in sorted(ran)}
 
 
+def rebase(scopes: dict[str, str], base: str) -> dict[str, str]:
+    """Scopes relative to the submodule at attr path `base` (its node names start there);
+    the tags keep the whole model's class paths."""
+    if not base:
+        return scopes
+    return {path[len(base) + 1:] if path != base else "": tag for path, tag in scopes.items()
+            if path == base or path.startswith(base + ".")}
+
+
 def scope_of(node_name: str, prefix: str) -> str | None:
     """The attr path a TorchScript-exported node name belongs to, or None if it has none.
 

@@ -141,6 +141,13 @@ class LocalExecutor:
         jobs = self.options.get("jobs") or os.cpu_count() or 1
         return SweepRunner(self, jobs).run(sweep, sweep_dir)
 
+    # -- inspection ----------------------------------------------------------------------
+    @staticmethod
+    def inspect_hierarchy(described: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+        from executors.inspect import hierarchy_counts
+
+        return hierarchy_counts(described, config)
+
     # -- commands ------------------------------------------------------------------------
     @staticmethod
     def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -62,16 +62,28 @@ def pick(out: Any, name: str, feed: dict[str, Any]) -> Any:
     return value[0] if isinstance(value, tuple) else value
 
 
+def traced_base(model: Any, graph: str | None) -> str:
+    """The attribute path (in `model`) of the module a graph's wrapper holds: the encoder's for
+    an encoder graph (its node names are relative to it), else the whole model's ("")."""
+    if graph != "encoder":
+        return ""
+    encoder = model.get_encoder()
+    return next(name for name, module in model.named_modules() if module is encoder)
+
+
 def graph_module(model: Any, graph: str | None, input_names: list[str],
                  output_names: list[str]) -> Any:
     """The module to trace for one graph: the model ("model"/None), its encoder, or its decoder
-    (reading the encoder's states), taking positional inputs and returning a tensor tuple."""
+    (reading the encoder's states), taking positional inputs and returning a tensor tuple.
+    The wrapper holds the module whose forward it calls, so node names carry its scopes."""
     import torch
+
+    held = model.get_encoder() if graph == "encoder" else model
 
     class Graph(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.model = model  # attribute name == WRAPPER_PREFIX
+            self.model = held  # attribute name == WRAPPER_PREFIX
 
         def forward(self, *args: Any) -> Any:
             feed = dict(zip(input_names, args, strict=True))
@@ -81,7 +93,7 @@ def graph_module(model: Any, graph: str | None, input_names: list[str],
 
         def run(self, feed: dict[str, Any]) -> Any:
             if graph == "encoder":
-                return self.model.get_encoder()(**feed, return_dict=True)
+                return self.model(**feed, return_dict=True)
             if graph == "decoder":
                 return decoder_forward(self.model, feed)
             return self.model(**feed, return_dict=True)

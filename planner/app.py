@@ -79,6 +79,15 @@ def run_sweep(sweep: Any, sweep_dir: Path, options: RunOptions) -> dict[str, Any
     return make_executor(configs[0], options).run_sweep(sweep, sweep_dir)
 
 
+def inspect_hierarchy(described: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """The module tree of a random-weight trace, by the executor the config names."""
+    cls = executor_class(config["executor"]["name"])
+    if not hasattr(cls, "inspect_hierarchy"):
+        raise UsageError(f"inspect --hierarchy: executor {config['executor']['name']!r} "
+                         "cannot trace models; use executor=local")
+    return cls.inspect_hierarchy(described, config)
+
+
 def add_plugin_commands(sub: Any, common: Any) -> None:
     """Let every installed executor register its own CLI commands."""
     for name in executor_names():

@@ -128,6 +128,39 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 @command
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from planner.compose import compose
+    from planner.inspect import describe, render
+    from planner.validate import check_config
+
+    config = compose(args.overrides)
+    check_config(config)
+    described = describe(config)
+    if args.hierarchy:
+        if described["task"] is None:
+            raise UsageError("inspect --hierarchy: an ONNX file has no module hierarchy to "
+                             "trace; inspect a torch checkpoint")
+        from planner.app import inspect_hierarchy
+
+        described["hierarchy"] = _traced(inspect_hierarchy, described, config)
+    print(json.dumps(described, indent=2, default=str) if args.json else render(described),
+          end="" if not args.json else "\n")
+    return 0
+
+
+def _traced(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a trace, turning a torch or transformers failure into one line with a fix."""
+    try:
+        return fn(*args)
+    except ModelplanError:
+        raise
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"inspect --hierarchy: tracing the model failed ({first}); rerun with "
+                         "--debug for the traceback, or inspect without --hierarchy") from exc
+
+
+@command
 def cmd_config(args: argparse.Namespace) -> int:
     from planner.compose import compose
     from planner.validate import check_config
@@ -272,6 +305,12 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
     sp.add_argument("a", metavar="OLD.json")
     sp.add_argument("b", metavar="NEW.json")
     sp.add_argument("--format", choices=["text", "md", "json"], default="text")
+
+    sp = add("inspect", "what a model is and what its build exports, without exporting",
+             overrides=True)
+    sp.add_argument("--hierarchy", action="store_true",
+                    help="also the module tree, with node counts, from a random-weight trace")
+    sp.add_argument("--json", action="store_true", help="print JSON")
 
     sp = add("config", "print the resolved, validated config", overrides=True)
     sp.add_argument("--json", action="store_true", help="print JSON instead of YAML")

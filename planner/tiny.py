@@ -21,7 +21,8 @@ _SEQ2SEQ = {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2,
             "eos_token_id": 2, "decoder_start_token_id": 2}
 _CLIP_TOWERS = {
     "text_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                    "intermediate_size": 64, "vocab_size": 1000},
+                    "intermediate_size": 64, "vocab_size": 1000, "pad_token_id": 0,
+                    "bos_token_id": 998, "eos_token_id": 999, "max_position_embeddings": 77},
     "vision_config": {**_VIT}, "projection_dim": 32}
 
 TINY: dict[str, dict[str, Any]] = {

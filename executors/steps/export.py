@@ -35,7 +35,8 @@ def run(ctx: StepContext) -> StepResult:
     feed = samples.feeds(1)[0]
     args = tuple(torch.from_numpy(feed[n]) for n in names)
     with torch.no_grad():
-        scopes = hierarchy.executed_modules(model, lambda: module(*args)) \
+        scopes = hierarchy.rebase(hierarchy.executed_modules(model, lambda: module(*args)),
+                                  torchmodel.traced_base(model, p["graph"])) \
             if p["hierarchy"] else {}
         expected = module(*args)
     path = ctx.out / MODEL
@@ -61,22 +62,37 @@ def run(ctx: StepContext) -> StepResult:
     return StepResult(metrics=metrics)
 
 
-def _export(ctx: StepContext, wrapped: Any, args: tuple, names: list[str],
+def _export(ctx: StepContext, module: Any, args: tuple, names: list[str],
             outputs: list[str], path: Path) -> None:
+    try:
+        export_graph(module, args, names, outputs, path, ctx.params["exporter"],
+                     ctx.params["opset"])
+    except ExportFailed as exc:
+        raise ctx.fail(str(exc), "try another exporter (export=dynamo or export=torchscript) "
+                       "or export.opset") from exc.__cause__
+
+
+class ExportFailed(Exception):
+    """torch.onnx.export raised; the message is its first line."""
+
+
+def export_graph(module: Any, args: tuple, names: list[str], outputs: list[str], path: Path,
+                 exporter: str, opset: int) -> None:
+    """torch -> ONNX at `path` (TorchScript tracing, or dynamo with TorchScript-style names)."""
     import torch
 
-    dynamo = ctx.params["exporter"] == "dynamo"
+    dynamo = exporter == "dynamo"
     # the dynamo exporter reports progress on stdout, which belongs to `--json` output
     with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
         warnings.simplefilter("ignore")
         try:
-            torch.onnx.export(wrapped, args, str(path), input_names=names, output_names=outputs,
-                              opset_version=ctx.params["opset"], dynamo=dynamo,
-                              do_constant_folding=True, external_data=False)
+            torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs,
+                              opset_version=opset, dynamo=dynamo, do_constant_folding=True,
+                              external_data=False)
         except Exception as exc:
-            raise ctx.fail(f"torch.onnx.export raised {type(exc).__name__}: "
-                           f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
-                           "try export=torchscript or another export.opset") from exc
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise ExportFailed(f"torch.onnx.export raised {type(exc).__name__}: {first}") \
+                from exc
     if dynamo:
         _rename_dynamo_nodes(path)
 

@@ -9,6 +9,8 @@ from executors.artifacts import SOURCE
 from executors.base import StepContext, StepResult
 from planner import sources
 
+TOKEN_IDS = {"pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+             "sep_token_id", "cls_token_id"}
 CUSTOM_CODE_HINT = ("set model.trust_remote_code=true only if you trust the checkpoint's code")
 
 
@@ -64,7 +66,8 @@ def _random_init(ctx: StepContext) -> Path:
                        f"{ri['model_type']!r}", "set model.random_init.model_type to a "
                        "transformers model type (e.g. bert, vit, wav2vec2)")
     try:
-        default = set(transformers.AutoConfig.for_model(ri["model_type"]).to_dict())
+        made = transformers.AutoConfig.for_model(ri["model_type"])
+        default = set(made.to_dict()) | set(dir(made)) | TOKEN_IDS
     except (ValueError, TypeError, KeyError, AttributeError):
         default = set(ri["config"])  # composite configs (encoder + decoder) need their parts
     unknown = sorted(set(ri["config"]) - default)
@@ -75,12 +78,28 @@ def _random_init(ctx: StepContext) -> Path:
     config = transformers.AutoConfig.for_model(ri["model_type"], **ri["config"])
     cls = torchmodel.model_class({"model_class": ctx.params["model_class"],
                                   "task": ctx.params["task"]})
+    config = tower_config(cls, config)
     torch.manual_seed(ri["seed"])
     model = cls.from_config(config) if cls.__name__.startswith("Auto") else cls(config)
     out = ctx.out / "checkpoint"
     model.eval().save_pretrained(str(out))
     write_preprocessor(ri["model_type"], config, out, ri["preprocessor"])
     return out
+
+
+def tower_config(cls: type, config: object) -> object:
+    """The sub-config a tower class takes (CLIP's text or vision tower from a CLIP config),
+    with the model's projection size; `config` itself for every other class."""
+    wanted = getattr(cls, "config_class", None)
+    if cls.__name__.startswith("Auto") or wanted is None or isinstance(config, wanted):
+        return config
+    for name in getattr(config, "sub_configs", None) or {}:
+        part = getattr(config, name, None)
+        if isinstance(part, wanted):
+            if hasattr(config, "projection_dim"):
+                part.projection_dim = config.projection_dim
+            return part
+    return config
 
 
 def _onnx_file(ctx: StepContext) -> StepResult:

@@ -11,14 +11,14 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from executors import hierarchy
-from executors.ortopt import basic_fixed_point, basic_pass_changes, structure_digest
-from executors.steps.legalize import (
+from executors.htp_rewrites import (
     FLOOR,
     clamp_constants,
     mask_wheres,
-    rewrite_wheres,
-    violations,
+    rewrite_mask_wheres,
 )
+from executors.ortopt import basic_fixed_point, basic_pass_changes, structure_digest
+from executors.steps.legalize import violations
 
 FMIN = float(np.finfo(np.float32).min)
 
@@ -47,7 +47,7 @@ def test_mask_where_becomes_arithmetic_with_the_same_softmax() -> None:
             "mask": np.array([[True, True, False, False]])}
     before = run(model, feed)
     assert len(mask_wheres(model)) == 1 and violations(model, "qnn_htp")
-    assert rewrite_wheres(model) == 1
+    assert rewrite_mask_wheres(model) == 1
     assert [n.op_type for n in model.graph.node] == ["Cast", "Mul", "Add", "Add"]
     onnx.checker.check_model(model, full_check=True)
     after = run(model, feed)

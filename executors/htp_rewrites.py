@@ -1,0 +1,324 @@
+"""Graph rewrites for what QNN HTP rejects or computes wrongly, each exact on fp32 and each
+measured on the HTP simulator (onnxruntime-qnn 2.7.0, ORT 1.32), and the checks that find what
+is left (the `legal_for` fact's checker).
+
+A rewrite takes a model and returns how many places it changed (the Erf GELU fold returns the
+new model too). executors/steps/legalize.py applies them in REWRITES order.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HUGE = -1e30           # a constant at or below this is a mask sentinel (-inf, float-min)
+# Masked scores only need to vanish after softmax (e**-100 ~ 4e-44), and a small floor keeps
+# the quantized range of the masked-score tensor tight. Measured on MiniLM (QDQ, CPU EP):
+# floor -1e4 gives w8a8 cosine 0.49, floor -100 gives 0.83; w8a16 per-channel 0.999 either way.
+FLOOR = -100.0
+WEIGHTED = ("MatMul", "Gemm", "Conv", "ConvTranspose")
+ELEMENTWISE = ("Add", "Sub", "Mul", "Div")
+
+
+def constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Every constant tensor by name: initializers and Constant node outputs."""
+    out = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            out[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    return out
+
+
+def is_sentinel(a: np.ndarray) -> bool:
+    return a.dtype.kind == "f" and a.size > 0 and bool(np.any(a <= HUGE))
+
+
+def _near_floor(a: np.ndarray) -> bool:
+    return a.dtype.kind == "f" and a.size > 0 and bool(np.any(a <= FLOOR))
+
+
+def _replace(model: onnx.ModelProto, old: onnx.NodeProto, new: list[onnx.NodeProto]) -> None:
+    nodes = list(model.graph.node)
+    i = nodes.index(old)
+    nodes[i:i + 1] = new
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+
+
+def elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element type of every named tensor the graph says (value_info from shape inference)."""
+    types = {v.name: v.type.tensor_type.elem_type for v in
+             (*model.graph.value_info, *model.graph.input, *model.graph.output)}
+    types.update({i.name: i.data_type for i in model.graph.initializer})
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            types[n.output[0]] = n.attribute[0].t.data_type
+    return types
+
+
+def shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
+    out = {v.name: [d.dim_value if d.HasField("dim_value") else None
+                    for d in v.type.tensor_type.shape.dim]
+           for v in (*model.graph.value_info, *model.graph.input, *model.graph.output)
+           if v.type.tensor_type.HasField("shape")}
+    out.update({i.name: list(i.dims) for i in model.graph.initializer})
+    return out
+
+
+# -- the attention mask ----------------------------------------------------------------------
+def mask_wheres(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    consts = constants(model)
+    return [n for n in model.graph.node if n.op_type == "Where"
+            and n.input[1] in consts and n.input[2] in consts
+            and consts[n.input[1]].dtype.kind == "f"
+            and (is_sentinel(consts[n.input[1]]) or is_sentinel(consts[n.input[2]])
+                 or _near_floor(consts[n.input[1]]) or _near_floor(consts[n.input[2]]))]
+
+
+def rewrite_mask_wheres(model: onnx.ModelProto) -> int:
+    """Where(cond, a, b) over constant mask values -> Cast(cond) * (a - b) + b, the constants
+    floored first (HTP rejects the mask Where)."""
+    consts = constants(model)
+    targets = mask_wheres(model)
+    for where in targets:
+        a = np.maximum(consts[where.input[1]], FLOOR)
+        b = np.maximum(consts[where.input[2]], FLOOR)
+        base = where.name or where.output[0]
+        diff, offset = f"{base}/legalized_diff", f"{base}/legalized_offset"
+        model.graph.initializer.extend([numpy_helper.from_array((a - b).astype(a.dtype), diff),
+                                        numpy_helper.from_array(b.astype(b.dtype), offset)])
+        to = helper.np_dtype_to_tensor_dtype(a.dtype)
+        _replace(model, where, [
+            helper.make_node("Cast", [where.input[0]], [f"{base}/legalized_cond"],
+                             name=f"{base}/legalized_Cast", to=to),
+            helper.make_node("Mul", [f"{base}/legalized_cond", diff],
+                             [f"{base}/legalized_scaled"], name=f"{base}/legalized_Mul"),
+            helper.make_node("Add", [f"{base}/legalized_scaled", offset], [where.output[0]],
+                             name=f"{base}/legalized_Add")])
+    return len(targets)
+
+
+def clamp_constants(model: onnx.ModelProto) -> int:
+    """Mask sentinels (-inf, float-min) in constants -> FLOOR."""
+    count = 0
+    tensors = list(model.graph.initializer) + [
+        n.attribute[0].t for n in model.graph.node
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"]
+    for t in tensors:
+        a = numpy_helper.to_array(t)
+        if is_sentinel(a):
+            t.CopyFrom(numpy_helper.from_array(np.maximum(a, FLOOR).astype(a.dtype), t.name))
+            count += 1
+    return count
+
+
+def drop_isnan_guards(model: onnx.ModelProto) -> int:
+    """Where(IsNaN(x), c, x) -> x: a guard against a softmax over a fully masked row, which
+    cannot happen once mask constants are finite (HTP has no IsNaN)."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    count = 0
+    for where in [n for n in model.graph.node if n.op_type == "Where"]:
+        guard = producer.get(where.input[0])
+        if guard is None or guard.op_type != "IsNaN" or guard.input[0] != where.input[2]:
+            continue
+        _replace(model, where, [helper.make_node("Identity", [where.input[2]],
+                                                [where.output[0]], name=f"{where.name}/kept")])
+        count += 1
+    if count:
+        _drop_dead(model)
+    return count
+
+
+def rewrite_float_wheres(model: onnx.ModelProto) -> int:
+    """Any other float Where(c, a, b) -> b + Cast(c) * (a - b): quantized to 16 bits it fails
+    HTP graph finalization (QNN_COMMON_ERROR_MEM_ALLOC: OWL-ViT's query mask, GPT-2's guards).
+    Exact while a and b are finite, which clamp_constants makes them."""
+    types = elem_types(model)
+    count = 0
+    for where in [n for n in model.graph.node if n.op_type == "Where"]:
+        if types.get(where.input[1], types.get(where.input[2])) != TensorProto.FLOAT:
+            continue
+        base = where.name or where.output[0]
+        c, a, b = where.input
+        _replace(model, where, [
+            helper.make_node("Cast", [c], [f"{base}/arith_cond"], to=TensorProto.FLOAT,
+                             name=f"{base}/arith_Cast"),
+            helper.make_node("Sub", [a, b], [f"{base}/arith_diff"], name=f"{base}/arith_Sub"),
+            helper.make_node("Mul", [f"{base}/arith_cond", f"{base}/arith_diff"],
+                             [f"{base}/arith_scaled"], name=f"{base}/arith_Mul"),
+            helper.make_node("Add", [b, f"{base}/arith_scaled"], list(where.output),
+                             name=f"{base}/arith_Add")])
+        count += 1
+    return count
+
+
+# -- ops HTP has not ---------------------------------------------------------------------------
+def fuse_erf_gelu(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """x * 0.5 * (1 + erf(x / sqrt 2)) -> one Gelu node (HTP has no Erf)."""
+    from onnxruntime.transformers.fusion_gelu import FusionGelu
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    before = sum(n.op_type == "Erf" for n in model.graph.node)
+    if not before:
+        return model, 0
+    wrapped = OnnxModel(model)
+    FusionGelu(wrapped).apply()
+    wrapped.prune_graph()
+    wrapped.topological_sort()
+    return wrapped.model, before - sum(n.op_type == "Erf" for n in wrapped.model.graph.node)
+
+
+def decompose_reduce_l2(model: onnx.ModelProto) -> int:
+    """ReduceL2(x) -> Sqrt(ReduceSum(x * x)): a 16-bit ReduceL2 feeding F.normalize's Div fails
+    HTP finalization with MEM_ALLOC (SwinV2 cosine attention, OWL embeddings)."""
+    count = 0
+    for node in [n for n in model.graph.node if n.op_type == "ReduceL2"]:
+        keep = next((a.i for a in node.attribute if a.name == "keepdims"), 1)
+        axes = next((list(a.ints) for a in node.attribute if a.name == "axes"), None)
+        base = node.name or node.output[0]
+        inputs = [f"{base}/squares"]
+        if len(node.input) > 1 and node.input[1]:
+            inputs.append(node.input[1])  # opset 18: axes as an input
+        elif axes is not None:
+            model.graph.initializer.append(
+                numpy_helper.from_array(np.array(axes, np.int64), f"{base}/axes"))
+            inputs.append(f"{base}/axes")
+        _replace(model, node, [
+            helper.make_node("Mul", [node.input[0], node.input[0]], [f"{base}/squares"],
+                             name=f"{base}/l2_Mul"),
+            helper.make_node("ReduceSum", inputs, [f"{base}/sum"], name=f"{base}/l2_ReduceSum",
+                             keepdims=keep),
+            helper.make_node("Sqrt", [f"{base}/sum"], list(node.output), name=f"{base}/l2_Sqrt")])
+        count += 1
+    return count
+
+
+def einsum_to_matmul(model: onnx.ModelProto) -> int:
+    """A two-operand Einsum that is a batched matrix product ('...ij,...jk->...ik' up to which
+    operand is transposed) -> MatMul, with a Transpose of the last two axes where needed
+    (HTP rejects Einsum: OWL-ViT's class head)."""
+    ranks = {k: len(v) for k, v in shapes(model).items()}
+    count = 0
+    for node in [n for n in model.graph.node if n.op_type == "Einsum" and len(n.input) == 2]:
+        eq = next(a.s.decode() for a in node.attribute if a.name == "equation").replace(" ", "")
+        lhs, res = eq.split("->")
+        a, b = (s.replace("...", "") for s in lhs.split(","))
+        r = res.replace("...", "")
+        rank = ranks.get(node.input[0])
+        if rank is None or rank != ranks.get(node.input[1]) or min(len(a), len(b), len(r)) < 2 \
+                or not a[:-2] == b[:-2] == r[:-2]:
+            continue
+        (i, j), (k, l_), (x, y) = a[-2:], b[-2:], r[-2:]
+        perm = [*range(rank - 2), rank - 1, rank - 2]
+        base = node.name or node.output[0]
+        ins, pre = list(node.input), []
+        if (x, y) == (i, l_) and j == k:
+            pass
+        elif (x, y) == (i, k) and j == l_:
+            pre.append(helper.make_node("Transpose", [ins[1]], [f"{base}/bT"], perm=perm,
+                                        name=f"{base}/bT"))
+            ins[1] = f"{base}/bT"
+        elif (x, y) == (j, l_) and i == k:
+            pre.append(helper.make_node("Transpose", [ins[0]], [f"{base}/aT"], perm=perm,
+                                        name=f"{base}/aT"))
+            ins[0] = f"{base}/aT"
+        else:
+            continue
+        _replace(model, node, [*pre, helper.make_node("MatMul", ins, list(node.output),
+                                                       name=f"{base}/MatMul")])
+        count += 1
+    return count
+
+
+# -- what the quantizer and HTP get wrong together ------------------------------------------
+def unshare_weights(model: onnx.ModelProto) -> int:
+    """An initializer feeding a MatMul/Gemm/Conv weight or bias and other nodes too gets one
+    copy per consumer. TorchScript merges equal constants (all-zero biases of one size); the
+    QDQ quantizer then quantizes the shared tensor once as an activation, the weighted op's
+    Q/DQ group breaks, and HTP rejects the left-over DequantizeLinear."""
+    inits = {i.name: i for i in model.graph.initializer}
+    users: dict[str, list[tuple[onnx.NodeProto, int]]] = defaultdict(list)
+    for node in model.graph.node:
+        for k, name in enumerate(node.input):
+            if name in inits:
+                users[name].append((node, k))
+    count = 0
+    for name, uses in users.items():
+        if len(uses) < 2 or not any(n.op_type in WEIGHTED and k >= 1 for n, k in uses):
+            continue
+        for j, (node, k) in enumerate(uses[1:], 1):
+            copy = onnx.TensorProto()
+            copy.CopyFrom(inits[name])
+            copy.name = f"{name}/copy{j}"
+            model.graph.initializer.append(copy)
+            node.input[k] = copy.name
+            count += 1
+    return count
+
+
+def tile_batch_constants(model: onnx.ModelProto) -> int:
+    """An elementwise op between a batch>1 activation and a constant of batch 1 gets the
+    constant tiled to the batch: HTP computes Gather + Add([1,S,d] position table) +
+    LayerNormalization wrongly for batch index >= 1 (CLIP, OWL text towers), silently."""
+    dims = shapes(model)
+    inits = {i.name: i for i in model.graph.initializer}
+    count = 0
+    for node in model.graph.node:
+        if node.op_type not in ELEMENTWISE or len(node.input) != 2:
+            continue
+        for k in (0, 1):
+            const, other = node.input[k], node.input[1 - k]
+            theirs, ours = dims.get(other), list(inits[const].dims) if const in inits else None
+            if not ours or not theirs or None in theirs or len(ours) != len(theirs) \
+                    or len(ours) < 2 or ours[0] != 1 or theirs[0] <= 1:
+                continue
+            name = f"{const}/tiled{theirs[0]}"
+            if name not in inits:
+                tiled = np.repeat(numpy_helper.to_array(inits[const]), theirs[0], axis=0)
+                model.graph.initializer.append(numpy_helper.from_array(tiled, name))
+                inits[name] = model.graph.initializer[-1]
+            node.input[k] = name
+            count += 1
+    return count
+
+
+def _drop_dead(model: onnx.ModelProto) -> None:
+    """Remove nodes whose outputs nothing reads (and that are not graph outputs)."""
+    while True:
+        read = {i for n in model.graph.node for i in n.input} | \
+            {o.name for o in model.graph.output}
+        dead = [n for n in model.graph.node if not any(o in read for o in n.output)]
+        if not dead:
+            return
+        for n in dead:
+            model.graph.node.remove(n)
+
+
+Rewrite = Callable[[onnx.ModelProto], Any]
+# In order: mask Wheres use the raw constants, then constants are floored, then guards and
+# other Wheres become arithmetic on finite values, then op replacements, then what the
+# quantizer needs (unshared weights) and what HTP needs for batches.
+REWRITES: tuple[tuple[str, Rewrite], ...] = (
+    ("mask_wheres", rewrite_mask_wheres), ("clamp_constants", clamp_constants),
+    ("isnan_guards", drop_isnan_guards), ("float_wheres", rewrite_float_wheres),
+    ("erf_gelu", fuse_erf_gelu), ("reduce_l2", decompose_reduce_l2),
+    ("einsum", einsum_to_matmul), ("unshare_weights", unshare_weights),
+    ("batch_constants", tile_batch_constants),
+)
+
+
+def violations(model: onnx.ModelProto) -> list[str]:
+    """What HTP rejects in `model`, one line each naming the node or tensor."""
+    found = [f"{n.op_type} node {n.name!r} (HTP has no {n.op_type})" for n in model.graph.node
+             if n.op_type in ("Erf", "Einsum", "ReduceL2", "IsNaN")]
+    found += [f"mask constant {name!r} at or below {HUGE:g}"
+              for name, a in constants(model).items() if is_sentinel(a)]
+    types = elem_types(model)
+    found += [f"float Where {n.name!r}" for n in model.graph.node if n.op_type == "Where"
+              and types.get(n.input[1], types.get(n.input[2])) == TensorProto.FLOAT]
+    return found
