@@ -102,11 +102,11 @@ def render_text(d: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_md(d: dict[str, Any]) -> str:
+def render_md(d: dict[str, Any], title: str | None = "### modelplan diff") -> str:
     def cell(t: str) -> str:
         return t.replace("|", "\\|")
 
-    lines = ["### modelplan diff", ""]
+    lines = [title, ""] if title else []
     if d["config"]:
         lines += ["| config | old | new |", "|---|---|---|"]
         lines += [f"| `{c['path']}` | `{_show(c['old'])}` | `{_show(c['new'])}` |"

@@ -28,6 +28,7 @@ def job(cfg: DictConfig) -> dict[str, Any]:
     config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
+        _check_user_tree(config)
         ir = plan_for(config).to_json()
         record = LocalExecutor(Store(store_root(config)), quiet=True).run(
             ir, "result", out_dir, list(HydraConfig.get().overrides.task))
@@ -39,6 +40,20 @@ def job(cfg: DictConfig) -> dict[str, Any]:
     if record["error"]:
         raise SystemExit(f"modelplan: error: {record['error']['message']}")
     return {"status": record["status"], "run_id": record["run_id"]}
+
+
+def _check_user_tree(config: dict[str, Any]) -> None:
+    """With --config-dir / hydra.searchpath, the checks `modelplan plan` makes: no shadowed
+    files, and config errors that name the user's file."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from planner.conftree import from_hydra
+    from planner.provenance import check_with_files
+
+    tree = from_hydra(HydraConfig.get())
+    if not tree.packaged_only:
+        tree.check()
+        check_with_files(config, tree, list(HydraConfig.get().overrides.task))
 
 
 def main() -> None:

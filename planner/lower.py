@@ -10,6 +10,8 @@ from planner import sources
 from planner.keys import config_digest
 from planner.plan import Plan, Step
 
+SYMBOLIC_INPUTS = "<from the checkpoint>"  # input specs of a source that could not be read
+
 
 def store_root(config: dict[str, Any]) -> Path:
     """The content-addressed store: store.path, or the user cache dir."""
@@ -26,24 +28,24 @@ def target_id(target: dict[str, Any]) -> str:
     return "_".join(p for p in (target["ep"], target["backend"]) if p)
 
 
-def lower(config: dict[str, Any]) -> Plan:
+def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
     """Steps in the order a user would write them: export, tag, normalize, optimize, quantize,
-    compile, verify, perf. Rules then move, insert and elide steps, each with its proof."""
+    compile, verify, perf. Rules then move, insert and elide steps, each with its proof.
+    symbolic: a source that cannot be read gets a symbolic key (see sources.read_source)."""
     model, target = config["model"], config["target"]
     memo = sources.DigestMemo(store_root(config) / "digests.json")
-    where = sources.checkpoint_location(model)
-    info = sources.model_info(model, where)
-    task, model_class = sources.detect_task(model, info)
+    src = sources.read_source(model, memo, symbolic)
+    task, model_class = sources.detect_task(model, src.info)
+    path = str(src.where) if src.where else model["path"] if src.symbolic else None
     resolve = Step("resolve", "resolve", {
         **{k: model[k] for k in ("source", "package", "hub_id", "trust_remote_code",
                                  "random_init")},
-        "path": str(where) if where else None, "task": task, "model_class": model_class,
-        "digest": sources.source_digest(model, where, memo)})
+        "path": path, "task": task, "model_class": model_class, "digest": src.digest})
     memo.save()
     steps = [resolve]
     chain = resolve.id
     if model["source"] != "onnx_file":
-        steps += _export_and_tag(config, info, task)
+        steps += _export_and_tag(config, src.info if not src.symbolic else None, task)
         chain = "tag"
     steps.append(Step("normalize", "normalize", {}, {"model": chain}))
     steps.append(Step("optimize", "optimize", {"flags": sorted(config["optim"]["flags"])},
@@ -52,14 +54,17 @@ def lower(config: dict[str, Any]) -> Plan:
     steps += _quantize_and_compile(config, chain)
     deliverable = steps[-1].id
     steps += _sinks(config, deliverable, fp32, target)
+    symbolic_sources = [{"step": resolve.id, "reason": src.symbolic}] if src.symbolic else []
     return Plan(config=config, config_digest=config_digest(config), steps=steps,
-                deliverable=deliverable)
+                deliverable=deliverable, symbolic_sources=symbolic_sources)
 
 
-def _export_and_tag(config: dict[str, Any], info: dict[str, Any], task: str | None) -> list[Step]:
+def _export_and_tag(config: dict[str, Any], info: dict[str, Any] | None,
+                    task: str | None) -> list[Step]:
+    """info None: the checkpoint could not be read, so its input specs are not known."""
     ex = config["export"]
-    inputs = ex["inputs"] or sources.derive_inputs(info, task, ex["batch_size"],
-                                                   ex["sequence_length"])
+    inputs = ex["inputs"] or (SYMBOLIC_INPUTS if info is None else sources.derive_inputs(
+        info, task, ex["batch_size"], ex["sequence_length"]))
     export = Step("export", "export", {"exporter": ex["exporter"], "opset": ex["opset"],
                                        "inputs": inputs, "report": ex["report"]},
                   {"model": "resolve"})

@@ -43,12 +43,14 @@ class ModelplanLauncher(Launcher):
                initial_job_idx: int) -> Sequence[JobReturn]:
         from executors.store import Store
         from executors.sweep import SweepExecutor
+        from planner.conftree import from_hydra
         from planner.lower import store_root
         from planner.sweep import plan_jobs
 
         assert self.config is not None
         sweep_dir = Path(self.config.hydra.sweep.dir).resolve()
-        sweep = plan_jobs([list(o) for o in job_overrides], first_index=initial_job_idx)
+        sweep = plan_jobs([list(o) for o in job_overrides], first_index=initial_job_idx,
+                          tree=from_hydra(self.config.hydra))
         first = next((j.plan for j in sweep.jobs if j.plan is not None), None)
         store = Store(store_root(first.config) if first else
                       store_root({"store": {"path": None}}))

@@ -64,4 +64,14 @@ def premise_text(p: dict[str, Any]) -> str:
 
 def summary_line(ir: dict[str, Any]) -> str:
     s = ir["summary"]
-    return f"Plan: {s['run']} to run, {s['cached']} cached, {s['elided']} elided."
+    line = f"Plan: {s['run']} to run, {s['cached']} cached, {s['elided']} elided."
+    return line + (" " + SYMBOLIC if ir.get("symbolic_sources") else "")
+
+
+SYMBOLIC = "Symbolic source keys: for review only, `apply` refuses this plan."
+
+
+def symbolic_notes(ir: dict[str, Any]) -> list[str]:
+    """Why a plan's source keys are symbolic, one line per source (none for a real plan)."""
+    return [f"symbolic source key for {x['step']}: {x['reason']}"
+            for x in ir.get("symbolic_sources", [])]
