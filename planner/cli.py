@@ -139,7 +139,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
         plans.append(ir)
     d = diff(*plans)
     out = {"text": render_text, "md": render_md}.get(args.format)
-    sys.stdout.write(out(d) if out else json.dumps(d, indent=2) + "\n")
+    from planner.cli_review import emit
+
+    emit(out(d) if out else json.dumps(d, indent=2) + "\n", args.output,
+         f"Diff written to {args.output} ({args.format}).")
     return 0
 
 
@@ -337,7 +340,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("-m", "--multirun", action="store_true",
                     help="with --rev: diff every job of a sweep")
     sp.add_argument("--format", choices=["text", "md", "json"], default="text")
-    sp.add_argument("-o", "--output", metavar="FILE", help="with --rev: write the diff to FILE")
+    sp.add_argument("-o", "--output", metavar="FILE", help="write the diff to FILE")
 
     sp = sub.add_parser("config", help="print the resolved, validated config")
     overrides(sp)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 FILES = {
@@ -70,3 +71,37 @@ def write_team_conf(root: Path, files: dict[str, str] | None = None) -> Path:
         (conf / rel).parent.mkdir(parents=True, exist_ok=True)
         (conf / rel).write_text(text)
     return conf
+
+
+# A project repository for config review: a base commit, then w8a8 -> w8a16 and a gelu
+# fusion flag added (see review_repo).
+REVIEW_BASE = {
+    "model/our_model.yaml": "defaults:\n  - tiny_bert\n  - _self_\nname: our_model\n",
+    "quant/ours.yaml": "defaults:\n  - w8a8\n  - _self_\nname: ours\n",
+    "optim/ours.yaml": "name: ours\nflags: []\n",
+}
+REVIEW_HEAD = {
+    "quant/ours.yaml": "defaults:\n  - w8a16\n  - _self_\nname: ours\n",
+    "optim/ours.yaml": "name: ours\nflags: [gelu]\n",
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def commit_all(repo: Path, message: str) -> None:
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", message)
+
+
+def review_repo(root: Path) -> Path:
+    """A git repository at root with the base commit and the change committed on top."""
+    root.mkdir(parents=True, exist_ok=True)
+    git(root, "init", "-q")
+    write_team_conf(root, REVIEW_BASE)
+    commit_all(root, "base")
+    write_team_conf(root, REVIEW_HEAD)
+    commit_all(root, "w8a16 and gelu fusion")
+    return root

@@ -11,36 +11,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.teamconf import write_team_conf
+from tests.teamconf import REVIEW_BASE, commit_all, git, review_repo, write_team_conf
 
-BASE = {
-    "model/our_model.yaml": "defaults:\n  - tiny_bert\n  - _self_\nname: our_model\n",
-    "quant/ours.yaml": "defaults:\n  - w8a8\n  - _self_\nname: ours\n",
-    "optim/ours.yaml": "name: ours\nflags: []\n",
-}
+BASE = REVIEW_BASE
 REVIEW = ("--config-dir", "conf", "model=our_model", "quant=ours", "optim=ours")
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
-
-
-def commit_all(repo: Path, message: str) -> None:
-    git(repo, "add", "-A")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", message)
 
 
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
-    """A project repository: base commit, then w8a8 -> w8a16 and a gelu fusion flag added."""
-    git(tmp_path, "init", "-q")
-    write_team_conf(tmp_path, BASE)
-    commit_all(tmp_path, "base")
-    write_team_conf(tmp_path, {"quant/ours.yaml": BASE["quant/ours.yaml"].replace(
-        "w8a8", "w8a16"), "optim/ours.yaml": "name: ours\nflags: [gelu]\n"})
-    commit_all(tmp_path, "w8a16 and gelu fusion")
-    return tmp_path
+    return review_repo(tmp_path)
 
 
 def test_diff_rev_names_the_changed_steps_and_the_reasons(repo: Path) -> None:
