@@ -65,19 +65,22 @@ def main() -> None:
             "diff --rev HEAD~1 (two plans)":
                 (modelplan, "diff", "--rev", "HEAD~1", "--config-dir", "conf", "quant=ours"),
         }
-        times = {}
+        times, first = {}, {}
         for label, cmd in cmds.items():
-            run(*cmd, cwd=repo)  # warm the page cache and the digest memo
+            first[label] = run(*cmd, cwd=repo)  # also warms the page cache and the digest memo
             times[label] = statistics.median(run(*cmd, cwd=repo) for _ in range(n))
         print(f"planning core (pip install {ROOT.name}, no extras), Python "
               f"{sys.version_info.major}.{sys.version_info.minor}, {os.cpu_count()} cores")
         print(f"  install (pip, wheels from the index)  {install:6.1f} s")
+        tools = sum(size_mb(p) for p in site.glob("*") if p.name.split("-")[0].split(".")[0]
+                    in ("pip", "setuptools", "_distutils_hack", "distutils"))
         print(f"  site-packages                         {size_mb(site):6.1f} MB "
-              f"(pip included; without pip {size_mb(site) - size_mb(site / 'pip'):.1f} MB)")
+              f"({size_mb(site) - tools:.1f} MB without the venv's own pip and setuptools)")
         print(f"  distributions                         {', '.join(dists)}")
         print(f"  heavy packages present                {present or 'none'}")
         for label, t in times.items():
-            print(f"  modelplan {label:<44} {t:5.2f} s (median of {n})")
+            print(f"  modelplan {label:<44} {t:5.2f} s (median of {n}; first run "
+                  f"{first[label]:.2f} s)")
         shutil.rmtree(venv)
 
 

@@ -131,7 +131,10 @@ def _options(dirs: tuple[Path, ...], group: str) -> tuple[str, ...]:
 def user_dir(text: str, option: str) -> Path:
     """A config directory from `--config-dir DIR`, `file://DIR` or `pkg://module.path`."""
     if text.startswith("pkg://"):
-        spec = importlib.util.find_spec(text.removeprefix("pkg://").replace("/", "."))
+        try:
+            spec = importlib.util.find_spec(text.removeprefix("pkg://").replace("/", "."))
+        except (ImportError, ValueError):  # a parent package that does not exist
+            spec = None
         if spec is None or not spec.submodule_search_locations:
             raise UsageError(f"{option} {text}: no such installed package; "
                              "install it or give a directory")

@@ -95,6 +95,7 @@ def test_tree_mistakes_are_one_clear_line(conf: Path, tmp_path: Path) -> None:
               "--config-name our: there is no our.yaml", "did you mean 'ours'")
     one_error(run_cli("plan", "--config-dir", str(tmp_path / "nope")), "not a directory")
     one_error(run_cli("plan", "hydra.searchpath=file:///x"), "hydra.searchpath is a list")
+    one_error(run_cli("plan", "hydra.searchpath=[pkg://nope.conf]"), "no such installed package")
     shadow = write_team_conf(tmp_path, {"quant/w8a8.yaml": "name: w8a8\n",
                                         "config.yaml": "defaults: [config]\n"})
     result = run_cli("plan", "--config-dir", str(shadow))
