@@ -69,7 +69,7 @@ def main() -> None:
         for label, cmd in cmds.items():
             first[label] = run(*cmd, cwd=repo)  # also warms the page cache and the digest memo
             times[label] = statistics.median(run(*cmd, cwd=repo) for _ in range(n))
-        print(f"planning core (pip install {ROOT.name}, no extras), Python "
+        print(f"planning core (pip install <checkout>, no extras), Python "
               f"{sys.version_info.major}.{sys.version_info.minor}, {os.cpu_count()} cores")
         print(f"  install (pip, wheels from the index)  {install:6.1f} s")
         tools = sum(size_mb(p) for p in site.glob("*") if p.name.split("-")[0].split(".")[0]

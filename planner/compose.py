@@ -8,10 +8,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from planner.conftree import CONF_DIR, PACKAGED, ConfigTree, hydra_for
+from planner.conftree import (
+    CONF_DIR,  # noqa: F401 (importers find it here, as before)
+    PACKAGED,
+    ConfigTree,
+    hydra_for,
+)
 from planner.errors import ConfigError
 
-__all__ = ["CONF_DIR", "ConfigTree", "compose", "compose_config", "group_options"]
 GROUPS = ("model", "export", "optim", "quant", "target", "verify", "perf", "executor")
 MISSING = "???"
 TIMINGS: dict[str, float] = {}
@@ -63,6 +67,7 @@ def compose_config(overrides: list[str], tree: ConfigTree = PACKAGED) -> Any:
 
 
 def yaml_mark(exc: BaseException) -> Any:
+    """Where PyYAML says a syntax error is (None for other errors)."""
     return getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
 
 

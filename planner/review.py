@@ -47,6 +47,7 @@ class JobReview:
         if self.head.ir is None:
             return None
         d = diff(self.base.ir or NO_PLAN, self.head.ir)
+        d.pop("symbolic", None)  # a review says so once per job, for both sides
         if self.base.ir is None:
             d["config"] = []  # every key would be listed as new
         return d

@@ -63,8 +63,8 @@ def render_md(data: dict[str, Any], plans: dict[int, dict[str, Any]] | None = No
     for job in data["jobs"]:
         lines += ["", f"#### `{job_label(job)}`" if job["overrides"] else
                   "#### the default config", ""]
-        lines += [f"> **{n.split(':', 1)[0]}:**{n.split(':', 1)[1]}" for n in notes(job)]
-        lines += [""] if notes(job) else []
+        lines += [ln for n in notes(job)
+                  for ln in (f"> **{n.split(':', 1)[0]}:**{n.split(':', 1)[1]}", "")]
         if job["diff"] is not None:
             lines.append(plan_diff.render_md(job["diff"], title=None).rstrip("\n"))
         ir = (plans or {}).get(job["index"])

@@ -144,6 +144,9 @@ def test_symbolic_plans_are_marked_everywhere_and_apply_refuses_them(tmp_path: P
     ir = json.loads(saved.read_text())
     assert ir["symbolic_sources"][0]["step"] == "resolve"
     assert ir["steps"][1]["params"]["inputs"] == "<from the checkpoint>"
+    diffed = run_cli("diff", str(saved), str(saved))
+    assert diffed.returncode == 0, diffed.stderr
+    assert diffed.stdout.startswith("! old plan has symbolic source keys (model.hub_id:")
     refused = run_cli("apply", str(saved), "--store", str(tmp_path / "store"))
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "planned with symbolic source keys" in refused.stderr
