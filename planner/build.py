@@ -8,6 +8,7 @@ from typing import Any
 
 from planner import rules
 from planner.compose import TIMINGS, compose_timed
+from planner.conftree import PACKAGED, ConfigTree
 from planner.keys import assign_keys
 from planner.lower import lower
 from planner.ops import Trait
@@ -17,16 +18,18 @@ from planner.validate import check_config
 
 
 def plan_from_overrides(overrides: list[str] | tuple[str, ...] = (),
-                        store: str | None = None) -> Plan:
-    """The plan for `conf/config.yaml` with Hydra overrides (and an optional store dir)."""
-    return plan_for(compose_timed(overrides, store=store))
+                        store: str | None = None, tree: ConfigTree = PACKAGED,
+                        symbolic: bool = False) -> Plan:
+    """The plan for the tree's primary config with Hydra overrides (and an optional store)."""
+    return plan_for(compose_timed(overrides, store=store, tree=tree), symbolic=symbolic)
 
 
-def plan_for(config: dict[str, Any]) -> Plan:
-    """The plan for an already composed config."""
+def plan_for(config: dict[str, Any], symbolic: bool = False) -> Plan:
+    """The plan for an already composed config. symbolic: a model source that cannot be read
+    here gets a symbolic key, and the plan says so (it can be reviewed, not run)."""
     t0 = time.perf_counter()
     check_config(config)
-    plan = lower(config)
+    plan = lower(config, symbolic)
     rules.rewrite(plan, config["planner"]["rules"])
     assign_keys(plan)
     mark_actions(plan, store_root(config))

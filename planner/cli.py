@@ -64,19 +64,20 @@ def positive(text: str) -> int:
 
 @command
 def cmd_plan(args: argparse.Namespace) -> int:
+    tree = config_tree(args)
     if args.multirun:
         return _plan_sweep(args)
     from planner.compose import compose_timed
 
-    config = compose_timed(args.overrides, store=args.store)  # Hydra first: its imports are shared
+    config = compose_timed(args.overrides, store=args.store, tree=tree)  # Hydra imports first
     from planner.build import plan_for
     from planner.render import render
 
-    ir = plan_for(config).to_json()
-    from planner.render.common import summary_line
-
+    ir = plan_for(config, symbolic=args.symbolic_sources).to_json()
     out = render(ir, args.format)
     if args.output:
+        from planner.render.common import summary_line
+
         write_atomic(Path(args.output), out)
         print(f"{summary_line(ir)} Written to {args.output} ({args.format}).")
     else:
@@ -91,7 +92,8 @@ def _plan_sweep(args: argparse.Namespace) -> int:
     if args.format not in ("text", "json"):
         raise UsageError(f"plan -m --format {args.format}: a sweep plan is text or json; "
                          "plan one job for md or mermaid")
-    data = plan_sweep(args.overrides, store=args.store).to_json()
+    data = plan_sweep(args.overrides, store=args.store, tree=args.tree,
+                      symbolic=args.symbolic_sources).to_json()
     errors = [f"job {j['index']} ({' '.join(j['overrides'])}): {j['error']}"
               for j in data["jobs"] if j["error"]]
     if errors:  # a dry run exists to find these: report them and write nothing
@@ -108,12 +110,20 @@ def _plan_sweep(args: argparse.Namespace) -> int:
 
 @command
 def cmd_diff(args: argparse.Namespace) -> int:
+    if args.rev is not None:
+        from planner.cli_review import diff_rev
+
+        config_tree(args)
+        return diff_rev(args)
+    if len(args.overrides) != 2 or args.multirun or args.config_dir or args.config_name:
+        raise UsageError("diff: give two saved plans (OLD.json NEW.json), or --rev BASE and "
+                         "overrides to plan a git revision against the working tree")
     from planner.diff import diff, render_md, render_text
     from planner.errors import PlanFileError
     from planner.planfile import check_plan
 
     plans = []
-    for path in (args.a, args.b):
+    for path in args.overrides:
         try:
             ir = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:
@@ -123,7 +133,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
         plans.append(ir)
     d = diff(*plans)
     out = {"text": render_text, "md": render_md}.get(args.format)
-    sys.stdout.write(out(d) if out else json.dumps(d, indent=2) + "\n")
+    from planner.cli_review import emit
+
+    emit(out(d) if out else json.dumps(d, indent=2) + "\n", args.output,
+         f"Diff written to {args.output} ({args.format}).")
     return 0
 
 
@@ -133,7 +146,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from planner.inspect import describe, render
     from planner.validate import check_config
 
-    config = compose(args.overrides)
+    config = compose(args.overrides, config_tree(args))
     check_config(config)
     described = describe(config)
     if args.hierarchy:
@@ -165,7 +178,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     from planner.compose import compose
     from planner.validate import check_config
 
-    config = compose(args.overrides)
+    config = compose(args.overrides, config_tree(args))
     check_config(config)
     print(json.dumps(config, indent=2) if args.json else _yaml(config), end="")
     return 0
@@ -173,11 +186,12 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 @command
 def cmd_run(args: argparse.Namespace) -> int:
+    tree = config_tree(args)
     if args.multirun:
         return _run_sweep(args)
     from planner.compose import compose_timed
 
-    config = compose_timed(args.overrides, store=args.store)
+    config = compose_timed(args.overrides, store=args.store, tree=tree)
     from planner.build import plan_for
 
     return _execute(plan_for(config).to_json(), args, args.overrides)
@@ -223,7 +237,7 @@ def _run_sweep(args: argparse.Namespace) -> int:
     from planner.render.results import table
     from planner.sweep import plan_sweep
 
-    sweep = plan_sweep(args.overrides, store=args.store)
+    sweep = plan_sweep(args.overrides, store=args.store, tree=args.tree)
     first = next((j.plan for j in sweep.jobs if j.plan is not None), None)
     if first is None:
         for job in sweep.jobs:
@@ -241,6 +255,15 @@ def _run_sweep(args: argparse.Namespace) -> int:
         print(f"modelplan: error: job {j['index']} ({' '.join(j['overrides'])}): {j['error']}",
               file=sys.stderr)
     return 1 if failed else 0
+
+
+def config_tree(args: argparse.Namespace) -> Any:
+    """The config tree the command line names (--config-dir, --config-name, hydra.searchpath);
+    hydra.searchpath leaves the overrides, the tree carries it. Kept as args.tree."""
+    from planner.conftree import from_cli
+
+    args.tree, args.overrides = from_cli(args.config_dir, args.config_name, args.overrides)
+    return args.tree
 
 
 def run_name(config: dict[str, Any]) -> str:
@@ -270,6 +293,12 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
         if overrides:
             sp.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                             help="Hydra overrides, e.g. model=tiny_bert quant=w8a8 export.opset=17")
+            sp.add_argument("--config-dir", action="append", metavar="DIR",
+                            help="a config tree of your own on top of the packaged groups "
+                            "(conf/model/ours.yaml -> model=ours); may be repeated")
+            sp.add_argument("--config-name", metavar="NAME",
+                            help="primary config (NAME.yaml at the top of a config dir; "
+                            "default: the packaged config)")
         return sp
 
     def running(sp: argparse.ArgumentParser) -> None:
@@ -282,6 +311,9 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
         sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
     sp = add("plan", "print the plan without running anything", overrides=True)
+    sp.add_argument("--symbolic-sources", action="store_true",
+                    help="plan a model whose checkpoint cannot be read here with a symbolic "
+                    "source key (for review; apply refuses such a plan)")
     sp.add_argument("-m", "--multirun", action="store_true",
                     help="plan every job of a sweep (a=x,y b=z,w) as one merged DAG")
     sp.add_argument("--format", choices=["text", "json", "md", "mermaid"], default="text")
@@ -301,10 +333,15 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
     sp.add_argument("plan", metavar="PLAN.json")
     running(sp)
 
-    sp = add("diff", "what changes between two saved plans")
-    sp.add_argument("a", metavar="OLD.json")
-    sp.add_argument("b", metavar="NEW.json")
+    sp = add("diff", "what changes between two saved plans, or between a git revision's "
+             "configs and the working tree's (--rev)", overrides=True)
+    sp.add_argument("--rev", metavar="BASE", help="plan the config dirs as they are at git "
+                    "revision BASE and as they are in the working tree, and diff the plans; "
+                    "positional arguments are then overrides")
+    sp.add_argument("-m", "--multirun", action="store_true",
+                    help="with --rev: diff every job of a sweep")
     sp.add_argument("--format", choices=["text", "md", "json"], default="text")
+    sp.add_argument("-o", "--output", metavar="FILE", help="write the diff to FILE")
 
     sp = add("inspect", "what a model is and what its build exports, without exporting",
              overrides=True)
@@ -314,6 +351,9 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
 
     sp = add("config", "print the resolved, validated config", overrides=True)
     sp.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+    from planner import cli_review
+
+    cli_review.add_commands(sub, common)
     if plugins:
         from planner.app import add_plugin_commands
 
@@ -323,8 +363,10 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
 
 def _needs_plugins(argv: list[str]) -> bool:
     """Plugin commands are loaded only when the command is not a core one (or for help)."""
+    from planner.cli_review import COMMANDS as REVIEW
+
     first = next((a for a in argv if not a.startswith("-")), None)
-    return first not in COMMANDS
+    return first not in COMMANDS and first not in REVIEW
 
 
 def main(argv: list[str] | None = None) -> int:

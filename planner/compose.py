@@ -8,18 +8,22 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from planner.conftree import (
+    CONF_DIR,  # noqa: F401 (importers find it here, as before)
+    PACKAGED,
+    ConfigTree,
+    hydra_for,
+)
 from planner.errors import ConfigError
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "export", "optim", "quant", "target", "verify", "perf", "executor")
 MISSING = "???"
 TIMINGS: dict[str, float] = {}
 
 
-@cache
-def group_options(group: str) -> tuple[str, ...]:
-    """Names of the configs in a group (conf/<group>/*.yaml), sorted."""
-    return tuple(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
+def group_options(group: str, tree: ConfigTree = PACKAGED) -> tuple[str, ...]:
+    """Names of the configs in a group (conf/<group>/*.yaml and the tree's own), sorted."""
+    return tree.options(group)
 
 
 def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
@@ -27,42 +31,61 @@ def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def compose(overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """Compose conf/config.yaml with Hydra overrides into a plain dict (values resolved)."""
+def compose(overrides: list[str] | tuple[str, ...] = (),
+            tree: ConfigTree = PACKAGED) -> dict[str, Any]:
+    """Compose the tree's primary config (conf/config.yaml) with Hydra overrides into a plain
+    dict (values resolved). With user config dirs the result is validated here, so that an
+    error names the user's file that set the bad value."""
     from omegaconf import OmegaConf
 
-    check_overrides(parse_overrides(overrides))
-    cfg = compose_config(list(overrides))
+    check_overrides(parse_overrides(overrides), tree)
+    cfg = compose_config(list(overrides), tree)
     try:
         config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
     except Exception as exc:
         raise ConfigError(f"config: {first_line(exc)}") from exc
     assert isinstance(config, dict)
+    if not tree.packaged_only:
+        from planner.provenance import check_with_files
+
+        check_with_files(config, tree, list(overrides))
     return config
 
 
-def compose_config(overrides: list[str]) -> Any:
-    """Hydra compose of conf/config.yaml: the DictConfig, before resolution."""
+def compose_config(overrides: list[str], tree: ConfigTree = PACKAGED) -> Any:
+    """Hydra compose of the tree's primary config: the DictConfig, before resolution."""
     from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
 
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            return hydra_compose(config_name="config", overrides=overrides)
+        with hydra_for(tree):
+            return hydra_compose(config_name=tree.config_name, overrides=overrides)
     except Exception as exc:
+        if yaml_mark(exc) is not None:
+            raise ConfigError(yaml_error(exc, tree)) from exc
         hint = "; to sweep over values add -m" if "Ambiguous value" in str(exc) else ""
         raise ConfigError(f"config: {first_line(exc)}{hint}") from exc
-    finally:
-        GlobalHydra.instance().clear()
 
 
-def compose_timed(overrides: list[str] | tuple[str, ...] = (),
-                  store: str | None = None) -> dict[str, Any]:
+def yaml_mark(exc: BaseException) -> Any:
+    """Where PyYAML says a syntax error is (None for other errors)."""
+    return getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+
+
+def yaml_error(exc: BaseException, tree: ConfigTree) -> str:
+    """A YAML syntax error as `FILE:LINE:COLUMN: what` (PyYAML's marks count from 0)."""
+    mark = yaml_mark(exc)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or "bad YAML"
+    context = getattr(exc, "context", None)
+    where = f"{tree.display(Path(mark.name))}:{mark.line + 1}:{mark.column + 1}"
+    return (f"{where}: not valid YAML: {problem}" + (f" ({context})" if context != problem
+                                                      and context else "") + "; fix the file")
+
+
+def compose_timed(overrides: list[str] | tuple[str, ...] = (), store: str | None = None,
+                  tree: ConfigTree = PACKAGED) -> dict[str, Any]:
     """compose(), timed into TIMINGS["compose_s"], with an optional store dir applied."""
     t0 = time.perf_counter()
-    config = compose(overrides)
+    config = compose(overrides, tree)
     TIMINGS["compose_s"] = time.perf_counter() - t0
     if store:
         config["store"]["path"] = str(Path(store).expanduser().resolve())
@@ -95,7 +118,7 @@ def _parse_one(text: str) -> Any:
     return parsed
 
 
-def check_overrides(parsed: list[Any]) -> None:
+def check_overrides(parsed: list[Any], tree: ConfigTree = PACKAGED) -> None:
     """Reject overrides that name an unknown group option or key, with a did-you-mean."""
     from planner.validate import known_paths
 
@@ -106,10 +129,13 @@ def check_overrides(parsed: list[Any]) -> None:
         if not key:
             errors.append(f"override '{ov.input_line}': no key before '='; write key=value")
             continue
+        if ov.is_add() and "." not in key and tree.has_group(key):
+            errors.extend(_check_group_choice(key, ov, tree))  # +experiment=NAME
+            continue
         if ov.is_add() or ov.is_delete() or key.startswith("hydra"):
             continue
         if key in GROUPS:
-            errors.extend(_check_group_choice(key, ov))
+            errors.extend(_check_group_choice(key, ov, tree))
         elif key not in paths:
             errors.append(f"{key}: unknown key{did_you_mean(key, _siblings(key, paths))}; "
                           "see `modelplan config` for the keys this config has")
@@ -117,14 +143,15 @@ def check_overrides(parsed: list[Any]) -> None:
         raise ConfigError(*errors)
 
 
-def _check_group_choice(group: str, ov: Any) -> list[str]:
-    options = group_options(group)
+def _check_group_choice(group: str, ov: Any, tree: ConfigTree) -> list[str]:
+    options = group_options(group, tree)
     values = ov.sweep_string_iterator() if ov.is_sweep_override() else [ov.value()]
+    where = f"conf/{group}/" if tree.packaged_only else tree.where(group)
     errors = []
     for value in values:
         if not isinstance(value, str) or value not in options:
             errors.append(f"{group}: '{value}' is not one of {', '.join(options)}"
-                          f"{did_you_mean(str(value), options)} (configs in conf/{group}/)")
+                          f"{did_you_mean(str(value), options)} (configs in {where})")
     return errors
 
 

@@ -75,10 +75,18 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
                                 "changes": _changes(sa[i], new, keys_a, keys_b)})
     for c in config:  # JSON-safe: absent becomes a string
         c["old"], c["new"] = (_show(v) if v is ABSENT else v for v in (c["old"], c["new"]))
+    symbolic = {side: [x["reason"] for x in ir["symbolic_sources"]]
+                for side, ir in (("old", a), ("new", b)) if ir.get("symbolic_sources")}
     return {"config": config, "added": added, "removed": removed, "changed": changed,
-            "unchanged": same,
+            "unchanged": same, **({"symbolic": symbolic} if symbolic else {}),
             "summary": {"added": len(added), "removed": len(removed), "changed": len(changed),
                         "unchanged": len(same)}}
+
+
+def symbolic_notes(d: dict[str, Any]) -> list[str]:
+    """A line per plan whose source keys are symbolic (it was planned without weights)."""
+    return [f"{side} plan has symbolic source keys ({why}): structure only"
+            for side, reasons in d.get("symbolic", {}).items() for why in reasons]
 
 
 def summary_line(d: dict[str, Any]) -> str:
@@ -88,7 +96,7 @@ def summary_line(d: dict[str, Any]) -> str:
 
 
 def render_text(d: dict[str, Any]) -> str:
-    lines = []
+    lines = [f"! {n}" for n in symbolic_notes(d)] + ([""] if symbolic_notes(d) else [])
     if d["config"]:
         lines.append("Config:")
         lines += [f"  {c['path']}: {_show(c['old'])} -> {_show(c['new'])}" for c in d["config"]]
@@ -102,11 +110,12 @@ def render_text(d: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_md(d: dict[str, Any]) -> str:
+def render_md(d: dict[str, Any], title: str | None = "### modelplan diff") -> str:
     def cell(t: str) -> str:
         return t.replace("|", "\\|")
 
-    lines = ["### modelplan diff", ""]
+    lines = [title, ""] if title else []
+    lines += [ln for n in symbolic_notes(d) for ln in (f"> **Note:** {cell(n)}", "")]
     if d["config"]:
         lines += ["| config | old | new |", "|---|---|---|"]
         lines += [f"| `{c['path']}` | `{_show(c['old'])}` | `{_show(c['new'])}` |"

@@ -26,6 +26,7 @@ def job(cfg: DictConfig) -> dict[str, Any]:
     config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
+        _check_user_tree(config)
         ir = plan_for(config).to_json()
         record = run_plan(ir, out_dir / "result", list(HydraConfig.get().overrides.task),
                           RunOptions(quiet=True))
@@ -37,6 +38,20 @@ def job(cfg: DictConfig) -> dict[str, Any]:
     if record["error"]:
         raise SystemExit(f"modelplan: error: {record['error']['message']}")
     return {"status": record["status"], "run_id": record["run_id"]}
+
+
+def _check_user_tree(config: dict[str, Any]) -> None:
+    """With --config-dir / hydra.searchpath, the checks `modelplan plan` makes: no shadowed
+    files, and config errors that name the user's file."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from planner.conftree import from_hydra
+    from planner.provenance import check_with_files
+
+    tree = from_hydra(HydraConfig.get())
+    if not tree.packaged_only:
+        tree.check()
+        check_with_files(config, tree, list(HydraConfig.get().overrides.task))
 
 
 def main() -> None:

@@ -14,23 +14,32 @@ from planner.keys import config_digest
 from planner.plan import Plan, Step, graph_step_id
 from planner.storelayout import store_root
 
+SYMBOLIC = "<from the checkpoint>"  # specs of a source that could not be read here
+
 
 def target_id(target: dict[str, Any]) -> str:
     """What legality and compilation are for: the EP and its backend (e.g. qnn_htp)."""
     return "_".join(p for p in (target["ep"], target["backend"]) if p)
 
 
-def build_facts(config: dict[str, Any]) -> dict[str, Any]:
+def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any]:
     """What the planner knows of the model before any step: where it is, its task, its class,
-    its modality and the specs of every graph it exports (what `modelplan inspect` shows)."""
+    its modality and the specs of every graph it exports (what `modelplan inspect` shows).
+    symbolic: a source that cannot be read here gets a symbolic digest and symbolic specs
+    (see sources.read_source)."""
     model = config["model"]
     memo = sources.DigestMemo(store_root(config) / "digests.json")
-    where = sources.checkpoint_location(model)
-    info = sources.model_info(model, where)
+    src = sources.read_source(model, memo, symbolic)
+    where, info = src.where, src.info
     out: dict[str, Any] = {"where": where, "info": info, "task": model["task"],
                            "model_class": model["model_class"], "modality": None,
-                           "graphs": {"model": None}}
-    if model["source"] != "onnx_file":
+                           "graphs": {"model": None}, "digest": src.digest,
+                           "symbolic": src.symbolic}
+    memo.save()
+    if src.symbolic and model["source"] != "onnx_file":
+        out["graphs"] = {"model": {"inputs": config["export"]["inputs"] or SYMBOLIC,
+                                   "outputs": SYMBOLIC}}
+    elif model["source"] != "onnx_file":
         task, model_class = T.detect(model, info, sources.checkpoint_files(where))
         modality = T.task_modality(task, info, model_class)
         ex = config["export"]
@@ -42,8 +51,6 @@ def build_facts(config: dict[str, Any]) -> dict[str, Any]:
             graphs = specs.graph_specs(info, sources.preprocessor_info(model, where), task,
                                        modality, ex["shapes"])
         out.update(task=task, model_class=model_class, modality=modality, graphs=graphs)
-    out["digest"] = sources.source_digest(model, where, memo)
-    memo.save()
     return out
 
 
@@ -54,16 +61,19 @@ def _custom_inputs_for_pair(modality: str) -> Exception:
                        "graph, whose inputs are derived; use export.shapes.* instead")
 
 
-def lower(config: dict[str, Any]) -> Plan:
+def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
     """Steps in the order a user would write them: export, tag, normalize, optimize, quantize,
-    compile, verify, perf. Rules then move, insert and elide steps, each with its proof."""
+    compile, verify, perf. Rules then move, insert and elide steps, each with its proof.
+    symbolic: a source that cannot be read gets a symbolic key (see sources.read_source)."""
     model = config["model"]
-    known = build_facts(config)
+    known = build_facts(config, symbolic)
     random_init = sources.random_init(model) if model["source"] == "random_init" else None
+    path = str(known["where"]) if known["where"] else model["path"] if known["symbolic"] \
+        else None
     resolve = Step("resolve", "resolve", {
         **{k: model[k] for k in ("source", "package", "hub_id", "trust_remote_code")},
-        "random_init": random_init, "path": str(known["where"]) if known["where"] else None,
-        "task": known["task"], "model_class": known["model_class"], "digest": known["digest"]})
+        "random_init": random_init, "path": path, "task": known["task"],
+        "model_class": known["model_class"], "digest": known["digest"]})
     steps = [resolve]
     finals: dict[str, str] = {}
     for graph, spec in known["graphs"].items():
@@ -77,8 +87,10 @@ def lower(config: dict[str, Any]) -> Plan:
         deliverable_id = bundle.id
     else:
         deliverable_id = next(iter(finals.values()))
+    symbolic_sources = [{"step": resolve.id, "reason": known["symbolic"]}] \
+        if known["symbolic"] else []
     return Plan(config=config, config_digest=config_digest(config), steps=steps,
-                deliverable=deliverable_id)
+                deliverable=deliverable_id, symbolic_sources=symbolic_sources)
 
 
 def _chain(config: dict[str, Any], graph: str, spec: dict[str, Any] | None) -> list[Step]:

@@ -75,6 +75,7 @@ class Plan:
     deliverable: str
     rewrites: list[Rewrite] = field(default_factory=list)
     tools: dict[str, str] = field(default_factory=dict)
+    symbolic_sources: list[dict[str, str]] = field(default_factory=list)  # {step, reason}
 
     # -- lookups -------------------------------------------------------------------------
     def step(self, step_id: str) -> Step:
@@ -212,6 +213,7 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         known = self.facts()
+        symbolic = {"symbolic_sources": self.symbolic_sources} if self.symbolic_sources else {}
         return {
             "format_version": FORMAT_VERSION,
             "planner_version": _version(),
@@ -221,6 +223,7 @@ class Plan:
             "steps": [_step_json(s, known[s.id]) for s in self.steps],
             "rewrites": [rw.record() for rw in self.rewrites],
             "summary": self.summary(),
+            **symbolic,
             "config": self.config,
         }
 

@@ -41,6 +41,10 @@ def check_plan(ir: Any, where: str, tools: str = "here") -> None:
                             "re-plan with `modelplan plan -o FILE`")
     for s in ir["steps"]:
         _check_against_declaration(s, where)
+    if tools == "here" and ir.get("symbolic_sources"):
+        raise PlanFileError(f"{where}: planned with symbolic source keys "
+                            f"({ir['symbolic_sources'][0]['reason']}), for review only; plan "
+                            "where the checkpoint can be read, without --symbolic-sources")
     ids = [s["id"] for s in ir["steps"]]
     if len(set(ids)) != len(ids):
         raise PlanFileError(f"{where}: step ids repeat ({sorted({i for i in ids if ids.count(i) > 1})}); "

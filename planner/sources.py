@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,40 @@ class DigestMemo:
             tmp.replace(self.file)
         except OSError:
             pass  # the memo is only a speed-up
+
+
+@dataclass(frozen=True)
+class Source:
+    """A model source as the planner read it. `symbolic` says why its checkpoint could not be
+    read: the digest then stands for the source's identity, not its content."""
+
+    where: Path | None
+    info: dict[str, Any]
+    digest: str
+    symbolic: str | None = None
+
+
+def read_source(model: dict[str, Any], memo: DigestMemo, symbolic: bool = False) -> Source:
+    """Locate, describe and digest a model source. symbolic: when the checkpoint cannot be read
+    here (not installed, not in the cache, not on this disk), plan with a symbolic digest of
+    its identity instead of failing (review machines have no weights)."""
+    if model["source"] == "random_init":
+        return Source(None, model_info(model, None), source_digest(model, None, memo))
+    try:
+        where = checkpoint_location(model)
+        info = model_info(model, where)
+    except ConfigError as exc:
+        if not symbolic:
+            raise
+        return Source(None, {}, symbolic_digest(model), symbolic="; ".join(exc.lines))
+    return Source(where, info, source_digest(model, where, memo))
+
+
+def symbolic_digest(model: dict[str, Any]) -> str:
+    """sha256 of what names a source (kind, package, hub id, path as written), never equal
+    to a content digest (a different preimage)."""
+    identity = {k: model[k] for k in ("source", "package", "hub_id", "path")}
+    return hashlib.sha256(b"modelplan-symbolic-source\0" + canonical_json(identity)).hexdigest()
 
 
 def source_digest(model: dict[str, Any], where: Path | None, memo: DigestMemo) -> str:

@@ -12,14 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from planner.compose import (
-    CONF_DIR,
     GROUPS,
     TIMINGS,
     check_overrides,
     compose_config,
     first_line,
     parse_overrides,
+    yaml_error,
+    yaml_mark,
 )
+from planner.conftree import PACKAGED, PRIMARY, ConfigTree
 from planner.errors import ConfigError, ModelplanError
 from planner.plan import ACTIONS, Plan, Rewrite
 
@@ -44,19 +46,29 @@ def expand(overrides: list[str]) -> list[list[str]]:
 
 class Composer:
     """compose() for many jobs. A group selection is composed once: when every chosen group
-    file is plain (no defaults list, no @package, no interpolation) it is the base config with
-    those files in place of their groups, which is what Hydra's defaults list does; otherwise
-    Hydra composes it. Value overrides are then merged into a copy of the resolved tree as
-    OmegaConf.update(merge=True) would (a value with an interpolation goes through OmegaConf).
-    tests/unit/test_sweep_plan.py checks the result equals a full compose."""
+    file is plain (no defaults list, no @package, no interpolation) and the primary config is
+    the packaged one, it is the base config with those files in place of their groups, which
+    is what Hydra's defaults list does; otherwise Hydra composes it. Value overrides are then
+    merged into a copy of the resolved tree as OmegaConf.update(merge=True) would (a value
+    with an interpolation goes through OmegaConf). tests/unit/test_sweep_plan.py checks the
+    result equals a full compose, with and without a user config dir."""
 
-    def __init__(self) -> None:
+    def __init__(self, tree: ConfigTree = PACKAGED) -> None:
+        self.tree = tree
         self.cache: dict[tuple[str, ...], dict[str, Any]] = {}
         self.composes = 0
 
     def __call__(self, overrides: list[str]) -> dict[str, Any]:
+        config = self._compose_job(overrides)
+        if not self.tree.packaged_only:
+            from planner.provenance import check_with_files
+
+            check_with_files(config, self.tree, overrides)
+        return config
+
+    def _compose_job(self, overrides: list[str]) -> dict[str, Any]:
         parsed = parse_overrides(overrides)
-        check_overrides(parsed)
+        check_overrides(parsed, self.tree)
         structural = tuple(o.input_line for o in parsed if _structural(o))
         values = [o for o in parsed if not _structural(o)]
         if any("${" in str(ov.value()) for ov in values):
@@ -70,23 +82,26 @@ class Composer:
 
     def _compose(self, structural: tuple[str, ...], parsed: list[Any]) -> dict[str, Any]:
         picks = {o.key_or_group: o.value() for o in parsed if _structural(o)}
-        if structural and all(k in GROUPS and isinstance(v, str) and _plain_group_file(k, v)
-                              for k, v in picks.items()):
+        files = {k: self.tree.find(f"{k}/{v}.yaml") if k in GROUPS and isinstance(v, str)
+                 else None for k, v in picks.items()}
+        if structural and self.tree.config_name == PRIMARY and \
+                all(f is not None and _plain_group_file(f) for f in files.values()):
             if () not in self.cache:
                 self.cache[()] = self._compose((), [])
             tree = copy.deepcopy(self.cache[()])
-            for group, option in picks.items():
-                tree[group] = copy.deepcopy(_group_tree(group, option))
+            for group, path in files.items():
+                assert path is not None
+                tree[group] = copy.deepcopy(_group_tree(path, self.tree))
             return tree
         from omegaconf import OmegaConf
 
         self.composes += 1
-        return _to_dict(OmegaConf, compose_config(list(structural)))
+        return _to_dict(OmegaConf, compose_config(list(structural), self.tree))
 
     def _through_omegaconf(self, structural: tuple[str, ...], values: list[Any]) -> dict:
         from omegaconf import OmegaConf
 
-        cfg = compose_config(list(structural))
+        cfg = compose_config(list(structural), self.tree)
         self.composes += 1
         try:
             for ov in values:
@@ -97,17 +112,22 @@ class Composer:
 
 
 @cache
-def _plain_group_file(group: str, option: str) -> bool:
-    path = CONF_DIR / group / f"{option}.yaml"
-    text = path.read_text() if path.is_file() else "defaults:"
+def _plain_group_file(path: Path) -> bool:
+    text = path.read_text()
     return "defaults:" not in text and "@package" not in text and "${" not in text
 
 
 @cache
-def _group_tree(group: str, option: str) -> dict[str, Any]:
+def _group_tree(path: Path, tree: ConfigTree) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
-    return _to_dict(OmegaConf, OmegaConf.load(CONF_DIR / group / f"{option}.yaml"))
+    try:
+        return _to_dict(OmegaConf, OmegaConf.load(path))
+    except ConfigError:
+        raise
+    except Exception as exc:  # a YAML syntax error in the file
+        raise ConfigError(yaml_error(exc, tree) if yaml_mark(exc) else
+                          f"{tree.display(path)}: {first_line(exc)}") from exc
 
 
 def _to_dict(omegaconf: Any, cfg: Any) -> dict[str, Any]:
@@ -199,25 +219,28 @@ class SweepPlan:
         }
 
 
-def plan_sweep(overrides: list[str], store: str | None = None) -> SweepPlan:
+def plan_sweep(overrides: list[str], store: str | None = None, tree: ConfigTree = PACKAGED,
+               symbolic: bool = False) -> SweepPlan:
     """Plan every job of a multirun; a job whose config is invalid fails alone."""
-    return plan_jobs(expand(overrides), store)
+    return plan_jobs(expand(overrides), store, tree=tree, symbolic=symbolic)
 
 
 def plan_jobs(job_overrides: list[list[str]], store: str | None = None,
-              first_index: int = 0) -> SweepPlan:
-    """Plan already expanded jobs (as a Hydra sweeper hands them to a launcher)."""
+              first_index: int = 0, tree: ConfigTree = PACKAGED,
+              symbolic: bool = False) -> SweepPlan:
+    """Plan already expanded jobs (as a Hydra sweeper hands them to a launcher).
+    symbolic: a model source that cannot be read gets a symbolic key (planner.sources)."""
     from planner import rules
     from planner.build import plan_for
 
-    composer = Composer()
+    composer = Composer(tree)
     jobs = [Job(first_index + i, list(ov)) for i, ov in enumerate(job_overrides)]
     for job in jobs:
         try:
             config = composer(job.overrides)
             if store:
                 config["store"]["path"] = str(Path(store).expanduser().resolve())
-            job.plan = plan_for(config)
+            job.plan = plan_for(config, symbolic=symbolic)
         except ModelplanError as exc:
             job.error = "; ".join(exc.lines)
     sweep = SweepPlan(jobs)

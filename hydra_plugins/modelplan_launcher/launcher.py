@@ -42,11 +42,13 @@ class ModelplanLauncher(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
         from planner.app import RunOptions, run_sweep
+        from planner.conftree import from_hydra
         from planner.sweep import plan_jobs
 
         assert self.config is not None
         sweep_dir = Path(self.config.hydra.sweep.dir).resolve()
-        sweep = plan_jobs([list(o) for o in job_overrides], first_index=initial_job_idx)
+        sweep = plan_jobs([list(o) for o in job_overrides], first_index=initial_job_idx,
+                          tree=from_hydra(self.config.hydra))
         if all(j.plan is None for j in sweep.jobs):  # nothing to run: every config failed
             return [_job_return({"overrides": j.overrides, "status": "failed", "record": None,
                                  "error": j.error}) for j in sweep.jobs]

@@ -71,4 +71,13 @@ def counts_line(summary: dict[str, int]) -> str:
 
 
 def summary_line(ir: dict[str, Any]) -> str:
-    return counts_line(ir["summary"])
+    return counts_line(ir["summary"]) + (" " + SYMBOLIC if ir.get("symbolic_sources") else "")
+
+
+SYMBOLIC = "Symbolic source keys: for review only, `apply` refuses this plan."
+
+
+def symbolic_notes(ir: dict[str, Any]) -> list[str]:
+    """Why a plan's source keys are symbolic, one line per source (none for a real plan)."""
+    return [f"symbolic source key for {x['step']}: {x['reason']}"
+            for x in ir.get("symbolic_sources", [])]

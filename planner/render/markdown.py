@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from planner.ops import OPS
-from planner.render.common import headline, params_line, premise_text, short, summary_line, why
+from planner.render.common import (
+    headline,
+    params_line,
+    premise_text,
+    short,
+    summary_line,
+    symbolic_notes,
+    why,
+)
 
 
 def cell(text: str) -> str:
@@ -14,6 +22,8 @@ def cell(text: str) -> str:
 
 def render(ir: dict[str, Any]) -> str:
     lines = [f"### modelplan plan — {cell(headline(ir))}", "",
+             *[f"> **Note:** {cell(n)}" for n in symbolic_notes(ir)],
+             *([""] if symbolic_notes(ir) else []),
              "| step | op | action | key | params | why |",
              "|---|---|---|---|---|---|"]
     for s in ir["steps"]:

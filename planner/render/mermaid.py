@@ -10,9 +10,13 @@ def node_id(step_id: str) -> str:
 
 
 def render(ir: dict[str, Any]) -> str:
+    symbolic = {x["step"] for x in ir.get("symbolic_sources", [])}
     lines = ["flowchart TD"]
+    lines += [f"    %% symbolic source key for {x['step']}: review only"
+              for x in ir.get("symbolic_sources", [])]
     for s in ir["steps"]:
-        lines.append(f'    {node_id(s["id"])}["{s["id"]}<br/>{s["action"]} {s["key"][:8]}"]')
+        mark = " symbolic" if s["id"] in symbolic else ""
+        lines.append(f'    {node_id(s["id"])}["{s["id"]}<br/>{s["action"]}{mark} {s["key"][:8]}"]')
     for s in ir["steps"]:
         for role, src in s["inputs"].items():
             arrow = "-.->" if s["action"] == "elided" else "-->"

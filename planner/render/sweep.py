@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.render.common import counts_line, short
+from planner.render.common import short, summary_line
 
 
 def render(sweep: dict[str, Any]) -> str:
     s = sweep["summary"]
     lines = [f"modelplan plan -m: {s['jobs']} jobs", ""]
     for job in sweep["jobs"]:
-        state = f"error: {job['error']}" if job["error"] else counts_line(job["plan"]["summary"])
+        state = f"error: {job['error']}" if job["error"] else summary_line(job["plan"])
         lines.append(f"  job {job['index']}: {' '.join(job['overrides'])}")
         lines.append(f"    {state}")
     shared = [st for st in sweep["steps"] if len(st["jobs"]) > 1]

