@@ -74,3 +74,30 @@ def _feature_extractor(model_type: str, config: Any, rate: int) -> Any:
         return cls(num_mel_bins=config.num_mel_bins, max_length=config.max_length,
                    sampling_rate=rate)
     return cls(sampling_rate=rate, do_normalize=True, return_attention_mask=False)
+
+
+def settle_batchnorm(model: Any, checkpoint: Path, samples: int = 8) -> int:
+    """Random weights with BatchNorm at its initial statistics collapse activations (a random
+    MobileViT outputs exactly 0): estimate the statistics from real photographs through the
+    model's image processor, as training would have. Returns the BatchNorm layers settled."""
+    import torch
+
+    from executors.samples import media
+
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    processor = media.image_processor(checkpoint)
+    size = image_size(model.config) or (getattr(processor, "size", None) and (
+        processor.size.get("height"), processor.size.get("width")))
+    if not norms or processor is None or not size or None in size:
+        return 0
+    channels = getattr(model.config, "num_channels", 3)
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None  # a cumulative average over the samples
+        norm.train()
+    with torch.no_grad():
+        for img in media.views("calibration")[:samples]:
+            pixels = media.pixels(img, [1, channels, *size], processor)
+            model(pixel_values=torch.from_numpy(pixels[None]))
+    model.eval()
+    return len(norms)

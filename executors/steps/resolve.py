@@ -58,7 +58,7 @@ def _random_init(ctx: StepContext) -> Path:
     import transformers
 
     from executors import torchmodel
-    from executors.preprocessors import write_preprocessor
+    from executors.preprocessors import settle_batchnorm, write_preprocessor
 
     ri = ctx.params["random_init"]
     if ri["model_type"] not in transformers.CONFIG_MAPPING:
@@ -82,8 +82,10 @@ def _random_init(ctx: StepContext) -> Path:
     torch.manual_seed(ri["seed"])
     model = cls.from_config(config) if cls.__name__.startswith("Auto") else cls(config)
     out = ctx.out / "checkpoint"
-    model.eval().save_pretrained(str(out))
+    out.mkdir()
     write_preprocessor(ri["model_type"], config, out, ri["preprocessor"])
+    settle_batchnorm(model.eval(), out)
+    model.eval().save_pretrained(str(out))
     return out
 
 

@@ -38,6 +38,14 @@ def vectors(got: np.ndarray, want: np.ndarray,
     return got.reshape(batch, -1), want.reshape(batch, -1)
 
 
+def cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Row-wise cosine; two all-zero rows agree (1.0), one all-zero row does not (0.0)."""
+    num = (got * want).sum(-1)
+    norms = np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1)
+    both_zero = ~np.any(got != 0, axis=-1) & ~np.any(want != 0, axis=-1)
+    return np.where(both_zero, 1.0, num / np.maximum(norms, np.finfo(np.float64).tiny))
+
+
 def run(ctx: StepContext) -> StepResult:
     p = ctx.params
     ref_path = ctx.input_model("reference")
@@ -48,21 +56,21 @@ def run(ctx: StepContext) -> StepResult:
     candidate = candidate_session(ctx)
     names = [o.name for o in reference.get_outputs()]
     per_output: dict[str, list[float]] = {n: [] for n in names}
-    max_abs = 0.0
+    max_abs, silent = 0.0, 0
     for i, feed in enumerate(feeds, 1):
         ctx.progress(f"  verify sample {i}/{len(feeds)}")
         valid = valid_positions(feed)
         for name, got, want in zip(names, candidate.run(names, feed), reference.run(names, feed),
                                    strict=True):
             g, w = vectors(got, want, valid)
-            num = (g * w).sum(-1)
-            den = np.linalg.norm(g, axis=-1) * np.linalg.norm(w, axis=-1)
-            per_output[name].extend((num / np.maximum(den, 1e-12)).tolist())
+            per_output[name].extend(cosines(g, w).tolist())
+            silent += int(np.sum(~np.any(w != 0, axis=-1)))
             max_abs = max(max_abs, float(np.abs(g - w).max()))
-    cosines = [c for values in per_output.values() for c in values]
-    metrics = {"cosine_mean": float(np.mean(cosines)), "cosine_min": float(np.min(cosines)),
+    every = [c for values in per_output.values() for c in values]
+    metrics = {"cosine_mean": float(np.mean(every)), "cosine_min": float(np.min(every)),
                "max_abs": max_abs, "samples": len(feeds), "threshold": p["threshold"],
-               "vectors": len(cosines), "data": samples.origin,
+               "vectors": len(every), "zero_reference_vectors": silent,
+               "data": samples.origin,
                "cosine_by_output": {n: float(np.mean(v)) for n, v in per_output.items()}}
     metrics["passed"] = metrics["cosine_mean"] >= p["threshold"]
     (ctx.out / METRICS).write_text(json.dumps(metrics, indent=2, sort_keys=True))
