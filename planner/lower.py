@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner import sources
+from planner import module_perf, sources
 from planner.keys import config_digest
 from planner.plan import Plan, Step
 from planner.storelayout import store_root
@@ -41,6 +41,7 @@ def lower(config: dict[str, Any]) -> Plan:
     steps += _quantize_and_compile(config, chain)
     deliverable = steps[-1].id
     steps += _sinks(config, deliverable, fp32, target)
+    steps += module_perf.steps(config, steps, deliverable)
     return Plan(config=config, config_digest=config_digest(config), steps=steps,
                 deliverable=deliverable)
 
@@ -50,7 +51,8 @@ def _export_and_tag(config: dict[str, Any], info: dict[str, Any], task: str | No
     inputs = ex["inputs"] or sources.derive_inputs(info, task, ex["batch_size"],
                                                    ex["sequence_length"])
     export = Step("export", "export", {"exporter": ex["exporter"], "opset": ex["opset"],
-                                       "inputs": inputs, "report": ex["report"]},
+                                       "inputs": inputs, "report": ex["report"],
+                                       "torch_modules": sorted(ex["torch_modules"])},
                   {"model": "resolve"})
     tag = Step("tag", "tag", {}, {"model": "export", "hierarchy": "export"})
     return [export, tag]
@@ -87,6 +89,7 @@ def _sinks(config: dict[str, Any], deliverable: str, fp32: str,
             {"candidate": deliverable, "reference": fp32, "source": "resolve"}))
     if perf["iterations"] > 0:
         steps.append(Step("perf", "perf", {"iterations": perf["iterations"],
-                                           "warmup": perf["warmup"], **ep},
+                                           "warmup": perf["warmup"],
+                                           "profile_runs": perf["profile_runs"], **ep},
                           {"model": deliverable}))
     return steps

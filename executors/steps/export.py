@@ -26,6 +26,7 @@ from executors.artifacts import (
 )
 from executors.base import StepContext, StepResult
 from executors.inputs import batches
+from planner.compose import did_you_mean
 
 OUTPUTS = {"feature-extraction": ["last_hidden_state"], "fill-mask": ["logits"],
            "text-classification": ["logits"], "token-classification": ["logits"],
@@ -72,8 +73,9 @@ def run(ctx: StepContext) -> StepResult:
     wrapped = wrapper(model, names, outputs)
     feed = batches(specs, 1, "verify", source=ctx.inputs["model"])[0]
     args = tuple(torch.from_numpy(feed[n]) for n in names)
+    keep = _kept_classes(ctx, model)
     with torch.no_grad():
-        scopes = hierarchy.executed_modules(model, lambda: wrapped(*args))
+        scopes, folded = hierarchy.executed_modules(model, lambda: wrapped(*args), keep)
         expected = wrapped(*args)
     path = ctx.out / MODEL
     ctx.progress(f"exporting with {ctx.params['exporter']}, opset {ctx.params['opset']}")
@@ -84,7 +86,8 @@ def run(ctx: StepContext) -> StepResult:
     set_meta(onnx_model, "winml.io.inputs", json.dumps(specs, sort_keys=True))
     set_meta(onnx_model, "winml.io.outputs", json.dumps(out_specs, sort_keys=True))
     root = scopes.get("", f"/{type(model).__name__}")
-    meta = hierarchy.sidecar([n.name for n in onnx_model.graph.node], scopes, WRAPPER_PREFIX, root)
+    meta = hierarchy.sidecar([n.name for n in onnx_model.graph.node], scopes, WRAPPER_PREFIX, root,
+                             folded)
     save(onnx_model, path)
     (ctx.out / SIDECAR).write_text(json.dumps(meta, indent=1, sort_keys=True))
     if ctx.params["report"]:
@@ -93,6 +96,21 @@ def run(ctx: StepContext) -> StepResult:
     return StepResult(metrics={"nodes": meta["coverage"]["nodes"], "coverage": meta["coverage"],
                                "traced_modules": len(meta["traced_modules"]),
                                "max_abs_vs_torch": max_abs})
+
+
+def _kept_classes(ctx: StepContext, model: Any) -> frozenset[str]:
+    """export.torch_modules, each checked to be a module class of this model."""
+    keep = ctx.params["torch_modules"]
+    unknown = hierarchy.unknown_classes(model, keep)
+    if unknown:
+        have = sorted({type(m).__name__ for m in model.modules()
+                       if hierarchy.inlined(m, frozenset())})
+        hint = did_you_mean(unknown[0], have)
+        raise ctx.fail(f"export.torch_modules: {', '.join(map(repr, unknown))} "
+                       f"{'is' if len(unknown) == 1 else 'are'} not a module class of "
+                       f"{type(model).__name__}{hint}",
+                       f"name classes it inlines: {', '.join(have) or 'none'}")
+    return frozenset(keep)
 
 
 def _export(ctx: StepContext, wrapped: Any, args: tuple, names: list[str],

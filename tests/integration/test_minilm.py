@@ -14,7 +14,9 @@ def test_minilm_export_normalize_tag(tmp_path: Path) -> None:
     assert code == 0, err
     export = step(record, "export")["metrics"]
     assert export["max_abs_vs_torch"] <= 1e-4
-    assert export["coverage"]["percent"] == 100.0 and export["traced_modules"] > 50
+    # root, embeddings, encoder, pooler and 7 modules in each of 6 layers; torch.nn's own
+    # classes (Linear, LayerNorm, Dropout, ...) are inlined into them
+    assert export["coverage"]["percent"] == 100.0 and export["traced_modules"] == 46
     final = Path(record["published"]["model.onnx"])
     assert final.stat().st_size > 80e6  # real weights, not a stub
     assert problems(final, tagged=True) == []

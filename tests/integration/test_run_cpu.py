@@ -104,8 +104,9 @@ def test_apply_runs_a_saved_plan_and_refuses_a_tampered_one(cpu_run: dict[str, A
     bad.write_text(json.dumps(ir))
     refused = run_cli("apply", str(bad), "--store", store)
     assert refused.returncode == 2
-    assert "has params ['_target_', 'exporter', 'inputs', 'opset', 'report'], but export " \
-           "declares ['exporter', 'inputs', 'opset', 'report']" in refused.stderr
+    assert "has params ['_target_', 'exporter', 'inputs', 'opset', 'report', 'torch_modules'], " \
+           "but export declares ['exporter', 'inputs', 'opset', 'report', 'torch_modules']" \
+           in refused.stderr
 
 
 def test_apply_rejects_non_plans(tmp_path: Path) -> None:
