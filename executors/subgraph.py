@@ -12,6 +12,7 @@ Q/DQ), the caller supplies them from the tensor's value on a sample input.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -118,6 +119,7 @@ def build(model: onnx.ModelProto, c: Cut,
     body = helper.make_graph(
         nodes, c.tag, [_info(x, infos) for x in c.inputs], [_info(x, infos) for x in c.outputs],
         [inits[x] for x in sorted(used & set(inits))])
+    _rename_generated(body)
     piece = helper.make_model(body, opset_imports=list(model.opset_import),
                               ir_version=model.ir_version, functions=list(model.functions))
     for p in model.metadata_props:
@@ -125,6 +127,22 @@ def build(model: onnx.ModelProto, c: Cut,
             piece.metadata_props.add(key=p.key, value=p.value)
     piece.metadata_props.add(key=PIECE_KEY, value=c.tag)
     return piece
+
+
+GENERATED = re.compile(r"_token_\d+$")
+
+
+def _rename_generated(graph: onnx.GraphProto) -> None:
+    """Rename initializers named the way ONNX Runtime names what its optimizers create
+    (`<name>_token_<n>`): ORT 1.32 can generate the same name again in a piece and then fails
+    ("Attempt to replace the existing tensor")."""
+    renamed = {i.name: f"{i.name}_kept" for i in graph.initializer if GENERATED.search(i.name)}
+    for init in graph.initializer:
+        init.name = renamed.get(init.name, init.name)
+    for node in graph.node:
+        for k, x in enumerate(node.input):
+            if x in renamed:
+                node.input[k] = renamed[x]
 
 
 def constant_tensors(graph: onnx.GraphProto) -> set[str]:

@@ -41,7 +41,8 @@ def compile_model(ctx: StepContext, src_dir: Path, out_dir: Path) -> dict[str, i
     src, out = src_dir / MODEL, out_dir / MODEL
     configs = {"ep.context_enable": "1", "ep.context_file_path": str(out),
                "ep.context_embed_mode": "1" if p["embed_context"] else "0"}
-    ctx.progress(f"  compiling for {p['target']} (cpu fallback {'on' if p['cpu_fallback'] else 'off'})")
+    fallback = "on" if p["cpu_fallback"] else "off"
+    ctx.progress(f"  compiling for {p['target']} (cpu fallback {fallback})")
     try:
         with qnn.native_log() as log:
             so = qnn.session_options(p["ep"], p["backend"], p["provider_options"],
