@@ -43,23 +43,25 @@ def step(record: dict[str, Any], step_id: str) -> dict[str, Any]:
 
 
 def profile_lines(record: dict[str, Any]) -> list[str]:
-    from planner.render.modules import by_step, tree_text
+    from planner.render.modules import by_step, class_text, tree_text
 
     perf = step(record, "perf")["metrics"]
     prof = perf["profile"]
     rows = by_step(record)["perf"]
     root = rows[0]
+    share = 100 * root["ms"] / prof["total_ms"]
+    of_latency = 100 * root["ms"] / perf["latency_ms_median"]
     lines = [f"  profile: {prof['source']}, {prof['runs']} runs",
              f"  measured total (profiled runs)     {prof['total_ms']:9.3f} ms per run",
-             f"  per-module sum (root module)       {root['ms']:9.3f} ms  "
-             f"({100 * root['ms'] / prof['total_ms']:.1f} % of the total; goal within 10 %)",
-             f"  unprofiled median latency          {perf['latency_ms_median']:9.3f} ms  "
-             f"(sum is {100 * root['ms'] / perf['latency_ms_median']:.1f} % of it)",
+             f"  per-module sum (root module)       {root['ms']:9.3f} ms  ({share:.1f} % of the "
+             + "total; goal within 10 %)",
+             f"  unprofiled median latency          {perf['latency_ms_median']:9.3f} ms  (sum "
+             + f"is {of_latency:.1f} % of it)",
              f"  mapped by (% of total)             {prof['mapped_by_percent']}"]
     if "total_cycles" in prof:
         lines.insert(2, f"  HTP ops profiled                   {prof['ops']} "
                         f"({prof['total_cycles'] / 1e6:.2f} Mcycles per run)")
-    return lines + ["", *tree_text(rows, 12)]
+    return lines + ["", *tree_text(rows, 12), "", *class_text(rows)]
 
 
 def alone_lines(record: dict[str, Any]) -> list[str]:
@@ -97,7 +99,7 @@ def main() -> None:
         htp = run([*HTP, MODULE], store, outputs)
         print(f"\nMiniLM, QNN HTP (simulator), w8a16 per-channel, {MODULE}")
         print("\n".join(profile_lines(htp)))
-        print("")
+        print()
         print("\n".join(alone_lines(htp)))
         print(f"  steps: {walls(htp, ['extract', 'compile_module', 'perf', 'perf_module'])}")
         plain = run([*HTP, "perf.profile_runs=0"], store, outputs)

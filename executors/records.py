@@ -53,8 +53,10 @@ def lift_modules(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     of the step that measured them: one table for reports and diffs."""
     rows = []
     for s in steps:
-        for row in s["metrics"].pop("modules", None) or []:
-            rows.append({"step": s["id"], **row})
+        # a new dict: a sweep's jobs share the metrics of the steps they share
+        metrics, s["metrics"] = s["metrics"], {k: v for k, v in s["metrics"].items()
+                                               if k != "modules"}
+        rows += [{"step": s["id"], **row} for row in metrics.get("modules") or []]
     return rows
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-TOP = 15  # modules shown under a run's table; `modelplan report` shows them all
+TOP = 15      # modules shown under a run's table; `modelplan report` shows them all
+CLASSES = 8   # module classes in the by-class summary
 SOURCES = {"onnxruntime-cpu": "ONNX Runtime profiler", "qnn-htp": "QNN EP profiling, HTP cycles"}
 
 
@@ -79,6 +80,34 @@ def tree_text(rows: list[dict[str, Any]], limit: int | None = TOP) -> list[str]:
     return lines
 
 
+def by_class(rows: list[dict[str, Any]], limit: int = CLASSES) -> list[dict[str, Any]]:
+    """Time per module class (instances summed, a class inside itself counted once), slowest
+    first, the root left out: which kind of module the time goes to."""
+    totals: dict[str, dict[str, Any]] = {}
+    base = min(r["depth"] for r in rows)
+    for r in rows:
+        if r["depth"] == base:
+            continue
+        name = _class(r["tag"])
+        if any(_class(t) == name for t in _ancestors(r["tag"])):
+            continue
+        entry = totals.setdefault(name, {"class": name, "count": 0, "ms": 0.0, "percent": 0.0})
+        entry["count"] += 1
+        entry["ms"] += r["ms"]
+        entry["percent"] += r.get("percent") or 0.0
+    return sorted(totals.values(), key=lambda e: -e["ms"])[:limit]
+
+
+def _class(tag: str) -> str:
+    return tag.rsplit("/", 1)[-1].partition(".")[0]
+
+
+def class_text(rows: list[dict[str, Any]]) -> list[str]:
+    cells = [(e["class"], str(e["count"]), f"{e['ms']:.3f}", f"{e['percent']:.1f}")
+             for e in by_class(rows)]
+    return _columns([("by class", "modules", "ms", "%"), *cells]) if cells else []
+
+
 def alone_text(rows: list[dict[str, Any]]) -> list[str]:
     cells = [(r["tag"], str(r["nodes"]), _number(r["ms"], ".3f"), _number(r.get("p90_ms"), ".3f"),
               f"{r.get('nodes_on_ep', '-')}/{r.get('nodes_total', '-')}") for r in rows]
@@ -107,7 +136,8 @@ def sections(record: dict[str, Any], limit: int | None,
                      f"perf.module={module})")
             out += render(title, alone_text(rows))
         else:
-            out += render(f"Where the time goes: {headline(step)}", tree_text(rows, limit))
+            out += render(f"Where the time goes: {headline(step)}",
+                          [*tree_text(rows, limit), "", *class_text(rows)])
     return out
 
 
@@ -142,4 +172,7 @@ def markdown(record: dict[str, Any]) -> list[str]:
         out += [f"| {'&emsp;' * (r['depth'] - base)}`{label(r, r['depth'] == base)}` | "
                 f"{r['nodes']} | {_number(r['ms'], '.3f')} | {_number(r.get('percent'), '.1f')} |"
                 for r in rows]
+        out += ["", "| module class | modules | ms | % |", "|---|---:|---:|---:|"]
+        out += [f"| `{e['class']}` | {e['count']} | {e['ms']:.3f} | {e['percent']:.1f} |"
+                for e in by_class(rows)]
     return out

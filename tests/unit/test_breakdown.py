@@ -133,3 +133,17 @@ def test_kernel_times_are_averaged_over_the_runs_after_warm_up() -> None:
     assert per_node == pytest.approx({"a": 0.005, "b": 0.007})
     assert P.nodes_by_ep(events, "cpu") == {"nodes_total": 2, "nodes_on_ep": 2,
                                             "nodes_by_ep": {"CPUExecutionProvider": 2}}
+
+
+def test_rows_move_to_the_record_and_shared_metrics_stay_whole() -> None:
+    from executors.records import lift_modules, step_record
+
+    shared = {"latency_ms_median": 1.0, "modules": [{"tag": "/M", "depth": 1, "nodes": 2,
+                                                     "ms": 1.0}]}
+    plan_step = {"id": "perf", "op": "perf", "action": "run"}
+    jobs = [[step_record(plan_step, "0" * 64, metrics=shared)] for _ in range(2)]
+    for steps in jobs:  # two sweep jobs that share one perf step
+        assert lift_modules(steps) == [{"step": "perf", "tag": "/M", "depth": 1, "nodes": 2,
+                                        "ms": 1.0}]
+        assert steps[0]["metrics"] == {"latency_ms_median": 1.0}
+    assert "modules" in shared
