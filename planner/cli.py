@@ -306,16 +306,7 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
     sp.add_argument("plan", metavar="PLAN.json")
     running(sp)
 
-    sp = add("diff", "what changes between two saved plans, or two run records (latency per "
-             "perf step and per module)")
-    sp.add_argument("a", metavar="OLD.json")
-    sp.add_argument("b", metavar="NEW.json")
-    sp.add_argument("--format", choices=["text", "md", "json"], default="text")
-
-    sp = add("report", "a run record's steps and where the time goes, per module")
-    sp.add_argument("record", metavar="RUN.json")
-    sp.add_argument("--format", choices=["text", "md", "json"], default="text")
-
+    _review_commands(add)
     sp = add("config", "print the resolved, validated config", overrides=True)
     sp.add_argument("--json", action="store_true", help="print JSON instead of YAML")
     if plugins:
@@ -323,6 +314,18 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
 
         add_plugin_commands(sub, common)
     return p
+
+
+def _review_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
+    """The commands that read saved plans and run records: diff, report."""
+    sp = add("diff", "what changes between two saved plans, or two run records (latency per "
+             "perf step and per module)")
+    sp.add_argument("a", metavar="OLD.json")
+    sp.add_argument("b", metavar="NEW.json")
+    sp.add_argument("--format", choices=["text", "md", "json"], default="text")
+    sp = add("report", "a run record's steps and where the time goes, per module")
+    sp.add_argument("record", metavar="RUN.json")
+    sp.add_argument("--format", choices=["text", "md", "json"], default="text")
 
 
 def _needs_plugins(argv: list[str]) -> bool:
