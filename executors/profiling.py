@@ -38,6 +38,7 @@ def profile(ep: str, backend: str | None, provider_options: dict[str, Any], mode
     runs > 0 `profile` (what was measured, the total, coverage) and `modules` (one row per
     module)."""
     work.mkdir(parents=True, exist_ok=True)
+    (work.parent / QNN_CSV).unlink(missing_ok=True)  # never leave an older run's figures
     options = {**provider_options, **QNN_PROFILE, "profiling_file_path": str(work / QNN_CSV)} \
         if ep == "qnn" and runs else provider_options
     so = qnn.session_options(ep, backend, options, cpu_fallback=ep == "cpu")
@@ -57,6 +58,10 @@ def profile(ep: str, backend: str | None, provider_options: dict[str, Any], mode
     if runs:
         out.update(_qnn(work / QNN_CSV, model, warmup) if ep == "qnn" else
                    _cpu(events, work / "optimized.onnx", model, warmup))
+        elsewhere = out["nodes_total"] - out["nodes_on_ep"]
+        if ep == "qnn" and elsewhere:  # CPU fallback nodes are not in the EP's own profile
+            out["profile"]["note"] += (f"; {elsewhere} node(s) ran on other EPs and are not "
+                                       "in it")
     if (work / QNN_CSV).is_file():  # the EP's own figures, kept beside the metrics
         (work / QNN_CSV).replace(work.parent / QNN_CSV)
     shutil.rmtree(work, ignore_errors=True)

@@ -127,6 +127,9 @@ def test_diff_of_two_runs_shows_the_per_module_change(cpu: dict[str, Any],
     assert "perf_module  /BertModel/BertEncoder/BertLayer.0/BertAttention" in text.stdout
     last = text.stdout.rstrip().splitlines()[-1]
     assert last.startswith("Diff: 1 perf step(s), 19 module row(s)")
+    md = run_cli("diff", str(old), str(new), "--format", "md")
+    assert md.stdout.startswith("### modelplan diff of two runs")
+    assert "| `perf` | `/BertModel` |" in md.stdout
     data = json.loads(run_cli("diff", str(old), str(new), "--format", "json").stdout)
     root = next(m for m in data["modules"] if m["step"] == "perf" and m["tag"] == "/BertModel")
     assert root["delta_ms"] == pytest.approx(root["new_ms"] - root["old_ms"], abs=1e-5)
