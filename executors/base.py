@@ -25,6 +25,7 @@ from typing import Any
 from executors.artifacts import MODEL, SOURCE, problems, read_facts, stamp_file
 from executors.checkers import Artifact, unmet_carried, unmet_ensures
 from executors.monitor import StepMonitor
+from executors.pieces import model_dirs
 from executors.store import Store
 from planner import facts as F
 from planner.errors import StepError
@@ -85,7 +86,9 @@ def implementation(name: str) -> Callable[[StepContext], StepResult]:
 
 
 def stamped_facts(path: Path) -> F.Facts:
-    """The facts stamped into a step's output (its model, or its source description)."""
+    """The facts stamped into a step's output (its model, or its source description; for a
+    set of pieces, the first piece: the step wrapper stamps them alike)."""
+    path = model_dirs(path)[0]
     raw = read_facts(path / MODEL) if (path / MODEL).is_file() else \
         json.loads((path / SOURCE).read_text()).get("facts") if (path / SOURCE).is_file() \
         else None
@@ -112,15 +115,16 @@ def apply_step(ctx: StepContext) -> StepResult:
                            req.fix or "re-plan: the store holds an input the plan did not expect")
     result = implementation(op.name)(ctx)
     if not op.has(Trait.SINK):
-        _observe_and_stamp(ctx, given.get(op.chain_role, {}))
+        for out in model_dirs(ctx.out):
+            _observe_and_stamp(ctx, given.get(op.chain_role, {}), out)
     (ctx.out / RESULT).write_text(json.dumps({"metrics": result.metrics}, indent=2,
                                              sort_keys=True))
     return result
 
 
-def _observe_and_stamp(ctx: StepContext, given: F.Facts) -> None:
+def _observe_and_stamp(ctx: StepContext, given: F.Facts, out: Path) -> None:
     op, params = ctx.op, ctx.params
-    artifact = Artifact(ctx.out)
+    artifact = Artifact(out)
     unmet = unmet_ensures(op, params, artifact)
     if unmet:
         raise ctx.fail(f"its output does not satisfy {unmet[0]}", BUG)
@@ -130,14 +134,15 @@ def _observe_and_stamp(ctx: StepContext, given: F.Facts) -> None:
     if lost:
         raise ctx.fail(f"its output no longer has {lost[0]}, which {op.name} is declared to "
                        "keep from its input", BUG)
-    stamp_file(ctx.out, F.to_json(facts), ctx.id, ctx.step["key"])
-    model = ctx.out / MODEL
+    stamp_file(out, F.to_json(facts), ctx.id, ctx.step["key"])
+    model = out / MODEL
     if model.is_file():
         found = problems(model, tagged=False)  # tags were observed above
         if found:
             user_file = op.has(Trait.SOURCE)
+            what = "its output" if out == ctx.out else f"its output {out.name}"
             raise ctx.fail(
-                f"{'the ONNX file' if user_file else 'its output'} fails validation: {found[0]}"
+                f"{'the ONNX file' if user_file else what} fails validation: {found[0]}"
                 + (f" (+{len(found) - 1} more)" if len(found) > 1 else ""),
                 "fix or re-export the ONNX file" if user_file else BUG,
                 where=params.get("path") if user_file else None)

@@ -1,9 +1,11 @@
 """Module hierarchy tags: which torch modules ran, and which module each ONNX node belongs to.
 
 A tag is the class path of a module, e.g. `/BertModel/BertEncoder/BertLayer.0/BertAttention`
-(container lists are folded into an index on their element). Nodes are matched by their
-name scope: the module itself (direct), its nearest executed ancestor (parent), or the
-root module (root), so coverage is always 100 %.
+(container lists are folded into an index on their element). torch.nn's own leaf classes
+(Linear, LayerNorm, Dropout, ...) are inlined into the module that calls them unless the
+export keeps them (`export.torch_modules`). Nodes are matched by their name scope: the module
+itself (direct), its nearest kept ancestor (parent), or the root module (root), so coverage
+is always 100 %.
 """
 
 from __future__ import annotations
@@ -33,18 +35,36 @@ def class_paths(model: Any) -> dict[str, str]:
     return out
 
 
-def executed_modules(model: Any, run: Callable[[], Any]) -> dict[str, str]:
-    """attr path -> class path of every module whose forward ran during `run()`."""
+def inlined(module: Any, keep: frozenset[str] | set[str]) -> bool:
+    """torch.nn's own leaf classes are folded into their caller, unless kept by class name."""
+    cls = type(module)
+    return cls.__module__.startswith("torch.nn.") and next(module.children(), None) is None \
+        and cls.__name__ not in keep
+
+
+def executed_modules(model: Any, run: Callable[[], Any],
+                     keep: frozenset[str] = frozenset()) -> tuple[dict[str, str], list[str]]:
+    """(attr path -> class path of every kept module whose forward ran during `run()`,
+    the class names of the modules that ran but were inlined into their caller)."""
     paths = class_paths(model)
+    modules = dict(model.named_modules())
     ran: set[str] = set()
     handles = [m.register_forward_pre_hook(lambda _m, _a, name=name: ran.add(name))
-               for name, m in model.named_modules()]
+               for name, m in modules.items()]
     try:
         run()
     finally:
         for h in handles:
             h.remove()
-    return {name: paths[name] for name in sorted(ran)}
+    folded = {name for name in ran if name and inlined(modules[name], keep)}
+    return ({name: paths[name] for name in sorted(ran - folded)},
+            sorted({type(modules[name]).__name__ for name in folded}))
+
+
+def unknown_classes(model: Any, names: list[str]) -> list[str]:
+    """The names in `names` that are not the class of any module of `model`."""
+    have = {type(m).__name__ for m in model.modules()}
+    return [n for n in names if n not in have]
 
 
 def rebase(scopes: dict[str, str], base: str) -> dict[str, str]:
@@ -84,8 +104,9 @@ def match(scope: str | None, scopes: dict[str, str], root: str) -> tuple[str, st
 
 
 def sidecar(node_names: list[str], scopes: dict[str, str], prefix: str,
-            root: str) -> dict[str, Any]:
-    """The export sidecar: node -> tag, the traced modules, and coverage statistics."""
+            root: str, folded: list[str] = ()) -> dict[str, Any]:
+    """The export sidecar: node -> tag, the traced modules (and the classes inlined into
+    them), and coverage statistics."""
     nodes = {}
     for name in node_names:
         tag, how = match(scope_of(name, prefix), scopes, root)
@@ -94,7 +115,8 @@ def sidecar(node_names: list[str], scopes: dict[str, str], prefix: str,
     total = len(nodes)
     return {
         "format_version": 1, "root": root, "prefix": prefix, "scopes": scopes,
-        "traced_modules": sorted(set(scopes.values())), "nodes": nodes,
+        "traced_modules": sorted(set(scopes.values())), "inlined_classes": list(folded),
+        "nodes": nodes,
         "coverage": {"nodes": total, **{k: counts.get(k, 0) for k in ("direct", "parent", "root")},
                      "percent": 100.0 if total else 0.0},
     }
@@ -107,6 +129,12 @@ def common_tag(tags: list[str]) -> str | None:
     split = [t.split("/") for t in tags]
     common = os.path.commonprefix(split)
     return "/".join(common) if len(common) > 1 else None
+
+
+def prefixes(tag: str) -> list[str]:
+    """A tag and its ancestors, outermost first: "/A/B.0/C" -> ["/A", "/A/B.0", "/A/B.0/C"]."""
+    parts = tag.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
 def depth(tag: str) -> int:

@@ -50,15 +50,16 @@ def hierarchy_counts(described: dict[str, Any], config: dict[str, Any]) -> dict[
             feed = Samples(spec["inputs"], "perf").feeds(1)[0]
             args = tuple(torch.from_numpy(feed[n]) for n in names)
             with torch.no_grad():
+                scopes, folded = hierarchy.executed_modules(
+                    model, lambda m=module, a=args: m(*a), frozenset(ex["torch_modules"]))
                 scopes = hierarchy.rebase(
-                    hierarchy.executed_modules(model, lambda m=module, a=args: m(*a)),
-                    torchmodel.traced_base(model, None if graph == "model" else graph))
+                    scopes, torchmodel.traced_base(model, None if graph == "model" else graph))
             path = Path(tmp) / f"{graph}.onnx"
             export_graph(module, args, names, spec["outputs"], path, ex["exporter"], ex["opset"])
             import onnx
 
             nodes = [n.name for n in onnx.load(str(path), load_external_data=False).graph.node]
             root = scopes.get("", f"/{type(model).__name__}")
-            meta = hierarchy.sidecar(nodes, scopes, torchmodel.WRAPPER_PREFIX, root)
+            meta = hierarchy.sidecar(nodes, scopes, torchmodel.WRAPPER_PREFIX, root, folded)
             out[graph] = dict(sorted(Counter(v["tag"] for v in meta["nodes"].values()).items()))
     return out

@@ -48,19 +48,32 @@ def first_error(steps: list[dict[str, Any]]) -> dict[str, str] | None:
     return None
 
 
+def lift_modules(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The per-module rows steps measured (metrics `modules`), moved to the record with the id
+    of the step that measured them: one table for reports and diffs."""
+    rows = []
+    for s in steps:
+        # a new dict: a sweep's jobs share the metrics of the steps they share
+        metrics, s["metrics"] = s["metrics"], {k: v for k, v in s["metrics"].items()
+                                               if k != "modules"}
+        rows += [{"step": s["id"], **row} for row in metrics.get("modules") or []]
+    return rows
+
+
 def run_record(ir: dict[str, Any], steps: list[dict[str, Any]], *, executor: str,
                store: Path, started: float, wall_s: float, overrides: list[str],
                deliverable: str, outputs_dir: Path | None,
                job: int | None = None) -> dict[str, Any]:
     """The record of one plan's run. `started` is an epoch time; `job` a sweep job's index."""
     error = first_error(steps)
+    modules = lift_modules(steps)
     record = {
         "format_version": FORMAT_VERSION, "run_id": new_run_id(),
         "status": "failed" if error else "ok", "started": timestamp(started),
         "wall_s": round(wall_s, 3), "executor": executor, "store": str(store),
         "config_digest": ir["config_digest"], "overrides": list(overrides),
         "deliverable": deliverable, "outputs_dir": str(outputs_dir) if outputs_dir else None,
-        "steps": steps, "error": error,
+        "steps": steps, "error": error, "modules": modules,
     }
     if job is not None:
         record["job"] = job

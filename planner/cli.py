@@ -116,8 +116,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
         config_tree(args)
         return diff_rev(args)
     if len(args.overrides) != 2 or args.multirun or args.config_dir or args.config_name:
-        raise UsageError("diff: give two saved plans (OLD.json NEW.json), or --rev BASE and "
-                         "overrides to plan a git revision against the working tree")
+        raise UsageError("diff: give two saved plans or run records (OLD.json NEW.json), or "
+                         "--rev BASE and overrides to plan a git revision against the working "
+                         "tree")
+    args.a, args.b = args.overrides
     from planner.diff import diff, render_md, render_text
     from planner.errors import PlanFileError
     from planner.planfile import check_plan
@@ -129,14 +131,50 @@ def cmd_diff(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             raise PlanFileError(f"{path}: not a readable plan ({exc}); write one with "
                                 "`modelplan plan --format json -o FILE`") from exc
-        check_plan(ir, path, tools="plan")  # an edited plan would make the diff a lie
         plans.append(ir)
+    if _diff_runs(args, plans):
+        return 0
+    for path, ir in zip((args.a, args.b), plans, strict=True):
+        check_plan(ir, path, tools="plan")  # an edited plan would make the diff a lie
     d = diff(*plans)
     out = {"text": render_text, "md": render_md}.get(args.format)
     from planner.cli_review import emit
 
     emit(out(d) if out else json.dumps(d, indent=2) + "\n", args.output,
          f"Diff written to {args.output} ({args.format}).")
+    return 0
+
+
+def _diff_runs(args: argparse.Namespace, docs: list[Any]) -> bool:
+    """Diff two run records (True), or leave two plans to the plan diff (False)."""
+    from planner import rundiff
+
+    runs = [rundiff.is_run_record(d) for d in docs]
+    if not any(runs):
+        return False
+    if not all(runs):
+        raise UsageError(f"{args.a if runs[0] else args.b} is a run record and "
+                         f"{args.b if runs[0] else args.a} is not; diff two plans or two run "
+                         "records")
+    for path, doc in zip((args.a, args.b), docs, strict=True):
+        rundiff.check_record(doc, path)
+    d = rundiff.diff(*docs)
+    render = {"text": rundiff.render_text, "md": rundiff.render_md}.get(args.format)
+    sys.stdout.write(render(d) if render else json.dumps(d, indent=2) + "\n")
+    return True
+
+
+@command
+def cmd_report(args: argparse.Namespace) -> int:
+    from planner import rundiff
+    from planner.render.run import markdown, table
+
+    record = rundiff.load_record(args.record)
+    if args.format == "json":
+        print(json.dumps({"run_id": record["run_id"], "modules": record.get("modules", [])},
+                         indent=2))
+    else:
+        sys.stdout.write(markdown(record) if args.format == "md" else table(record, None))
     return 0
 
 
@@ -214,7 +252,7 @@ def _options(args: argparse.Namespace) -> Any:
 
 def _execute(ir: dict[str, Any], args: argparse.Namespace, overrides: list[str]) -> int:
     from planner.app import run_plan
-    from planner.render.run import table
+    from planner.render.run import markdown, table
 
     name = args.name or run_name(ir["config"])
     if not name or "/" in name or name in (".", "..") or name.startswith("."):
@@ -225,7 +263,7 @@ def _execute(ir: dict[str, Any], args: argparse.Namespace, overrides: list[str])
     if args.json:
         print(json.dumps(record, indent=2))
     else:
-        sys.stdout.write(table(record))
+        sys.stdout.write(markdown(record) if args.format == "md" else table(record))
     if record["error"]:
         print(f"modelplan: error: {record['error']['message']}", file=sys.stderr)
         return 1
@@ -308,6 +346,8 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
                         help="where stable copies of the results go (default: ./outputs)")
         sp.add_argument("--name", help="run name under --outputs (default: model-quant-target)")
         sp.add_argument("--json", action="store_true", help="print the run record as JSON")
+        sp.add_argument("--format", choices=["text", "md"], default="text",
+                        help="the run's table and modules as text, or Markdown for a pull request")
         sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
     sp = add("plan", "print the plan without running anything", overrides=True)
@@ -333,8 +373,9 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
     sp.add_argument("plan", metavar="PLAN.json")
     running(sp)
 
-    sp = add("diff", "what changes between two saved plans, or between a git revision's "
-             "configs and the working tree's (--rev)", overrides=True)
+    sp = add("diff", "what changes between two saved plans or two run records (latency per "
+             "perf step and module), or between a git revision's configs and the working "
+             "tree's (--rev)", overrides=True)
     sp.add_argument("--rev", metavar="BASE", help="plan the config dirs as they are at git "
                     "revision BASE and as they are in the working tree, and diff the plans; "
                     "positional arguments are then overrides")
@@ -342,6 +383,10 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
                     help="with --rev: diff every job of a sweep")
     sp.add_argument("--format", choices=["text", "md", "json"], default="text")
     sp.add_argument("-o", "--output", metavar="FILE", help="write the diff to FILE")
+
+    sp = add("report", "a run record's steps and where the time goes, per module")
+    sp.add_argument("record", metavar="RUN.json")
+    sp.add_argument("--format", choices=["text", "md", "json"], default="text")
 
     sp = add("inspect", "what a model is and what its build exports, without exporting",
              overrides=True)

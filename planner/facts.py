@@ -25,6 +25,7 @@ KILLED_BY: dict[Trait, tuple[FactName, ...]] = {
     Trait.FOLDS_CONSTANTS: (N.LEGAL_FOR,),
     Trait.CHANGES_OPSET: (N.OPSET,),
     Trait.ENCAPSULATES: (N.TAGGED,),  # tags stay on the QDQ graph the context was built from
+    Trait.CUTS_GRAPH: (N.IO_SPECS,),    # its inputs are the cut's boundary, not the export's
 }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner import sources, specs
+from planner import module_perf, sources, specs
 from planner import tasks as T
 from planner.keys import config_digest
 from planner.plan import Plan, Step, graph_step_id
@@ -77,10 +77,8 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
     steps = [resolve]
     finals: dict[str, str] = {}
     for graph, spec in known["graphs"].items():
-        chain = _chain(config, graph, spec)
+        chain, finals[graph] = _chain(config, graph, spec)
         steps += chain
-        deliverable = next(s for s in reversed(chain) if s.op not in ("verify", "perf"))
-        finals[graph] = deliverable.id
     if len(finals) > 1:
         bundle = Step("bundle", "bundle", {"graphs": list(finals)}, dict(finals))
         steps.append(bundle)
@@ -93,9 +91,10 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
                 deliverable=deliverable_id, symbolic_sources=symbolic_sources)
 
 
-def _chain(config: dict[str, Any], graph: str, spec: dict[str, Any] | None) -> list[Step]:
-    """One graph's steps: export and tag (for a torch source), normalize, optimize, quantize,
-    compile, and the verify and perf sinks."""
+def _chain(config: dict[str, Any], graph: str,
+           spec: dict[str, Any] | None) -> tuple[list[Step], str]:
+    """One graph's steps (export and tag for a torch source, normalize, optimize, quantize,
+    compile, the verify and perf sinks, perf.module's steps) and its deliverable's id."""
     def sid(op: str) -> str:
         return graph_step_id(graph, op)
 
@@ -106,7 +105,8 @@ def _chain(config: dict[str, Any], graph: str, spec: dict[str, Any] | None) -> l
         steps.append(Step(sid("export"), "export", {
             "exporter": ex["exporter"], "opset": ex["opset"],
             "graph": None if graph == "model" else graph, "inputs": spec["inputs"],
-            "outputs": spec["outputs"], "hierarchy": ex["hierarchy"], "report": ex["report"]},
+            "outputs": spec["outputs"], "hierarchy": ex["hierarchy"], "report": ex["report"],
+            "torch_modules": sorted(ex["torch_modules"])},
             {"model": "resolve"}))
         chain = sid("export")
         if ex["hierarchy"]:
@@ -118,7 +118,8 @@ def _chain(config: dict[str, Any], graph: str, spec: dict[str, Any] | None) -> l
     fp32 = chain = sid("optimize")
     steps += _quantize_and_compile(config, chain, sid)
     deliverable = steps[-1].id
-    return steps + _sinks(config, deliverable, fp32, sid)
+    steps += _sinks(config, deliverable, fp32, sid)
+    return steps + module_perf.steps(config, steps, deliverable, sid), deliverable
 
 
 def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any) -> list[Step]:
@@ -161,6 +162,7 @@ def _sinks(config: dict[str, Any], deliverable: str, fp32: str, sid: Any) -> lis
             {"candidate": deliverable, "reference": fp32, "source": "resolve"}))
     if perf["iterations"] > 0:
         steps.append(Step(sid("perf"), "perf", {"iterations": perf["iterations"],
-                                                "warmup": perf["warmup"], **ep},
+                                                "warmup": perf["warmup"],
+                                                "profile_runs": perf["profile_runs"], **ep},
                           {"model": deliverable}))
     return steps

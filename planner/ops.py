@@ -28,6 +28,7 @@ class Trait(StrEnum):
     ENCAPSULATES = "encapsulates"                # wraps the graph in an opaque EP context
     SINK = "sink"                                # produces results, not a model
     NOT_CACHEABLE = "not_cacheable"              # measures this machine: always runs
+    CUTS_GRAPH = "cuts_graph"                    # keeps a part of the graph: new inputs, outputs
 
 
 class FactName(StrEnum):
@@ -135,8 +136,9 @@ OPS: dict[str, Op] = {op.name: op for op in (
                 Ensure(N.MODEL_CLASS, Param("model_class"))),
        traits=frozenset({T.SOURCE}),
        tools=("torch", "transformers"), unkeyed=("path",), outputs=("source",)),
-    Op("export", 4, "export one graph to ONNX and record the module hierarchy",
-       params=("exporter", "opset", "graph", "inputs", "outputs", "hierarchy", "report"),
+    Op("export", 5, "export one graph to ONNX and record the module hierarchy",
+       params=("exporter", "opset", "graph", "inputs", "outputs", "hierarchy", "report",
+               "torch_modules"),
        inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "torch", config_path="model",
                          fix="export needs a torch model; an ONNX file is used as it is"),),
@@ -175,7 +177,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        ensures=(Ensure(N.PRECISION, Derived("w<bits>a<bits>, or fp16", precision)),),
        traits=frozenset({T.DROPS_NODE_METADATA, T.CHANGES_OPSET}),
        tools=("onnx", "onnxruntime", "transformers")),
-    Op("compile", 2, "compile to an EPContext model on the target's execution provider",
+    Op("compile", 3, "compile to an EPContext model on the target's execution provider",
        params=("target", "ep", "backend", "embed_context", "cpu_fallback", "provider_options"),
        inputs=("model",),
        requires=(Require(N.PRECISION, "not_in", ["fp32"], config_path="quant",
@@ -194,8 +196,17 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.SINK, T.NEEDS_EP}),
        tools=("onnxruntime", "onnxruntime-qnn", "transformers"),
        outputs=("metrics",), chain_role="candidate", headline=("cosine_mean", "cosine_min")),
-    Op("perf", 1, "session time and latency on the target's execution provider",
-       params=("ep", "backend", "iterations", "warmup", "provider_options"),
+    Op("extract", 1, "cut out the subgraph of each module the name or tag path matches",
+       params=("module",), inputs=("model", "hierarchy"),
+       requires=(Require(N.FORMAT, "eq", "onnx"),
+                 Require(N.TAGGED, config_path="perf.module",
+                         fix="perf.module needs a model exported with hierarchy tags"),
+                 Require(N.HIERARCHY_MAP, role="hierarchy")),
+       traits=frozenset({T.CUTS_GRAPH}),
+       tools=("onnx", "onnxruntime")),
+    Op("perf", 2, "session time, latency and where the time goes, per module, on the target's "
+       "execution provider",
+       params=("ep", "backend", "iterations", "warmup", "profile_runs", "provider_options"),
        inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),
        traits=frozenset({T.SINK, T.NEEDS_EP, T.NOT_CACHEABLE}),

@@ -1,24 +1,48 @@
 """compile: EPContext generation on the QNN EP (HTP backend). CPU fallback is off unless the
 target allows it, so the artifact runs wholly on the NPU; a failure is a failure, with QNN's
-own message and the offending nodes, never a silent fallback to the uncompiled model."""
+own message and the offending nodes, never a silent fallback to the uncompiled model.
+
+The hierarchy tags of the compiled graph are kept beside the EPContext model
+(`node_tags.json`), so a profile of the compiled model can be read per module. A set of
+pieces (from extract) is compiled piece by piece."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 
-from executors import qnn
+from executors import pieces, qnn
 from executors.artifacts import MODEL, load, save, set_meta
 from executors.base import StepContext, StepResult
+from executors.breakdown import write_node_tags
 from executors.samples import batches, io_specs
 
 
 def run(ctx: StepContext) -> StepResult:
+    src_dir = ctx.inputs["model"]
+    found = pieces.index(src_dir)
+    if found is None:
+        return StepResult(metrics=compile_model(ctx, src_dir, ctx.out))
+    totals = {"context_nodes": 0, "nodes": 0, "validation_samples": 0}
+    for piece in found["pieces"]:
+        (ctx.out / piece["dir"]).mkdir()
+        ctx.progress(f"  piece {piece['dir']}: {piece['tag']}")
+        got = compile_model(ctx, src_dir / piece["dir"], ctx.out / piece["dir"])
+        totals = {k: totals[k] + got[k] for k in totals}
+    shutil.copy2(src_dir / pieces.PIECES, ctx.out / pieces.PIECES)
+    return StepResult(metrics={**totals, "pieces": len(found["pieces"])})
+
+
+def compile_model(ctx: StepContext, src_dir: Path, out_dir: Path) -> dict[str, int]:
+    """Compile the model in `src_dir` into `out_dir`, load it back and run it once."""
     p = ctx.params
-    src = ctx.input_model()
-    out = ctx.out / MODEL
+    src, out = src_dir / MODEL, out_dir / MODEL
     configs = {"ep.context_enable": "1", "ep.context_file_path": str(out),
                "ep.context_embed_mode": "1" if p["embed_context"] else "0"}
-    ctx.progress(f"  compiling for {p['target']} (cpu fallback {'on' if p['cpu_fallback'] else 'off'})")
+    fallback = "on" if p["cpu_fallback"] else "off"
+    ctx.progress(f"  compiling for {p['target']} (cpu fallback {fallback})")
     try:
         with qnn.native_log() as log:
             so = qnn.session_options(p["ep"], p["backend"], p["provider_options"],
@@ -33,21 +57,25 @@ def run(ctx: StepContext) -> StepResult:
         raise ctx.fail(f"{p['ep'].upper()} compile failed: {cause}{detail}",
                        "fix what QNN reports (target.provider_options; or legalize/quantize so "
                        "the backend supports every node), or set target.cpu_fallback=true to "
-                       "allow CPU nodes") from exc
+                       "allow CPU nodes", where=str(src)) from exc
     if not out.is_file():
         raise ctx.fail("the EP wrote no EPContext model", "check target.provider_options")
     model = load(out)
     set_meta(model, "modelplan.compiled_from", ctx.step["inputs"]["model"])
     save(model, out)
-    return StepResult(metrics={**_validate(ctx), "context_nodes": sum(
-        n.op_type == "EPContext" for n in model.graph.node), "nodes": len(model.graph.node)})
+    write_node_tags(out_dir, load(src, external=False).graph, ctx.step["inputs"]["model"])
+    pieces.carry(src_dir, out_dir)
+    return {**_validate(ctx, src_dir, out_dir), "context_nodes": sum(
+        n.op_type == "EPContext" for n in model.graph.node), "nodes": len(model.graph.node)}
 
 
-def _validate(ctx: StepContext) -> dict[str, float]:
+def _validate(ctx: StepContext, src_dir: Path, out_dir: Path) -> dict[str, int]:
     """Load the compiled model as a user would (no CPU fallback) and run sample inputs."""
     p = ctx.params
-    path = ctx.out / MODEL
-    specs, _ = io_specs(ctx.input_model())
+    path = out_dir / MODEL
+    recorded = pieces.feeds(src_dir)
+    feeds = [recorded] if recorded is not None else \
+        batches(io_specs(src_dir / MODEL)[0], 1, "verify")
     try:
         with qnn.native_log():
             sess = qnn.session(path, p["ep"], p["backend"], p["provider_options"],
@@ -55,9 +83,9 @@ def _validate(ctx: StepContext) -> dict[str, float]:
     except Exception as exc:
         raise ctx.fail(f"the compiled model does not load: {str(exc).splitlines()[0]}",
                        "report this model", where=str(path)) from exc
-    for feed in batches(specs, 1, "verify"):
+    for feed in feeds:
         for value in sess.run(None, feed):
             if not np.all(np.isfinite(value)):
                 raise ctx.fail("the compiled model produces NaN or Inf on a sample input",
                                "check legalization and quantization ranges", where=str(path))
-    return {"validation_samples": 1}
+    return {"validation_samples": len(feeds)}

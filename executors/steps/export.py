@@ -19,6 +19,7 @@ from executors import hierarchy, torchmodel
 from executors.artifacts import MODEL, REPORT, SIDECAR, clear_node_meta, load, save, set_meta
 from executors.base import StepContext, StepResult
 from executors.samples import Samples
+from planner.compose import did_you_mean
 
 TOLERANCE = 1e-4
 
@@ -34,10 +35,13 @@ def run(ctx: StepContext) -> StepResult:
     samples = Samples(specs, "verify", source=ctx.inputs["model"])
     feed = samples.feeds(1)[0]
     args = tuple(torch.from_numpy(feed[n]) for n in names)
+    keep = _kept_classes(ctx, model)
     with torch.no_grad():
-        scopes = hierarchy.rebase(hierarchy.executed_modules(model, lambda: module(*args)),
-                                  torchmodel.traced_base(model, p["graph"])) \
-            if p["hierarchy"] else {}
+        if p["hierarchy"]:
+            scopes, folded = hierarchy.executed_modules(model, lambda: module(*args), keep)
+            scopes = hierarchy.rebase(scopes, torchmodel.traced_base(model, p["graph"]))
+        else:
+            scopes, folded = {}, []
         expected = module(*args)
     path = ctx.out / MODEL
     what = f" the {p['graph']}" if p["graph"] else ""
@@ -53,13 +57,28 @@ def run(ctx: StepContext) -> StepResult:
     if p["hierarchy"]:
         root = scopes.get("", f"/{type(model).__name__}")
         meta = hierarchy.sidecar([n.name for n in onnx_model.graph.node], scopes,
-                                 torchmodel.WRAPPER_PREFIX, root)
+                                 torchmodel.WRAPPER_PREFIX, root, folded)
         (ctx.out / SIDECAR).write_text(json.dumps(meta, indent=1, sort_keys=True))
         if p["report"]:
             (ctx.out / REPORT).write_text(hierarchy.report(meta))
         metrics.update(coverage=meta["coverage"], traced_modules=len(meta["traced_modules"]))
     metrics["max_abs_vs_torch"] = _check_against_torch(ctx, path, feed, expected)
     return StepResult(metrics=metrics)
+
+
+def _kept_classes(ctx: StepContext, model: Any) -> frozenset[str]:
+    """export.torch_modules, each checked to be a module class of this model."""
+    keep = ctx.params["torch_modules"]
+    unknown = hierarchy.unknown_classes(model, keep)
+    if unknown:
+        have = sorted({type(m).__name__ for m in model.modules()
+                       if hierarchy.inlined(m, frozenset())})
+        hint = did_you_mean(unknown[0], have)
+        raise ctx.fail(f"export.torch_modules: {', '.join(map(repr, unknown))} "
+                       f"{'is' if len(unknown) == 1 else 'are'} not a module class of "
+                       f"{type(model).__name__}{hint}",
+                       f"name classes it inlines: {', '.join(have) or 'none'}")
+    return frozenset(keep)
 
 
 def _export(ctx: StepContext, module: Any, args: tuple, names: list[str],

@@ -1,63 +1,40 @@
-"""perf: session creation time, latency (median, p90) after warm-up, and the EP each node ran
-on (from ONNX Runtime's profile)."""
+"""perf: session time, latency (median, p90) after warm-up, the EP each node ran on, and where
+the time goes per module (executors/profiling.py). A set of pieces (perf.module) is timed
+piece by piece, each alone on the inputs it had in the whole model: one row per module."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from executors import qnn
-from executors.artifacts import METRICS
+from executors import pieces, qnn
+from executors.artifacts import METRICS, MODEL
 from executors.base import StepContext, StepResult
+from executors.hierarchy import depth
+from executors.profiling import profile
 from executors.samples import batches, io_specs
 from executors.session_cache import cpu_session
 
 
-def _session(ctx: StepContext, profile_to: Path | None) -> tuple[Any, str]:
+def _session(ctx: StepContext, path: Path) -> tuple[Any, str]:
     p = ctx.params
-    path = ctx.input_model()
-    if p["ep"] == "cpu" and profile_to is None:
+    if p["ep"] == "cpu":
         session, info = cpu_session(path, ctx.cache_dir)
         return session, info.state
-    so = qnn.session_options(p["ep"], p["backend"], p["provider_options"],
-                             cpu_fallback=p["ep"] == "cpu")
-    if profile_to is not None:
-        so.enable_profiling = True
-        so.profile_file_prefix = str(profile_to / "profile")
     with qnn.native_log():
-        return qnn.session(path, p["ep"], so=so), "off"
+        return qnn.session(path, p["ep"], p["backend"], p["provider_options"],
+                           cpu_fallback=False), "off"
 
 
-def nodes_by_ep(ctx: StepContext, feed: dict[str, Any]) -> dict[str, Any]:
-    """Which EP ran each node, from one profiled inference."""
-    session, _ = _session(ctx, ctx.out)
-    session.run(None, feed)
-    trace = Path(session.end_profiling())
-    events = json.loads(trace.read_text())
-    trace.unlink()
-    per_ep: dict[str, set[str]] = defaultdict(set)
-    for e in events:
-        if e.get("cat") == "Node" and e.get("args", {}).get("provider"):
-            per_ep[e["args"]["provider"]].add(e["name"].removesuffix("_kernel_time")
-                                              .removesuffix("_fence_before")
-                                              .removesuffix("_fence_after"))
-    total = len(set().union(*per_ep.values())) if per_ep else 0
-    target = "QNNExecutionProvider" if ctx.params["ep"] == "qnn" else "CPUExecutionProvider"
-    return {"nodes_total": total, "nodes_on_ep": len(per_ep.get(target, ())),
-            "nodes_by_ep": {ep: len(names) for ep, names in sorted(per_ep.items())}}
-
-
-def run(ctx: StepContext) -> StepResult:
+def latency(ctx: StepContext, path: Path, feed: dict[str, Any], label: str = "") -> dict:
+    """Session creation time and latency statistics over the step's iterations."""
     p = ctx.params
-    specs, _ = io_specs(ctx.input_model())
-    feed = batches(specs, 1, "perf")[0]
     t0 = time.perf_counter()
-    session, cache = _session(ctx, None)
+    session, cache = _session(ctx, path)
     session_s = time.perf_counter() - t0
     for _ in range(p["warmup"]):
         session.run(None, feed)
@@ -66,11 +43,48 @@ def run(ctx: StepContext) -> StepResult:
         t = time.perf_counter()
         session.run(None, feed)
         times.append((time.perf_counter() - t) * 1000)
-        ctx.progress(f"  iteration {i + 1}/{p['iterations']}: {times[-1]:.1f} ms")
-    metrics = {"ep": p["ep"], "session_s": round(session_s, 4), "session_cache": cache,
-               "iterations": p["iterations"], "warmup": p["warmup"],
-               "latency_ms_median": float(np.median(times)),
-               "latency_ms_p90": float(np.percentile(times, 90)),
-               "latency_ms_min": float(np.min(times)), **nodes_by_ep(ctx, feed)}
+        ctx.progress(f"  {label}iteration {i + 1}/{p['iterations']}: {times[-1]:.1f} ms")
+    return {"session_s": round(session_s, 4), "session_cache": cache,
+            "latency_ms_median": float(np.median(times)),
+            "latency_ms_p90": float(np.percentile(times, 90)),
+            "latency_ms_min": float(np.min(times))}
+
+
+def run(ctx: StepContext) -> StepResult:
+    p = ctx.params
+    found = pieces.index(ctx.inputs["model"])
+    metrics = {"ep": p["ep"], "iterations": p["iterations"], "warmup": p["warmup"]}
+    if found is not None:
+        metrics.update(_pieces(ctx, found))
+    else:
+        path = ctx.input_model()
+        specs, _ = io_specs(path)
+        feed = batches(specs, 1, "perf")[0]
+        metrics.update(latency(ctx, path, feed))
+        if p["profile_runs"]:
+            ctx.progress(f"  profiling {p['profile_runs']} run(s) for the per-module breakdown")
+        metrics.update(profile(p["ep"], p["backend"], p["provider_options"], path, feed,
+                               p["warmup"], p["profile_runs"], ctx.out / "profile"))
     (ctx.out / METRICS).write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return StepResult(metrics=metrics)
+
+
+def _pieces(ctx: StepContext, found: dict[str, Any]) -> dict[str, Any]:
+    """One row per piece: its module, nodes, and latency timed alone."""
+    p, src = ctx.params, ctx.inputs["model"]
+    rows = []
+    for piece in found["pieces"]:
+        where = src / piece["dir"]
+        feed = pieces.feeds(where) or batches(io_specs(where / MODEL)[0], 1, "perf")[0]
+        ctx.progress(f"  {piece['tag']}")
+        stats = latency(ctx, where / MODEL, feed, label=f"{piece['dir']} ")
+        on_ep = profile(p["ep"], p["backend"], p["provider_options"], where / MODEL, feed,
+                        0, 0, ctx.out / "profile")
+        rows.append({"tag": piece["tag"], "depth": depth(piece["tag"]), "nodes": piece["nodes"],
+                     "ms": round(stats["latency_ms_median"], 6),
+                     "p90_ms": round(stats["latency_ms_p90"], 6),
+                     "min_ms": round(stats["latency_ms_min"], 6),
+                     "nodes_on_ep": on_ep["nodes_on_ep"], "nodes_total": on_ep["nodes_total"],
+                     "alone": True})
+    return {"module": found["module"], "pieces": len(rows), "empty": found["empty"],
+            "modules": rows}

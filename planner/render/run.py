@@ -8,6 +8,7 @@ from typing import Any
 
 from planner.ops import OPS
 from planner.plan import ACTIONS, MAIN_GRAPH, graph_of
+from planner.render import modules
 
 MAIN_OUTPUTS = ("model.onnx", "metrics.json", "source.json")
 
@@ -79,24 +80,50 @@ def _deliverable(record: dict[str, Any]) -> list[str]:
     return lines
 
 
-def table(record: dict[str, Any]) -> str:
+def _counts(record: dict[str, Any]) -> dict[str, int]:
+    return {a: sum(1 for s in record["steps"] if s["action"] == a and s["status"] == "ok")
+            for a in ACTIONS}
+
+
+def _cost(step: dict[str, Any]) -> tuple[str, str]:
+    """Wall time and peak RSS of a step that ran (blank otherwise)."""
+    if step["action"] != "run" or step["status"] != "ok":
+        return "", ""
+    return f"{step['wall_s']:.2f} s", f"{step['peak_rss_mb']:.0f} MB"
+
+
+def table(record: dict[str, Any], limit: int | None = modules.TOP) -> str:
     rows = [("step", "action", "wall", "peak RSS", "note", "output")]
     for s in record["steps"]:
-        ran = s["action"] == "run" and s["status"] == "ok"
-        rows.append((s["id"], s["action"] if s["status"] != "skipped" else "-",
-                     f"{s['wall_s']:.2f} s" if ran else "",
-                     f"{s['peak_rss_mb']:.0f} MB" if ran else "",
+        rows.append((s["id"], s["action"] if s["status"] != "skipped" else "-", *_cost(s),
                      _note(s), _main_output(s)))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]
              for r in rows]
-    counts = {a: sum(1 for s in record["steps"] if s["action"] == a and s["status"] == "ok")
-              for a in ACTIONS}
+    counts = _counts(record)
     lines.append("")
     lines.append(f"Run {record['status']}: {counts['run']} run, {counts['cached']} cached, "
                  f"{counts['elided']} elided in {record['wall_s']:.1f} s.")
     if record.get("published"):
         lines.extend(_deliverable(record))
+    lines.extend(modules.text(record, limit))
     if record["outputs_dir"]:
+        lines.append("")
         lines.append(f"Run record: {record['outputs_dir']}/run.json")
+    return "\n".join(lines) + "\n"
+
+
+def markdown(record: dict[str, Any]) -> str:
+    """The run for a pull-request comment: its steps, its results, and every module row."""
+    counts = _counts(record)
+    title = (f"### modelplan run — {record['status']} ({counts['run']} run, {counts['cached']} "
+             f"cached, {counts['elided']} elided in {record['wall_s']:.1f} s)")
+    lines = [title, "", "| step | action | wall | peak RSS | note |", "|---|---|---:|---:|---|"]
+    for s in record["steps"]:
+        wall, rss = _cost(s)
+        action = s["action"] if s["status"] != "skipped" else "-"
+        lines.append(f"| `{s['id']}` | {action} | {wall} | {rss} | {_note(s)} |")
+    if record.get("published"):
+        lines += ["", *[f"- {line}" for line in _deliverable(record)]]
+    lines.extend(modules.markdown(record))
     return "\n".join(lines) + "\n"

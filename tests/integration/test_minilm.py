@@ -1,10 +1,14 @@
-"""The packaged all-MiniLM-L6-v2, for real: export with hierarchy tags up to `tag`."""
+"""The packaged all-MiniLM-L6-v2, for real: export with hierarchy tags up to `tag`, and the
+per-module perf figures the tags are for."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from executors.artifacts import problems
+import pytest
+
+from executors import pieces
+from executors.artifacts import MODEL, problems
 from tests.integration.conftest import run_json, step
 
 
@@ -14,8 +18,27 @@ def test_minilm_export_normalize_tag(tmp_path: Path) -> None:
     assert code == 0, err
     export = step(record, "export")["metrics"]
     assert export["max_abs_vs_torch"] <= 1e-4
-    assert export["coverage"]["percent"] == 100.0 and export["traced_modules"] > 50
+    # root, embeddings, encoder, pooler and 7 modules in each of 6 layers; torch.nn's own
+    # classes (Linear, LayerNorm, Dropout, ...) are inlined into them
+    assert export["coverage"]["percent"] == 100.0 and export["traced_modules"] == 46
     final = Path(record["published"]["model.onnx"])
     assert final.stat().st_size > 80e6  # real weights, not a stub
     assert problems(final, tagged=True) == []
     assert step(record, "optimize")["action"] == "elided"
+
+
+@pytest.mark.slow
+def test_minilm_per_module_table_adds_up_and_each_attention_runs_alone(tmp_path: Path) -> None:
+    code, record, err = run_json("quant=none", "target=cpu", "verify=none", "perf.iterations=3",
+                                 "perf.module=BertAttention", store=tmp_path / "store",
+                                 outputs=tmp_path / "out")
+    assert code == 0, err
+    prof = step(record, "perf")["metrics"]["profile"]
+    root = next(r for r in record["modules"] if r["step"] == "perf" and r["depth"] == 1)
+    assert abs(root["ms"] - prof["total_ms"]) <= 0.10 * prof["total_ms"]
+    alone = [r for r in record["modules"] if r["step"] == "perf_module"]
+    assert [r["tag"] for r in alone] == [
+        f"/BertModel/BertEncoder/BertLayer.{i}/BertAttention" for i in range(6)]
+    assert all(r["ms"] > 0 and r["nodes_on_ep"] == r["nodes_total"] for r in alone)
+    entry = Path(step(record, "extract")["outputs"][pieces.PIECES]).parent
+    assert all(problems(d / MODEL, tagged=True) == [] for d in pieces.model_dirs(entry))

@@ -59,7 +59,7 @@ def test_validate_hook_names_the_file_and_the_dotted_path(team: Path) -> None:
         "integer"),
         ("modelplan: error: conf/experiment/typo.yaml: export.opst: unknown key (did you mean "
         "'export.opset'?); allowed here: exporter, hierarchy, inputs, opset, report, "
-        "shapes")]
+        "shapes, torch_modules")]
 
 
 def test_plan_check_hook_catches_a_reject_that_validates(team: Path) -> None:
