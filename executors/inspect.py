@@ -31,7 +31,12 @@ def _random_model(described: dict[str, Any], model: dict[str, Any]) -> Any:
     cls = torchmodel.model_class({"model_class": described["model_class"],
                                   "task": described["task"]})
     torch.manual_seed(0)
-    built = cls.from_config(config) if cls.__name__.startswith("Auto") else cls(config)
+    try:  # the attention the export loads with
+        built = cls.from_config(config, attn_implementation="eager") \
+            if cls.__name__.startswith("Auto") else cls._from_config(config,
+                                                                     attn_implementation="eager")
+    except (TypeError, ValueError):
+        built = cls.from_config(config) if cls.__name__.startswith("Auto") else cls(config)
     return built.eval()
 
 
@@ -47,7 +52,7 @@ def hierarchy_counts(described: dict[str, Any], config: dict[str, Any]) -> dict[
             names = [s["name"] for s in spec["inputs"]]
             module = torchmodel.graph_module(model, None if graph == "model" else graph, names,
                                              spec["outputs"])
-            feed = Samples(spec["inputs"], "perf").feeds(1)[0]
+            feed = Samples(spec["inputs"], "verify").feeds(1)[0]  # as the export traces
             args = tuple(torch.from_numpy(feed[n]) for n in names)
             with torch.no_grad():
                 scopes, folded = hierarchy.executed_modules(

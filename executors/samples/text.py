@@ -44,7 +44,9 @@ def tokenizer(ckpt: Path | None) -> Any:
 
 
 def _padded_mask(rng: np.random.Generator, batch: int, seq: int) -> np.ndarray:
-    valid = rng.integers(max(1, seq // 4), seq + 1, size=batch)
+    """A mask with padding in every row: a trace must see masking at work (a mask of all ones
+    lets the model skip it, and the export would have no mask handling)."""
+    valid = rng.integers(max(1, seq // 4), max(2, seq), size=batch)
     return (np.arange(seq)[None, :] < valid[:, None]).astype(np.int64)
 
 
@@ -70,7 +72,8 @@ def text_feeds(wanted: dict[str, dict[str, Any]], n: int, split: str, ckpt: Path
             enc = tok(texts, padding="max_length", truncation=True, max_length=seq,
                       return_tensors="np")
             ids_v = np.asarray(enc["input_ids"])
-            mask = np.asarray(enc.get("attention_mask", np.ones_like(ids_v)))
+            mask = np.array(enc.get("attention_mask", np.ones_like(ids_v)))
+            mask[:, -1] = 0 if seq > 1 else mask[:, -1]  # always some padding (see _padded_mask)
             types = enc.get("token_type_ids")
         else:
             mask = _padded_mask(rng, batch, seq)

@@ -35,6 +35,9 @@ def _float16(ctx: StepContext) -> StepResult:
 
     with quiet_logging():
         model = convert_float_to_float16(load(ctx.input_model()), keep_io_types=True)
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    OnnxModel(model).topological_sort()  # the converter appends its input casts at the end
     save(model, ctx.out / MODEL)
     return StepResult(metrics={"precision": "fp16"})
 

@@ -4,6 +4,8 @@ every graph artifact."""
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import onnx
 import pytest
 
 from executors.artifacts import TAG_KEY
+from tests.conftest import run_cli
 from tests.integration.conftest import run_json, step
 
 # task -> (model type, extra overrides, least HTP cosine measured on its tiny model)
@@ -87,3 +90,22 @@ def test_task_builds_on_cpu_and_htp(task: str, store: Path, tmp_path: Path) -> N
         assert step(htp, "bundle")["status"] == "ok"
     calibration = [s["metrics"]["calibration_data"] for s in htp["steps"] if s["op"] == "quantize"]
     assert calibration and all(c for c in calibration)
+
+
+def test_fp16_on_htp_sets_its_own_provider_options(store: Path, tmp_path: Path) -> None:
+    record = build("image-classification", store, tmp_path, "quant=fp16")
+    compiled = step(record, "compile")
+    assert compiled["status"] == "ok"
+    verify = step(record, "verify")["metrics"]
+    assert verify["cosine_mean"] >= 0.999  # fp16 keeps what w8a16 loses
+
+
+def test_inspect_hierarchy_matches_the_export_sidecar(cpu_run: dict[str, Any]) -> None:
+    result = run_cli("inspect", "model=tiny_bert", "--hierarchy", "--json")
+    assert result.returncode == 0, result.stderr
+    traced = json.loads(result.stdout)["hierarchy"]["model"]
+    sidecar = json.loads(Path(cpu_run["record"]["published"]["model_htp_metadata.json"])
+                         .read_text())
+    assert traced == dict(Counter(v["tag"] for v in sidecar["nodes"].values()))
+    text = run_cli("inspect", "model=tiny_bert", "--hierarchy").stdout
+    assert "BertLayer.1" in text and "task       feature-extraction (text)" in text
