@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,8 +32,10 @@ BASE = ["model=tiny_bert", "export.sequence_length=32", "verify.samples=2", "per
 QUANTS, TARGETS = ["w8a8", "w8a16", "w8a16_pc"], ["cpu", "qnn_htp"]
 
 
-# A Ray of its own binds to 127.0.0.1 only when told it has no cluster to join; no telemetry.
-RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+# A Ray of its own binds to 127.0.0.1 only when told it has no cluster to join; no telemetry;
+# the head and its drivers share a token of this benchmark's own.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex}
 
 
 def cli(*args: str) -> float:
@@ -45,9 +48,11 @@ def cli(*args: str) -> float:
 
 
 def ray_head(temp: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """`ray start --head --block` on loopback: its address; ending it ends its processes."""
+    """`ray start --head --block` on loopback, with as many HTP units as cores (the simulator
+    runs on them, as a Ray of its own gets): its address; ending it ends its processes."""
     ray = str(Path(sys.executable).parent / "ray")
     head = subprocess.Popen([ray, "start", "--head", "--block", "--port=0", f"--temp-dir={temp}",
+                             f'--resources={{"qnn_htp": {os.cpu_count()}}}',
                              "--include-dashboard=false", "--disable-usage-stats"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, **RAY_ENV})

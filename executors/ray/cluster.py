@@ -121,6 +121,12 @@ class Cluster:
         try:
             self.ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
         except Exception as exc:
+            if _refused_token(exc):
+                raise ConfigError(
+                    f"executor.address={address}: the cluster refused this driver's Ray "
+                    "token; set RAY_AUTH_MODE=token and give it the cluster's token "
+                    "(~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN), or run on "
+                    "the head with executor.address=auto") from exc
             raise ConfigError(
                 f"executor.address={address}: cannot join a Ray cluster there "
                 f"({_first_line(exc)}); start one with `ray start --head`, or set "
@@ -153,24 +159,24 @@ class Cluster:
         for step in steps:
             req = resources.request(step, self.settings)
             if not any(n.has(req) for n in self.nodes):
-                for why in self._lacking(req, step["op"]):
+                for why in self._lacking(req):
                     unplaced.setdefault(why, set()).add(step["id"])
         if unplaced:
             have = "; ".join(f"{n.name}: {_totals(n)}" for n in self.nodes)
             raise PlanError(*[f"{what}, which step(s) {', '.join(sorted(ids))} ask for "
-                              f"(nodes: {have}); {fix}; nothing was run"
+                              f"(nodes: {have}); {fix}, or change what executor.resources "
+                              "asks for; nothing was run"
                               for (what, fix), ids in sorted(unplaced.items())])
 
-    def _lacking(self, req: Request, op: str) -> list[tuple[str, str]]:
+    def _lacking(self, req: Request) -> list[tuple[str, str]]:
         """What no node has for `req`, and how to fix it: one per missing resource."""
-        change = f"or change executor.resources.{op}"
         missing = [(k, v) for k, v in req.amounts.items()
                    if not any(n.total.get(_ray_name(k), 0.0) >= v for n in self.nodes)]
         if not missing:
             return [(f"no single node of the Ray cluster has {req.describe()}",
-                     f"start a node that has all of it {change}")]
+                     "start a node that has all of it")]
         return [(f"no node of the Ray cluster has {k}={v:g}",
-                 f"start a node with `ray start --address HEAD:PORT {_start_flag(k, v)}` {change}")
+                 f"start a node with `ray start --address HEAD:PORT {_start_flag(k, v)}`")
                 for k, v in missing]
 
     def _probe(self, store: Store) -> list[dict[str, Any]]:
@@ -265,6 +271,15 @@ def _check_reachable(address: str) -> None:
                           f"({exc.strerror or exc}); start its head with `ray start --head "
                           f"--port {port}`, or set executor.address=null to start a Ray for "
                           "this run") from exc
+
+
+def _refused_token(exc: BaseException | None) -> bool:
+    """Whether Ray's token authentication is why joining failed (anywhere in the chain)."""
+    while exc is not None:
+        if type(exc).__name__ == "AuthenticationError" or "InvalidAuthToken" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _totals(node: Node) -> str:

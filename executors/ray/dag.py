@@ -120,7 +120,7 @@ class RayDag:
                 total: int) -> None:
         node = outcome.get("node")
         where = f" on {node['ip']} ({node['id'][:8]})" if node else ""
-        label = f"[{done}/{total}] {step['id']:<10}"
+        label = f"[{done:>{len(str(total))}}/{total}] {step['id']:<10}"
         if outcome["status"] != "ok":
             self.say(f"{label} {outcome['status'].upper()}: {outcome.get('error')}")
         elif outcome["action"] == "run":
