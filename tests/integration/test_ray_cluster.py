@@ -43,20 +43,22 @@ def in_cluster(nodes: TwoNodes, *args: str) -> subprocess.CompletedProcess[str]:
                           text=True, cwd=ROOT, env=nodes.env(), timeout=900, check=False)
 
 
-def ray_run(nodes: TwoNodes, store: Path, outputs: Path,
-            *extra: str) -> subprocess.CompletedProcess[str]:
+def ray_run(nodes: TwoNodes, store: Path, outputs: Path, *extra: str,
+            address: str | None = None) -> subprocess.CompletedProcess[str]:
     return in_cluster(nodes, "-m", "planner.cli", "run", *QNN_RUN, "executor=ray",
-                      f"executor.address={nodes.address}", *extra, "--store", str(store),
-                      "--outputs", str(outputs), "--json")
+                      f"executor.address={address or nodes.address}", *extra, "--store",
+                      str(store), "--outputs", str(outputs), "--json")
 
 
 def errors(result: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.startswith("modelplan: error:")]
 
 
-def test_device_steps_run_only_on_the_node_with_the_device(cluster: TwoNodes,
-                                                           tmp_path: Path) -> None:
-    result = ray_run(cluster, tmp_path / "store", tmp_path / "out")
+@pytest.mark.parametrize("client", [False, True], ids=["driver-on-a-node", "ray-client"])
+def test_device_steps_run_only_on_the_node_with_the_device(cluster: TwoNodes, tmp_path: Path,
+                                                           client: bool) -> None:
+    address = "ray://127.0.0.1:10001" if client else cluster.address
+    result = ray_run(cluster, tmp_path / "store", tmp_path / "out", address=address)
     assert result.returncode == 0, result.stderr
     record = json.loads(result.stdout)
     nodes = json.loads(in_cluster(cluster, "-c", NODES.format(address=cluster.address)).stdout)
