@@ -22,7 +22,7 @@ from executors import graph
 from executors.local import LocalExecutor, check_runnable
 from executors.ray import tasks
 from executors.ray.cluster import Cluster
-from executors.ray.dag import RayDag
+from executors.ray.dag import CANCEL_GRACE_S, RayDag
 from executors.store import Store
 from executors.sweep import SweepRunner, job_record
 from planner import resources
@@ -119,7 +119,12 @@ class _Sequential(LocalExecutor):
         self.say(f"{label} {step['id']:<10} running as a Ray task")
         task = self.remote.options(max_retries=self.options["retries"], retry_exceptions=False,
                                    name=f"{step['id']}:{key[:12]}", **options)
-        return self.ray.get(task.remote(str(self.store.root), step, key,
-                                        {r: str(p) for r, p in inputs.items()},
-                                        str(out_dir) if out_dir else None,
-                                        self.options["step_retries"]))
+        ref = task.remote(str(self.store.root), step, key, {r: str(p) for r, p in inputs.items()},
+                          str(out_dir) if out_dir else None, self.options["step_retries"])
+        try:
+            return self.ray.get(ref)
+        except KeyboardInterrupt:
+            self.ray.cancel(ref, force=True)
+            self.ray.wait([ref], timeout=CANCEL_GRACE_S)  # its worker ends, freeing the lock
+            self.store.discard_leftovers(key)
+            raise
