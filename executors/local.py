@@ -70,7 +70,7 @@ class LocalExecutor:
     # -- one plan ------------------------------------------------------------------------
     def run(self, ir: dict[str, Any], outputs_dir: Path | None,
             overrides: list[str] | None = None) -> dict[str, Any]:
-        check_runnable(ir)
+        self.check_runnable(ir)
         started, t0 = time.time(), time.perf_counter()
         state, steps = RunState(), []
         for i, step in enumerate(ir["steps"], 1):
@@ -105,8 +105,7 @@ class LocalExecutor:
             state.unelided.add(step["id"])
             self.say(f"{label} {step['id']:<10} proof did not hold ({detail}); running it")
         ctx_inputs = {role: state.out_dirs[src] for role, src in inputs.items()}
-        result = execute_step(self.store, step, key, ctx_inputs, out_dir, self.say, label,
-                              self.quiet, self.debug)
+        result = self.execute(step, key, ctx_inputs, out_dir, label)
         path = result.pop("path", None)
         rec = records.step_record(step, key, proof_check=proof_check, **result)
         if rec["status"] == "failed":
@@ -115,6 +114,15 @@ class LocalExecutor:
         else:
             state.out_dirs[step["id"]] = Path(path)
         return rec
+
+    def check_runnable(self, ir: dict[str, Any]) -> None:
+        check_runnable(ir)
+
+    def execute(self, step: dict[str, Any], key: str, inputs: dict[str, Path],
+                out_dir: Path | None, label: str) -> dict[str, Any]:
+        """Make one step's output exist (here: in this process); its outcome."""
+        return execute_step(self.store, step, key, inputs, out_dir, self.say, label,
+                            self.quiet, self.debug)
 
     def _effective_inputs(self, step: dict[str, Any], state: RunState) -> dict[str, str]:
         out = {}
@@ -138,6 +146,9 @@ class LocalExecutor:
     def run_sweep(self, sweep: Any, sweep_dir: Path) -> dict[str, Any]:
         from executors.sweep import SweepRunner
 
+        for job in sweep.jobs:
+            if job.ir is not None:
+                check_runnable(job.ir)
         jobs = self.options.get("jobs") or os.cpu_count() or 1
         return SweepRunner(self, jobs).run(sweep, sweep_dir)
 

@@ -23,13 +23,20 @@ def timestamp(epoch: float | None = None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(epoch))
 
 
+# What a step's outcome can carry into its record (`node`: where an executor with several
+# machines ran it, {id, ip}; absent for the local executor).
+STEP_FIELDS = ("action", "status", "wall_s", "peak_rss_mb", "outputs", "digests", "metrics",
+               "proof_check", "error", "node")
+OPTIONAL = {"node"}
+
+
 def step_record(step: dict[str, Any], key: str, **fields: Any) -> dict[str, Any]:
     """A step record with every required field; `fields` overrides the defaults."""
     rec = {"id": step["id"], "op": step["op"], "key": key, "action": step["action"],
            "planned_action": step["action"], "status": "ok", "wall_s": 0.0,
            "peak_rss_mb": 0.0, "outputs": {}, "digests": {}, "metrics": {},
            "proof_check": None, "error": None}
-    unknown = set(fields) - set(rec)
+    unknown = set(fields) - set(rec) - OPTIONAL
     if unknown:
         raise KeyError(f"step record has no field(s) {sorted(unknown)}")
     rec.update(fields)

@@ -84,6 +84,22 @@ class Store:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
 
+    def discard_leftovers(self, key: str) -> int:
+        """Remove the temporary build dirs of `key` that killed builders left (on any machine
+        sharing the store), when no one is building `key` now; how many were removed."""
+        from filelock import FileLock, Timeout
+
+        if not any((self.root / "tmp").glob(f"{key}.*")):
+            return 0
+        try:  # builders hold the key's lock while their dir exists: a free lock means stale
+            with FileLock(str(self.root / "locks" / f"{key}.lock"), timeout=0):
+                stale = list((self.root / "tmp").glob(f"{key}.*"))
+                for path in stale:
+                    shutil.rmtree(path, ignore_errors=True)
+                return len(stale)
+        except Timeout:
+            return 0
+
     def _seal(self, tmp: Path, key: str, meta: dict[str, Any]) -> None:
         files = {p.relative_to(tmp).as_posix(): file_sha256(p)
                  for p in sorted(tmp.rglob("*")) if p.is_file()}

@@ -1,6 +1,8 @@
-"""Run a sweep as one merged DAG for the local executor: every unique key is built once, by a
-pool of worker processes, in dependency order. One failing step stops only the jobs that need
-it. Job records come from the same builder as single runs (executors/records.py)."""
+"""Run a sweep as one merged DAG: every unique key is built once, in dependency order, and one
+failing step stops only the jobs that need it. `SweepRunner` turns the DAG's outcomes into job
+records (the same builder as single runs, executors/records.py) and results files; its
+`run_dag` is the local executor's pool of worker processes, and an executor with its own
+scheduler (executors/ray/) overrides only that."""
 
 from __future__ import annotations
 
@@ -13,9 +15,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from executors import publish, records
-from executors.base import execute_step, premises_hold
-from executors.local import check_runnable
+from executors import graph, publish, records
+from executors.base import execute_step
 from executors.store import Store
 from planner.errors import PlanError
 from planner.ops import OPS, Trait
@@ -52,19 +53,16 @@ def _worker(store_root: str, step: dict[str, Any], key: str, inputs: dict[str, s
 
 
 class SweepRunner:
-    def __init__(self, executor: LocalExecutor, jobs: int) -> None:
+    def __init__(self, executor: LocalExecutor, jobs: int = 1) -> None:
         self.executor, self.store, self.jobs = executor, executor.store, max(1, jobs)
         self.say = executor.say
         self.pool: ProcessPoolExecutor | None = None
 
     def run(self, sweep: SweepPlan, sweep_dir: Path) -> dict[str, Any]:
         started, t0 = time.time(), time.perf_counter()
-        for job in sweep.jobs:
-            if job.ir is not None:
-                check_runnable(job.ir)
         unique = sweep.unique
         ids = {j.index: {s["id"]: s["key"] for s in j.ir["steps"]} for j in sweep.jobs if j.ir}
-        results = self._run_dag(unique, ids, sweep_dir)
+        results = self.run_dag(unique, graph.dependencies(unique, ids), sweep_dir)
         jobs = [self._job_result(job, results, sweep_dir, started) for job in sweep.jobs]
         summary = {
             "format_version": 1, "sweep_dir": str(sweep_dir), "executor": self.executor.name,
@@ -80,24 +78,22 @@ class SweepRunner:
         return summary
 
     # -- the merged DAG ------------------------------------------------------------------
-    def _run_dag(self, unique: dict[str, dict[str, Any]], ids: dict[int, dict[str, str]],
-                 sweep_dir: Path) -> dict[str, dict]:
+    def run_dag(self, unique: graph.Unique, deps: graph.Deps,
+                sweep_dir: Path) -> dict[str, dict]:
         """Build every unique key once, dependencies first. Measurements (perf) wait until
         nothing else runs, then run one at a time in this process: a latency measured next to
         a build on the same cores would be wrong."""
-        # role -> key of the step each input names, within the job the step came from
-        deps = {k: {role: ids[v["jobs"][0]][src] for role, src in v["step"]["inputs"].items()}
-                for k, v in unique.items()}
         results: dict[str, dict[str, Any]] = {}
         running: dict[Future, str] = {}
         pending = set(unique)
-        measure = {k for k, v in unique.items() if _measures(v["step"])}
+        measure = {k for k, v in unique.items() if graph.measures(v["step"])}
         if measure:  # measurements run here later: load their libraries while workers build
             threading.Thread(target=_prefetch_measurement, daemon=True).start()
         try:
             self._maybe_start_pool(unique)
             while pending or running:
-                for key in sorted(pending - measure, key=lambda k: _order(unique, k)):
+                for key in sorted(pending - measure,
+                                  key=lambda k: graph.widest_first(unique, k)):
                     self._dispatch(key, unique, deps, results, running, pending, sweep_dir)
                 if running:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -125,7 +121,7 @@ class SweepRunner:
     def _maybe_start_pool(self, unique: dict[str, dict[str, Any]]) -> None:
         """Start (and warm) the workers up front when there is real building to do."""
         builds = [k for k, v in unique.items() if v["step"]["action"] == "run"
-                  and not _measures(v["step"]) and self.store.get(k) is None]
+                  and not graph.measures(v["step"]) and self.store.get(k) is None]
         if self.jobs > 1 and len(builds) > 1:
             self.pool = ProcessPoolExecutor(self.jobs, mp_context=get_context("spawn"),
                                             initializer=_warm)
@@ -133,9 +129,8 @@ class SweepRunner:
     def _dispatch(self, key: str, unique: dict[str, dict[str, Any]], deps: dict[str, dict],
                   results: dict[str, dict], running: dict[Future, str], pending: set[str],
                   sweep_dir: Path, inline: bool = False) -> None:
-        if any(d in results and results[d]["status"] != "ok" for d in deps[key].values()):
-            results[key] = {"status": "skipped", "action": "run",
-                            "error": "an input step failed", "ended": time.time()}
+        if graph.input_failed(deps[key], results):
+            results[key] = {**graph.SKIPPED, "ended": time.time()}
             pending.discard(key)
         elif all(d in results for d in deps[key].values()):
             pending.discard(key)
@@ -150,12 +145,7 @@ class SweepRunner:
                inline: bool = False) -> Future | dict[str, Any]:
         inputs = {role: results[k]["path"] for role, k in dep_keys.items()}
         if step["action"] == "elided":
-            src_role = OPS[step["op"]].chain_role
-            held, detail = premises_hold(step, Path(inputs[src_role]), step["inputs"][src_role])
-            if held:
-                return {"status": "ok", "action": "elided", "path": inputs[src_role],
-                        "proof_check": {"held": True, "detail": detail}}
-            return {"status": "unelided", "action": "run", "error": detail}
+            return graph.elided(step, inputs)
         entry = None if OPS[step["op"]].has(Trait.NOT_CACHEABLE) else self.store.get(key)
         if entry is not None:  # cached: no worker needed
             return execute_step(self.store, step, key, {r: Path(p) for r, p in inputs.items()},
@@ -185,43 +175,38 @@ class SweepRunner:
             # a proof failed on the real input: this job re-keys, so it runs on its own
             record = self.executor.run(ir, sweep_dir / job.name, job.overrides)
         else:
-            record = self._assemble(ir, job, results, sweep_dir, started)
+            record = job_record(self.executor.name, self.store, ir, results,
+                                sweep_dir / job.name, job.overrides, started, job.index)
         return {**out, "status": record["status"],
                 "error": record["error"]["message"] if record["error"] else None,
                 "record": record}
 
-    def _assemble(self, ir: dict[str, Any], job: Any, results: dict[str, dict],
-                  sweep_dir: Path, started: float) -> dict[str, Any]:
-        """The job's run record from the merged DAG's results: it started with the sweep and
-        took until its last step was done."""
-        steps, out_dirs = [], {}
-        for s in ir["steps"]:
-            r = results.get(s["key"])
-            if r is None or r["status"] == "skipped":
-                steps.append(records.skipped(s, s["key"]))
-                continue
-            fields = {f: r[f] for f in ("action", "status", "wall_s", "peak_rss_mb", "outputs",
-                                        "digests", "metrics", "proof_check", "error") if f in r}
-            steps.append(records.step_record(s, s["key"], **fields))
-            if r["status"] == "ok":
-                out_dirs[s["id"]] = Path(r["path"])
-        ended = max((results[s["key"]]["ended"] for s in ir["steps"] if s["key"] in results),
-                    default=started)
-        record = records.run_record(
-            ir, steps, executor=self.executor.name, store=self.store.root, started=started,
-            wall_s=ended - started, overrides=job.overrides, deliverable=ir["deliverable"],
-            outputs_dir=sweep_dir / job.name, job=job.index)
-        publish.outputs(record, out_dirs, sweep_dir / job.name)
-        self.store.save_run(record)
-        return record
 
-
-def _measures(step: dict[str, Any]) -> bool:
-    return OPS[step["op"]].has(Trait.NOT_CACHEABLE)
-
-
-def _order(unique: dict[str, dict], key: str) -> tuple[int, str]:
-    return (len(unique[key]["jobs"]) * -1, key)  # widely shared steps first
+def job_record(executor: str, store: Store, ir: dict[str, Any], results: dict[str, dict],
+               out_dir: Path | None, overrides: list[str], started: float,
+               job: int | None = None) -> dict[str, Any]:
+    """A job's run record from the merged DAG's outcomes, published to `out_dir` (if any) and
+    saved: it started with the sweep and took until its last step was done."""
+    steps, out_dirs = [], {}
+    for s in ir["steps"]:
+        r = results.get(s["key"])
+        if r is None or r["status"] == "skipped":
+            steps.append(records.skipped(s, s["key"]))
+            continue
+        fields = {f: r[f] for f in records.STEP_FIELDS if f in r}
+        steps.append(records.step_record(s, s["key"], **fields))
+        if r["status"] == "ok":
+            out_dirs[s["id"]] = Path(r["path"])
+    ended = max((results[s["key"]]["ended"] for s in ir["steps"] if s["key"] in results),
+                default=started)
+    record = records.run_record(
+        ir, steps, executor=executor, store=store.root, started=started,
+        wall_s=ended - started, overrides=overrides, deliverable=ir["deliverable"],
+        outputs_dir=out_dir, job=job)
+    if out_dir is not None:
+        publish.outputs(record, out_dirs, out_dir)
+    store.save_run(record)
+    return record
 
 
 def write_results(summary: dict[str, Any], sweep_dir: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner import resources
 from planner.ops import OPS
 from planner.render.common import (
     headline,
@@ -21,15 +22,19 @@ def cell(text: str) -> str:
 
 
 def render(ir: dict[str, Any]) -> str:
+    on_ray = resources.shown(ir)
+    extra = " ray resources |" if on_ray else ""
     lines = [f"### modelplan plan — {cell(headline(ir))}", "",
              *[f"> **Note:** {cell(n)}" for n in symbolic_notes(ir)],
              *([""] if symbolic_notes(ir) else []),
-             "| step | op | action | key | params | why |",
-             "|---|---|---|---|---|---|"]
+             f"| step | op | action | key | params | why |{extra}",
+             "|---|---|---|---|---|---|" + ("---|" if on_ray else "")]
     for s in ir["steps"]:
         action = f"~~{s['action']}~~" if s["action"] == "elided" else s["action"]
+        ask = f" {cell(resources.request(s, ir['config']['executor']).describe())} |" \
+            if on_ray else ""
         lines.append(f"| `{s['id']}` | {s['op']} | {action} | `{short(s['key'])}` | "
-                     f"{cell(params_line(s['params']))} | {cell(why(s))} |")
+                     f"{cell(params_line(s['params']))} | {cell(why(s))} |{ask}")
     if ir["rewrites"]:
         lines += ["", "<details><summary>Proofs</summary>", ""]
         for rw in ir["rewrites"]:

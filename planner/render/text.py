@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner import resources
 from planner.render.common import (
     MARK,
     headline,
@@ -21,18 +22,25 @@ def render(ir: dict[str, Any]) -> str:
     steps = ir["steps"]
     width = max(len(s["id"]) for s in steps)
     lines = [f"modelplan plan  {headline(ir)}", *[f"  ! {n}" for n in symbolic_notes(ir)], ""]
+    on_ray = resources.shown(ir)
     for s in steps:
         inputs = ", ".join(f"{r}<-{src}" if r != "model" else src for r, src in s["inputs"].items())
         lines.append(f"  {MARK[s['action']]} {s['id']:<{width}}  {s['action']:<6}  "
                      f"{short(s['key'])}  {params_line(s['params'])}".rstrip())
         reads = f"reads {inputs}; " if inputs else ""
         lines.append(f"  {'':<{width + 2}}  {'':<6}  {reads}{why(s, brief=True)}")
+        if on_ray:
+            ask = resources.request(s, ir["config"]["executor"]).describe()
+            lines.append(f"  {'':<{width + 2}}  {'':<6}  ray: {ask}")
     if ir["rewrites"]:
         lines += ["", "Proofs:"]
         for rw in ir["rewrites"]:
             lines.append(f"  {rw['rule']}: {rw['action']} {rw['step']}")
             lines += [f"    because {premise_text(p)}" for p in rw["premises"]]
             lines.append(f"    so {rw['conclusion']}")
-    lines += ["", f"Deliverable: {ir['deliverable']}", summary_line(ir)]
+    lines += ["", f"Deliverable: {ir['deliverable']}"]
+    if on_ray and (where := resources.footer(ir)):
+        lines.append(where)
+    lines.append(summary_line(ir))
     return "\n".join(lines) + "\n"
 
