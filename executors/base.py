@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from executors import child
 from executors.artifacts import MODEL, SOURCE, problems, read_facts, stamp_file
 from executors.checkers import Artifact, unmet_carried, unmet_ensures
 from executors.monitor import StepMonitor
@@ -156,8 +157,9 @@ def execute_step(store: Store, step: dict[str, Any], key: str, inputs: dict[str,
         if debug:
             traceback.print_exc()
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        kind = getattr(exc, "type_name", type(exc).__name__)
         return {"status": "failed", "action": "run",
-                "error": f"step {step['id']} ({step['op']}) failed: {type(exc).__name__}: "
+                "error": f"step {step['id']} ({step['op']}) failed: {kind}: "
                          f"{cause}; rerun with --debug for the traceback"}
 
 
@@ -173,7 +175,7 @@ def _execute(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Pat
     else:
         say(f"{label} {step['id']:<10} running")
         with StepMonitor(step["id"], quiet) as mon:
-            path, built = _build(store, step, key, inputs, cacheable, out_dir, say)
+            path, built = _build(store, step, key, inputs, cacheable, out_dir, say, mon)
         if built:
             rec.update(action="run", wall_s=round(mon.wall, 3), peak_rss_mb=round(mon.peak, 1))
             say(f"      {step['id']} done in {mon.wall:.1f} s")
@@ -189,8 +191,8 @@ def _execute(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Pat
 
 
 def _build(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path],
-           cacheable: bool, out_dir: Path | None,
-           say: Callable[[str], None]) -> tuple[Path, bool]:
+           cacheable: bool, out_dir: Path | None, say: Callable[[str], None],
+           mon: StepMonitor) -> tuple[Path, bool]:
     """Build a step's outputs into the store, or (not cacheable) into the run's outputs.
     Returns where they are and whether this call built them."""
     cache_dir = store.root / "session_cache"
@@ -198,14 +200,19 @@ def _build(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path]
         base = out_dir or store.root / "tmp" / f"uncached-{uuid.uuid4().hex[:8]}"
         target = base / step["id"]
         target.mkdir(parents=True, exist_ok=True)
-        apply_step(StepContext({**step, "key": key}, inputs, target, say, cache_dir))
+        _apply(StepContext({**step, "key": key}, inputs, target, say, cache_dir), mon)
         return target, True
     with store.lock(key):
         if store.get(key) is not None:  # another process built it while we waited
             return store.entry_dir(key), False
         with store.building(key, {"step": step["id"], "op": step["op"]}) as tmp:
-            apply_step(StepContext({**step, "key": key}, inputs, tmp, say, cache_dir))
+            _apply(StepContext({**step, "key": key}, inputs, tmp, say, cache_dir), mon)
     return store.entry_dir(key), True
+
+
+def _apply(ctx: StepContext, mon: StepMonitor) -> StepResult:
+    """apply_step, in a child process for ops declared HEAVY (executors/child.py)."""
+    return child.apply_in_child(ctx, mon) if ctx.op.has(Trait.HEAVY) else apply_step(ctx)
 
 
 def _describe(path: Path, files: dict[str, str] | None) -> tuple[dict[str, str], dict]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executors import publish, records
+from executors import child, publish, records
 from executors.base import execute_step, has_implementation, premises_hold
 from executors.qnn import available_eps
 from executors.store import Store
@@ -71,6 +71,8 @@ class LocalExecutor:
     def run(self, ir: dict[str, Any], outputs_dir: Path | None,
             overrides: list[str] | None = None) -> dict[str, Any]:
         check_runnable(ir)
+        tools = child.heavy_tools(ir["steps"])
+        child.preload(tools, start=bool(tools))
         started, t0 = time.time(), time.perf_counter()
         state, steps = RunState(), []
         for i, step in enumerate(ir["steps"], 1):

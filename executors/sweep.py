@@ -13,7 +13,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from executors import publish, records
+from executors import child, publish, records
 from executors.base import execute_step, premises_hold
 from executors.local import check_runnable
 from executors.store import Store
@@ -44,8 +44,9 @@ def _prefetch_measurement() -> None:
 
 
 def _worker(store_root: str, step: dict[str, Any], key: str, inputs: dict[str, str],
-            out_dir: str | None) -> dict[str, Any]:
+            out_dir: str | None, preload: list[str]) -> dict[str, Any]:
     """Build one unique step in a worker process."""
+    child.preload(preload)  # the same for every step of the sweep: the first call counts
     return execute_step(Store(Path(store_root)), step, key,
                         {r: Path(p) for r, p in inputs.items()},
                         Path(out_dir) if out_dir else None, lambda _msg: None, quiet=True)
@@ -56,6 +57,7 @@ class SweepRunner:
         self.executor, self.store, self.jobs = executor, executor.store, max(1, jobs)
         self.say = executor.say
         self.pool: ProcessPoolExecutor | None = None
+        self.preload: list[str] = []
 
     def run(self, sweep: SweepPlan, sweep_dir: Path) -> dict[str, Any]:
         started, t0 = time.time(), time.perf_counter()
@@ -63,6 +65,7 @@ class SweepRunner:
             if job.ir is not None:
                 check_runnable(job.ir)
         unique = sweep.unique
+        self.preload = child.heavy_tools([v["step"] for v in unique.values()])
         ids = {j.index: {s["id"]: s["key"] for s in j.ir["steps"]} for j in sweep.jobs if j.ir}
         results = self._run_dag(unique, ids, sweep_dir)
         jobs = [self._job_result(job, results, sweep_dir, started) for job in sweep.jobs]
@@ -163,10 +166,11 @@ class SweepRunner:
         self.say(f"  {step['id']:<10} {key[:12]} running")
         out_dir = sweep_dir / ".shared" / key[:12]
         if inline or self.pool is None:
-            result = _worker(str(self.store.root), step, key, inputs, str(out_dir))
+            result = _worker(str(self.store.root), step, key, inputs, str(out_dir), self.preload)
             self._report(step, result)
             return result
-        return self.pool.submit(_worker, str(self.store.root), step, key, inputs, str(out_dir))
+        return self.pool.submit(_worker, str(self.store.root), step, key, inputs, str(out_dir),
+                                self.preload)
 
     def _report(self, step: dict[str, Any], result: dict[str, Any]) -> None:
         if result["status"] == "ok":
