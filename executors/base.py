@@ -167,8 +167,12 @@ def _execute(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Pat
              out_dir: Path | None, say: Callable[[str], None], label: str,
              quiet: bool) -> dict[str, Any]:
     cacheable = not OPS[step["op"]].has(Trait.NOT_CACHEABLE)
-    entry = store.get(key) if cacheable else None
+    entry, repair = store.lookup(key) if cacheable else (None, None)  # verified on use
     rec: dict[str, Any] = {"status": "ok"}
+    if repair is not None:
+        rec["quarantined"] = repair.record()
+        say(f"{label} {step['id']:<10} corrupt in the store ({'; '.join(repair.problems)}); "
+            f"moved to {repair.moved_to}; rebuilding")
     if entry is not None:
         rec["action"], path = "cached", entry.path
         say(f"{label} {step['id']:<10} cached")
@@ -203,7 +207,7 @@ def _build(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path]
         _apply(StepContext({**step, "key": key}, inputs, target, say, cache_dir), mon)
         return target, True
     with store.lock(key):
-        if store.get(key) is not None:  # another process built it while we waited
+        if store.lookup_locked(key)[0] is not None:  # another process built it meanwhile
             return store.entry_dir(key), False
         with store.building(key, {"step": step["id"], "op": step["op"]}) as tmp:
             _apply(StepContext({**step, "key": key}, inputs, tmp, say, cache_dir), mon)

@@ -1,9 +1,13 @@
 """Stable paths for a run's results: `outputs/<run-name>/` gets copies of the deliverable's
 files, the outputs that ops declare published (`Op.publish`, e.g. the export's hierarchy map),
-the metrics and the run record; store entries stay untouched."""
+the metrics and the run record; store entries stay untouched.
+
+A file from the store is hashed as it is copied and published only if it matches the digest
+its entry's manifest records: nothing unverified is ever published."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -11,20 +15,40 @@ from pathlib import Path
 from typing import Any
 
 from executors.artifacts import ROLE_FILES, SOURCE
+from executors.store import CHUNK
+from planner.errors import IntegrityError
 from planner.ops import OPS
 from planner.storelayout import MANIFEST, RESULT
 
 SKIP = {MANIFEST, RESULT, SOURCE}
 
 
-def _copy_if_changed(src: Path, dst: Path) -> None:
+def _copy_if_changed(src: Path, dst: Path, digest: str | None) -> None:
+    """Copy src to dst whole (and, given its digest, only if the bytes copied match it)."""
     if dst.is_file():
         a, b = src.stat(), dst.stat()
         if a.st_size == b.st_size and a.st_mtime_ns == b.st_mtime_ns:
             return
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-    shutil.copy2(src, tmp)
-    tmp.replace(dst)
+    try:
+        copied = _copy_hashing(src, tmp)
+        if digest is not None and copied != digest:
+            raise IntegrityError(f"{src}: changed in the store since it was verified (its content "
+                             f"does not match its digest), so it was not published; run again "
+                             "to rebuild it")
+        shutil.copystat(src, tmp)
+        tmp.replace(dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _copy_hashing(src: Path, dst: Path) -> str:
+    h = hashlib.sha256()
+    with src.open("rb") as fin, dst.open("wb") as fout:
+        while chunk := fin.read(CHUNK):
+            h.update(chunk)
+            fout.write(chunk)
+    return h.hexdigest()
 
 
 def _published_files(step: dict[str, Any], src: Path, deliverable: str) -> list[Path]:
@@ -46,7 +70,7 @@ def outputs(record: dict[str, Any], out_dirs: dict[str, Path], out_dir: Path) ->
             if src is None:
                 continue
             for f in _published_files(step, src, deliverable):
-                _copy_if_changed(f, out_dir / f.name)
+                _copy_if_changed(f, out_dir / f.name, step["digests"].get(f.name))
                 published[f.name] = str(out_dir / f.name)
     record["published"] = published
     metrics = {s["id"]: s["metrics"] for s in record["steps"] if s["metrics"]}

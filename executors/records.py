@@ -28,7 +28,7 @@ def step_record(step: dict[str, Any], key: str, **fields: Any) -> dict[str, Any]
     rec = {"id": step["id"], "op": step["op"], "key": key, "action": step["action"],
            "planned_action": step["action"], "status": "ok", "wall_s": 0.0,
            "peak_rss_mb": 0.0, "outputs": {}, "digests": {}, "metrics": {},
-           "proof_check": None, "error": None}
+           "proof_check": None, "error": None, "quarantined": None}
     unknown = set(fields) - set(rec)
     if unknown:
         raise KeyError(f"step record has no field(s) {sorted(unknown)}")

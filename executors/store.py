@@ -1,5 +1,10 @@
 """The content-addressed store (DESIGN §4): `<root>/<key[:2]>/<key>/`, built in a temporary
-directory, renamed into place only when complete, one file lock per key."""
+directory, renamed into place only when complete, one file lock per key.
+
+An entry is verified on use (`lookup`): each file is re-hashed against its manifest digest
+unless its (size, mtime_ns, inode) still match the manifest's record of its last verification,
+so a cached run costs a stat per file. A corrupt or incomplete entry is moved aside to
+`<root>/quarantine/` (kept for inspection) and its step is rebuilt."""
 
 from __future__ import annotations
 
@@ -10,15 +15,16 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from planner.errors import InternalError, StoreError
-from planner.storelayout import MANIFEST, SUBDIRS, entry_dir
+from planner.storelayout import MANIFEST, QUARANTINE, SUBDIRS, entry_dir
 
 CHUNK = 1 << 20
+INCOMPLETE = f"{MANIFEST}: missing or unreadable (an incomplete entry)"
 
 
 def file_sha256(path: Path) -> str:
@@ -38,6 +44,23 @@ class Entry:
     @property
     def files(self) -> dict[str, str]:
         return self.manifest["files"]
+
+
+@dataclass
+class Repair:
+    """A corrupt or incomplete entry, moved aside so that its step is rebuilt."""
+
+    problems: list[str]
+    moved_to: Path
+
+    def record(self) -> dict[str, Any]:
+        return {"problems": self.problems, "moved_to": str(self.moved_to)}
+
+
+def file_stamp(path: Path) -> list[int]:
+    """What says a file is unchanged since it was last verified: size, mtime_ns, inode."""
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
 
 
 class Store:
@@ -62,6 +85,72 @@ class Store:
             return None
         return Entry(key, path, manifest)
 
+    def lookup(self, key: str) -> tuple[Entry | None, Repair | None]:
+        """The entry for `key` if it is complete and intact. A corrupt or incomplete one is
+        moved aside: (None, the repair); nothing there: (None, None)."""
+        entry = self.get(key)
+        if entry is not None and not self.check(entry):
+            return entry, None
+        if entry is None and not self.entry_dir(key).exists():
+            return None, None
+        with self.lock(key):  # its builder may be renaming a fresh entry into place
+            return self.lookup_locked(key)
+
+    def lookup_locked(self, key: str) -> tuple[Entry | None, Repair | None]:
+        """lookup() for a caller that holds lock(key)."""
+        entry = self.get(key)
+        if entry is None and not self.entry_dir(key).exists():
+            return None, None
+        problems = self.check(entry) if entry is not None else [INCOMPLETE]
+        if not problems:
+            return entry, None
+        return None, self._quarantine(key, problems)
+
+    def check(self, entry: Entry) -> list[str]:
+        """Problems with an entry's files. A file is re-hashed only when its stamp differs
+        from its last verification; one that still matches its digest is re-stamped."""
+        stamps = entry.manifest.get("verified", {})
+        problems, fresh = [], {}
+        for rel, digest in entry.files.items():
+            try:
+                stamp = file_stamp(entry.path / rel)
+            except OSError:
+                problems.append(f"{rel}: missing")
+                continue
+            if stamps.get(rel) == stamp:
+                continue
+            if rel in stamps and stamps[rel][0] != stamp[0]:
+                problems.append(f"{rel}: {stamp[0]} bytes, {stamps[rel][0]} when stored")
+            elif file_sha256(entry.path / rel) != digest:
+                problems.append(f"{rel}: content does not match its digest")
+            else:
+                fresh[rel] = stamp
+        if fresh and not problems:
+            self._restamp(entry, fresh)
+        return problems
+
+    def _restamp(self, entry: Entry, fresh: dict[str, list[int]]) -> None:
+        entry.manifest["verified"] = {**entry.manifest.get("verified", {}), **fresh}
+        tmp = entry.path / f".{MANIFEST}.{os.getpid()}.tmp"
+        try:
+            tmp.write_text(json.dumps(entry.manifest, indent=2, sort_keys=True))
+            tmp.replace(entry.path / MANIFEST)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a read-only store: it is verified again next time
+
+    def _quarantine(self, key: str, problems: list[str]) -> Repair:
+        """Move a bad entry to <root>/quarantine/, with why, for inspection."""
+        moved = self.root / QUARANTINE / f"{key}.{time.strftime('%Y%m%dT%H%M%S')}." \
+            f"{uuid.uuid4().hex[:6]}"
+        moved.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(self.entry_dir(key), moved)
+        with suppress(OSError):
+            (moved / "quarantined.txt").write_text("\n".join(problems) + "\n")
+        return Repair(problems, moved)
+
+    def quarantined(self) -> list[Path]:
+        return sorted(p for p in (self.root / QUARANTINE).glob("*") if p.is_dir())
+
     @contextmanager
     def lock(self, key: str) -> Iterator[None]:
         from filelock import FileLock
@@ -85,9 +174,11 @@ class Store:
                 shutil.rmtree(tmp, ignore_errors=True)
 
     def _seal(self, tmp: Path, key: str, meta: dict[str, Any]) -> None:
-        files = {p.relative_to(tmp).as_posix(): file_sha256(p)
-                 for p in sorted(tmp.rglob("*")) if p.is_file()}
-        manifest = {"key": key, **meta, "files": files, "created": time.time()}
+        paths = {p.relative_to(tmp).as_posix(): p for p in sorted(tmp.rglob("*")) if p.is_file()}
+        files = {rel: file_sha256(p) for rel, p in paths.items()}
+        verified = {rel: file_stamp(p) for rel, p in paths.items()}  # renaming keeps them
+        manifest = {"key": key, **meta, "files": files, "verified": verified,
+                    "created": time.time()}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
         final = self.entry_dir(key)
         final.parent.mkdir(parents=True, exist_ok=True)

@@ -205,7 +205,8 @@ class SweepRunner:
                 steps.append(records.skipped(s, s["key"]))
                 continue
             fields = {f: r[f] for f in ("action", "status", "wall_s", "peak_rss_mb", "outputs",
-                                        "digests", "metrics", "proof_check", "error") if f in r}
+                                        "digests", "metrics", "proof_check", "error",
+                                        "quarantined") if f in r}
             steps.append(records.step_record(s, s["key"], **fields))
             if r["status"] == "ok":
                 out_dirs[s["id"]] = Path(r["path"])

@@ -53,3 +53,9 @@ class StoreError(ModelplanError):
     """The store given cannot be used (a bad --store / store.path)."""
 
     exit_code = 2
+
+
+class IntegrityError(ModelplanError):
+    """A store entry changed under a run (after it was verified): nothing corrupt is used."""
+
+    exit_code = 1

@@ -13,6 +13,7 @@ from typing import Any
 
 MANIFEST = "manifest.json"
 RESULT = "result.json"        # a step's metrics, beside its outputs
+QUARANTINE = "quarantine"     # corrupt or incomplete entries, moved aside for inspection
 SUBDIRS = ("tmp", "locks", "runs")
 
 
