@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executors import child
+from executors import child, diskfull
 from executors.artifacts import MODEL, SOURCE, problems, read_facts, stamp_file
 from executors.checkers import Artifact, unmet_carried, unmet_ensures
 from executors.monitor import StepMonitor
@@ -151,9 +151,14 @@ def execute_step(store: Store, step: dict[str, Any], key: str, inputs: dict[str,
     action, wall_s, peak_rss_mb, outputs, metrics, digests, path; or status=failed, error."""
     try:
         return _execute(store, step, key, inputs, out_dir, say, label, quiet)
-    except StepError as exc:
-        return {"status": "failed", "action": "run", "error": str(exc)}
     except Exception as exc:  # noqa: BLE001 - a bug or library error: still one clear line
+        if diskfull.is_disk_full(exc):
+            cacheable = not OPS[step["op"]].has(Trait.NOT_CACHEABLE)
+            where, what = (store.root, "the store") if cacheable or out_dir is None else \
+                (out_dir, "the outputs directory")
+            exc = diskfull.disk_full_error(where, what, step, inputs)
+        if isinstance(exc, StepError):
+            return {"status": "failed", "action": "run", "error": str(exc)}
         if debug:
             traceback.print_exc()
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

@@ -84,7 +84,9 @@ class LocalExecutor:
             outputs_dir=outputs_dir)
         if outputs_dir is not None:
             publish.outputs(record, state.out_dirs, outputs_dir)
-        self.store.save_run(record)
+        if self.store.save_run(record) is None:
+            self.say(f"could not keep the run record in the store {self.store.root} (is its disk "
+                     "full?); the run's outputs have their own copy")
         return record
 
     def _step(self, ir: dict[str, Any], step: dict[str, Any], state: RunState, label: str,

@@ -8,6 +8,7 @@ so a cached run costs a stat per file. A corrupt or incomplete entry is moved as
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -64,14 +65,20 @@ def file_stamp(path: Path) -> list[int]:
 
 
 class Store:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, writable: bool = True) -> None:
+        """The store at `root`, created if need be. writable: check now, before any step
+        runs, that entries can be written there (one clear error instead of a failed step)."""
         self.root = Path(root)
         try:
             for sub in SUBDIRS:
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
+            if writable:
+                probe = self.root / "tmp" / f".probe.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+                probe.mkdir()
+                probe.rmdir()
         except OSError as exc:
-            raise StoreError(f"store {self.root}: cannot create it ({exc.strerror}); "
-                             "pass a writable --store DIR") from exc
+            raise StoreError(f"store {self.root}: cannot write there ({_why(exc, self.root)}); pass a "
+                             "writable --store DIR (or store.path=DIR)") from exc
 
     def entry_dir(self, key: str) -> Path:
         return entry_dir(self.root, key)
@@ -217,8 +224,9 @@ class Store:
                    if (entry.path / rel).is_file())
 
     # -- runs ----------------------------------------------------------------------------
-    def save_run(self, record: dict[str, Any]) -> Path:
-        """Keep a run record (it must match run.schema.json: a mismatch is a bug here)."""
+    def save_run(self, record: dict[str, Any]) -> Path | None:
+        """Keep a run record (it must match run.schema.json: a mismatch is a bug here).
+        None if the store cannot take it (a full disk): the run itself is not undone."""
         import schemas
         from schemas.validator import validate
 
@@ -229,8 +237,12 @@ class Store:
                                 "is a modelplan bug: rerun with --debug and report it")
         path = self.root / "runs" / f"{record['run_id']}.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=2))
-        tmp.replace(path)
+        try:
+            tmp.write_text(json.dumps(record, indent=2))
+            tmp.replace(path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            return None
         return path
 
     def runs(self) -> list[dict[str, Any]]:
@@ -245,6 +257,15 @@ class Store:
     def stale_tmp(self) -> list[Path]:
         """Temporary build directories whose builder process is gone (killed or crashed)."""
         return [p for p in (self.root / "tmp").iterdir() if not _builder_alive(p.name)]
+
+
+def _why(exc: OSError, root: Path) -> str:
+    """An OSError in words; for "not a directory", the file that is in the way."""
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        blocker = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            return f"{blocker} is a file, not a directory"
+    return exc.strerror or str(exc)
 
 
 def _builder_alive(name: str) -> bool:

@@ -6,7 +6,6 @@ import argparse
 import shutil
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from executors.store import Store
 from planner.errors import UsageError
@@ -70,11 +69,12 @@ ACTIONS: dict[str, Callable[[Store, argparse.Namespace], int]] = {
 
 
 def cmd_store(args: argparse.Namespace) -> int:
-    root = Path(args.store).resolve() if args.store else store_root({"store": {"path": None}})
+    root = store_root({"store": {"path": args.store}})
     if not root.is_dir():
         raise UsageError(f"store {root}: there is no store there; pass --store DIR of an "
                          "existing store (runs create one)")
-    return ACTIONS[args.action](Store(root), args)
+    writes = args.action == "gc" or (args.remove and not args.dry_run)
+    return ACTIONS[args.action](Store(root, writable=writes), args)
 
 
 def non_negative(text: str) -> int:
