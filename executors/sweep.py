@@ -5,6 +5,7 @@ it. Job records come from the same builder as single runs (executors/records.py)
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -13,11 +14,12 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from executors import child, publish, records
+from executors import child, interrupts, publish, records
 from executors.base import execute_step, premises_hold
+from executors.lease import Lease
 from executors.local import check_runnable
 from executors.store import Store
-from planner.errors import PlanError
+from planner.errors import PlanError, RunInterrupted
 from planner.ops import OPS, Trait
 from planner.render.results import csv_text, rows
 from planner.sweep import SweepPlan
@@ -28,11 +30,18 @@ if TYPE_CHECKING:
 
 def _warm() -> None:
     """Worker initializer: the imports every step needs. torch and transformers load on first
-    use only: on two cores a second worker importing them would slow the first one down."""
+    use only: on two cores a second worker importing them would slow the first one down.
+    The parent decides what an interrupt does; its SIGTERM ends the worker's step cleanly."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop_worker)
     import onnx  # noqa: F401
     import onnxruntime  # noqa: F401
 
     import executors.base  # noqa: F401
+
+
+def _stop_worker(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds the step: child killed, temporary output removed
 
 
 def _prefetch_measurement() -> None:
@@ -67,8 +76,15 @@ class SweepRunner:
         unique = sweep.unique
         self.preload = child.heavy_tools([v["step"] for v in unique.values()])
         ids = {j.index: {s["id"]: s["key"] for s in j.ir["steps"]} for j in sweep.jobs if j.ir}
-        results = self._run_dag(unique, ids, sweep_dir)
-        jobs = [self._job_result(job, results, sweep_dir, started) for job in sweep.jobs]
+        with interrupts.handling(child.kill_all), Lease(self.store.root) as lease:
+            lease.hold(unique)  # store gc keeps every key of the sweep while it runs
+            try:
+                results = self._run_dag(unique, ids, sweep_dir)
+                jobs = [self._job_result(job, results, sweep_dir, started) for job in sweep.jobs]
+            except interrupts.Interrupted as stop:
+                raise RunInterrupted(stop.signum, f"the sweep was interrupted by {stop.name}; "
+                                     "the steps it finished are in the store: run it again "
+                                     "to continue") from None
         summary = {
             "format_version": 1, "sweep_dir": str(sweep_dir), "executor": self.executor.name,
             "wall_s": round(time.perf_counter() - t0, 3),
@@ -120,10 +136,22 @@ class SweepRunner:
                         all(d in results for d in deps[k].values()) for k in pending):
                     raise PlanError("the merged sweep DAG has a cycle or a missing input; "
                                     "this is a modelplan bug: report the sweep's overrides")
+        except interrupts.Interrupted:
+            self._stop_workers()  # before waiting for them: their steps end now
+            raise
         finally:
             if self.pool is not None:
                 self.pool.shutdown()
         return results
+
+    def _stop_workers(self) -> None:
+        """End the workers' steps (SIGTERM: they clean up) and wait for them."""
+        if self.pool is None:
+            return
+        for proc in list((getattr(self.pool, "_processes", None) or {}).values()):  # CPython
+            with suppress(OSError):
+                proc.terminate()
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
     def _maybe_start_pool(self, unique: dict[str, dict[str, Any]]) -> None:
         """Start (and warm) the workers up front when there is real building to do."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -181,7 +182,8 @@ def _execute(ir: dict[str, Any], args: argparse.Namespace, overrides: list[str])
         sys.stdout.write(table(record))
     if record["error"]:
         print(f"modelplan: error: {record['error']['message']}", file=sys.stderr)
-        return 1
+        return 128 + signal.Signals[record["interrupted_by"]] \
+            if record["status"] == "interrupted" else 1
     return 0
 
 
@@ -307,9 +309,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in exc.lines:
             print(f"modelplan: error: {line}", file=sys.stderr)
         code = exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # outside a run's own handling (e.g. while planning)
         print("modelplan: interrupted", file=sys.stderr)
-        code = 130
+        code = 128 + getattr(exc, "signum", signal.SIGINT)
     if os.environ.get("MODELPLAN_TIMINGS"):
         _print_timings()
     return code

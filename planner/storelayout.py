@@ -16,7 +16,7 @@ from planner.errors import StoreError
 MANIFEST = "manifest.json"
 RESULT = "result.json"        # a step's metrics, beside its outputs
 QUARANTINE = "quarantine"     # corrupt or incomplete entries, moved aside for inspection
-SUBDIRS = ("tmp", "locks", "runs")
+SUBDIRS = ("tmp", "locks", "runs", "leases")
 NAME_MAX = 255                # bytes in one file name (Linux, macOS)
 PATH_MAX = 4000               # bytes in a whole path, with room for `<key[:2]>/<key>/<file>`
 

@@ -7,49 +7,21 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-
-import psutil
 
 from tests.conftest import ROOT
 from tests.integration.conftest import CPU_RUN, run_json
+from tests.integration.processes import assert_clean, start, step_process
 
 SWEEP = ("model=tiny_bert", "quant=none", "target=cpu", "verify=none", "perf=none",
          "export.sequence_length=16,32")
-
-
-def step_process(run: subprocess.Popen[str], step_id: str, timeout: float = 300) -> psutil.Process:
-    """The process running step `step_id` of the run `run`, once it exists."""
-    deadline = time.time() + timeout
-    while time.time() < deadline and run.poll() is None:
-        for p in psutil.Process(run.pid).children(recursive=True):
-            try:
-                if p.name() == f"mp:{step_id}"[:15]:
-                    return p
-            except psutil.NoSuchProcess:
-                continue
-        time.sleep(0.02)
-    run.kill()
-    raise AssertionError(f"no process for step {step_id} within {timeout} s")
-
-
-def start(args: tuple[str, ...], store: Path, outputs: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "planner.cli", "run", *args, "--store",
-                             str(store), "--outputs", str(outputs), "--json"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def assert_clean(store: Path) -> None:
-    assert list((store / "tmp").iterdir()) == []  # the killed step's temporary output is gone
-    assert all((e / "manifest.json").is_file() for e in store.glob("??/*"))  # no half entry
 
 
 def test_a_step_killed_by_a_signal_is_reported_and_the_rerun_is_clean(tmp_path: Path) -> None:
     store, outputs = tmp_path / "store", tmp_path / "out"
     for step_id, sig, cause in (("export", signal.SIGSEGV, "SIGSEGV; a crash in native code"),
                                 ("normalize", signal.SIGKILL, "SIGKILL; out of memory?")):
-        run = start(CPU_RUN, store, outputs)
+        run = start(*CPU_RUN, store=store, outputs=outputs)
         step_process(run, step_id).send_signal(sig)
         out, err = run.communicate(timeout=300)
         assert run.returncode == 1, err
