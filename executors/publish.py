@@ -60,6 +60,7 @@ def _published_files(step: dict[str, Any], src: Path, deliverable: str) -> list[
 
 def outputs(record: dict[str, Any], out_dirs: dict[str, Path], out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
+    before = _previously_published(out_dir)
     published: dict[str, str] = {}
     deliverable = record["deliverable"]
     chosen = [s for s in record["steps"] if s["id"] == deliverable]
@@ -73,6 +74,17 @@ def outputs(record: dict[str, Any], out_dirs: dict[str, Path], out_dir: Path) ->
                 _copy_if_changed(f, out_dir / f.name, step["digests"].get(f.name))
                 published[f.name] = str(out_dir / f.name)
     record["published"] = published
+    for name in before - set(published):  # the folder shows this run only
+        (out_dir / name).unlink(missing_ok=True)
     metrics = {s["id"]: s["metrics"] for s in record["steps"] if s["metrics"]}
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
     (out_dir / "run.json").write_text(json.dumps(record, indent=2))
+
+
+def _previously_published(out_dir: Path) -> set[str]:
+    """The file names the last run published into `out_dir` (its run.json says which)."""
+    try:
+        names = json.loads((out_dir / "run.json").read_text()).get("published") or {}
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {n for n in names if isinstance(n, str) and "/" not in n and n not in SKIP}

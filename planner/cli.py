@@ -168,13 +168,13 @@ def _options(args: argparse.Namespace) -> Any:
 
 def _execute(ir: dict[str, Any], args: argparse.Namespace, overrides: list[str]) -> int:
     from planner.app import run_plan
+    from planner.outputs import check_destination, check_name, run_name
     from planner.render.run import table
 
     name = args.name or run_name(ir["config"])
-    if not name or "/" in name or name in (".", "..") or name.startswith("."):
-        raise UsageError(f"--name {name!r}: a run name is one folder name under --outputs "
-                         "(no '/', not starting with '.')")
+    check_name(name)
     outputs = writable_dir(Path(args.outputs), "--outputs")
+    check_destination(outputs / name, ir, args.overwrite)
     record = run_plan(ir, outputs / name, overrides, _options(args))
     if args.json:
         print(json.dumps(record, indent=2))
@@ -212,11 +212,6 @@ def _run_sweep(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def run_name(config: dict[str, Any]) -> str:
-    """A stable name for a config's outputs: model-quant-target."""
-    return "-".join(str(config[g]["name"]) for g in ("model", "quant", "target"))
-
-
 def _yaml(config: dict[str, Any]) -> str:
     from omegaconf import OmegaConf
 
@@ -246,7 +241,10 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
                         "(default: store.path, else ~/.cache/modelplan/store)")
         sp.add_argument("--outputs", metavar="DIR", default="outputs",
                         help="where stable copies of the results go (default: ./outputs)")
-        sp.add_argument("--name", help="run name under --outputs (default: model-quant-target)")
+        sp.add_argument("--name", help="run name under --outputs (default: model-quant-target, "
+                        "the model named after its checkpoint folder, ONNX file or hub id)")
+        sp.add_argument("--overwrite", action="store_true",
+                        help="publish over a folder that holds another model's deliverable")
         sp.add_argument("--json", action="store_true", help="print the run record as JSON")
         sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
