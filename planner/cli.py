@@ -110,16 +110,11 @@ def _plan_sweep(args: argparse.Namespace) -> int:
 @command
 def cmd_diff(args: argparse.Namespace) -> int:
     from planner.diff import diff, render_md, render_text
-    from planner.errors import PlanFileError
-    from planner.planfile import check_plan
+    from planner.planfile import check_plan, read_plan_json
 
     plans = []
     for path in (args.a, args.b):
-        try:
-            ir = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise PlanFileError(f"{path}: not a readable plan ({exc}); write one with "
-                                "`modelplan plan --format json -o FILE`") from exc
+        ir = read_plan_json(Path(path))
         check_plan(ir, path, tools="plan")  # an edited plan would make the diff a lie
         plans.append(ir)
     d = diff(*plans)
@@ -153,9 +148,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 @command
 def cmd_apply(args: argparse.Namespace) -> int:
-    from planner.planfile import load_plan
+    from planner.planfile import Trust, load_plan
+    from planner.storelayout import store_root
 
-    return _execute(load_plan(Path(args.plan)), args, [])
+    store = store_root({"store": {"path": args.store}}) if args.store else None
+    roots = (store or store_root({"store": {"path": None}}), Path(args.outputs).resolve(),
+             *(Path(p).expanduser().resolve() for p in args.allow_path))
+    return _execute(load_plan(Path(args.plan), Trust(roots, store, args.trust_remote_code)),
+                    args, [])
 
 
 def _options(args: argparse.Namespace) -> Any:
@@ -267,6 +267,11 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
     sp = add("apply", "run a saved plan (modelplan plan -o plan.json)")
     sp.add_argument("plan", metavar="PLAN.json")
     running(sp)
+    sp.add_argument("--allow-path", action="append", default=[], metavar="DIR",
+                    help="let the plan read or write under DIR (besides the store and "
+                         "--outputs); repeatable")
+    sp.add_argument("--trust-remote-code", action="store_true",
+                    help="apply a plan that sets trust_remote_code: true")
 
     sp = add("diff", "what changes between two saved plans")
     sp.add_argument("a", metavar="OLD.json")
