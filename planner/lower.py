@@ -20,7 +20,7 @@ def lower(config: dict[str, Any]) -> Plan:
     compile, verify, perf. Rules then move, insert and elide steps, each with its proof."""
     model, target = config["model"], config["target"]
     memo = sources.DigestMemo(store_root(config) / "digests.json")
-    where = sources.checkpoint_location(model)
+    where = sources.locate(model)
     info = sources.model_info(model, where)
     task, model_class = sources.detect_task(model, info)
     resolve = Step("resolve", "resolve", {
