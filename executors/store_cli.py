@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from executors.lease import gc_lock, held_keys
+from executors.proofs import PROOFS
 from executors.store import Store
 from planner.errors import UsageError
 from planner.render.run import human_bytes
@@ -69,6 +70,7 @@ def gc(store: Store, args: argparse.Namespace) -> int:
         if not args.dry_run:
             for p in stale + quarantined:
                 shutil.rmtree(p, ignore_errors=True)
+            shutil.rmtree(store.root / PROOFS, ignore_errors=True)  # re-made by the next check
     verb = "would remove" if args.dry_run else "removed"
     print(f"gc {verb} {removed} entries ({human_bytes(freed)}) not used by the last "
           f"{len(recent)} run(s), {len(stale)} stale temporary dir(s) and {len(quarantined)} "

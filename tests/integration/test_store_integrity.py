@@ -71,3 +71,17 @@ def test_an_incomplete_entry_is_rebuilt_and_a_touched_one_only_rehashed(
     assert step(record, "normalize")["action"] == "cached"  # re-hashed, matched, re-stamped
     assert step(record, "normalize")["quarantined"] is None
     assert manifest(normalize)["verified"]["model.onnx"] == file_stamp(normalize / "model.onnx")
+
+
+def test_an_elision_is_observed_once_per_input_content(cpu_run: dict[str, Any],
+                                                       tmp_path: Path) -> None:
+    store = copy_store(cpu_run, tmp_path)
+    shutil.rmtree(store / "proofs", ignore_errors=True)
+    details = []
+    for name in ("a", "b"):
+        code, record, err = run_json(*CPU_RUN, store=store, outputs=tmp_path / name)
+        assert code == 0, err
+        details.append(step(record, "optimize")["proof_check"]["detail"])
+    assert details == ["premises hold on the real input",
+                       "premises hold on the real input (observed on this content before)"]
+    assert len(list((store / "proofs").glob("*.json"))) == 1
