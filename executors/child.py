@@ -178,7 +178,7 @@ def _rebuilt(error: dict[str, Any]) -> Exception:
     if error["kind"] == "step":
         return StepError(error["message"])
     if error["errno"] is not None:  # an OSError keeps its errno: disk full is recognised by it
-        exc: Exception = OSError(error["errno"], error["message"])
+        exc: Exception = OSError(error["errno"], error["message"], error.get("filename"))
         exc.add_note(f"in the step's process:\n{error['traceback']}")
         return exc
     return ChildError(error["type"], error["message"], error["traceback"])
@@ -200,13 +200,19 @@ def _child_main(conn: Connection, spec: dict[str, Any]) -> None:
     except StepError as exc:
         outcome = ("failed", {"kind": "step", "message": str(exc)}, _peak_mb())
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
-        outcome = ("failed", {"kind": "error", "type": type(exc).__name__,
-                              "message": str(exc) if not isinstance(exc, OSError)
-                              else exc.strerror or str(exc),
-                              "errno": exc.errno if isinstance(exc, OSError) else None,
-                              "traceback": traceback.format_exc()}, _peak_mb())
+        outcome = ("failed", _payload(exc), _peak_mb())
     conn.send(outcome)
     conn.close()
+
+
+def _payload(exc: BaseException) -> dict[str, Any]:
+    """An exception as plain data; an OSError keeps its errno and file name."""
+    os_error = exc if isinstance(exc, OSError) else None
+    return {"kind": "error", "type": type(exc).__name__,
+            "message": (os_error.strerror if os_error else None) or str(exc),
+            "errno": os_error.errno if os_error else None,
+            "filename": str(os_error.filename) if os_error and os_error.filename else None,
+            "traceback": traceback.format_exc()}
 
 
 def _peak_mb() -> float:

@@ -1,16 +1,14 @@
-"""Run a sweep as one merged DAG for the local executor: every unique key is built once, by a
-pool of worker processes, in dependency order. One failing step stops only the jobs that need
-it. Job records come from the same builder as single runs (executors/records.py)."""
+"""Run a sweep as one merged DAG for the local executor: every unique key is built once, in
+dependency order, up to -j steps at a time; each heavy step runs in its own process forked from
+the run's one warm fork server (executors/child.py), so the libraries load once per sweep and
+a crash ends one step only. One failing step stops only the jobs that need it. Job records
+come from the same builder as single runs (executors/records.py)."""
 
 from __future__ import annotations
 
 import json
-import signal
-import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import suppress
-from multiprocessing import get_context
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,34 +26,9 @@ if TYPE_CHECKING:
     from executors.local import LocalExecutor
 
 
-def _warm() -> None:
-    """Worker initializer: the imports every step needs. torch and transformers load on first
-    use only: on two cores a second worker importing them would slow the first one down.
-    The parent decides what an interrupt does; its SIGTERM ends the worker's step cleanly."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _stop_worker)
-    import onnx  # noqa: F401
-    import onnxruntime  # noqa: F401
-
-    import executors.base  # noqa: F401
-
-
-def _stop_worker(signum: int, _frame: Any) -> None:
-    raise SystemExit(128 + signum)  # unwinds the step: child killed, temporary output removed
-
-
-def _prefetch_measurement() -> None:
-    from executors import qnn
-    from executors.steps import perf  # noqa: F401
-
-    with suppress(Exception):  # a missing EP is reported by the step itself
-        qnn.qnn_devices()
-
-
 def _worker(store_root: str, step: dict[str, Any], key: str, inputs: dict[str, str],
-            out_dir: str | None, preload: list[str]) -> dict[str, Any]:
-    """Build one unique step in a worker process."""
-    child.preload(preload)  # the same for every step of the sweep: the first call counts
+            out_dir: str | None) -> dict[str, Any]:
+    """Build one unique step (on a builder thread; a heavy step in its own process)."""
     return execute_step(Store(Path(store_root)), step, key,
                         {r: Path(p) for r, p in inputs.items()},
                         Path(out_dir) if out_dir else None, lambda _msg: None, quiet=True)
@@ -65,8 +38,7 @@ class SweepRunner:
     def __init__(self, executor: LocalExecutor, jobs: int) -> None:
         self.executor, self.store, self.jobs = executor, executor.store, max(1, jobs)
         self.say = executor.say
-        self.pool: ProcessPoolExecutor | None = None
-        self.preload: list[str] = []
+        self.pool: ThreadPoolExecutor | None = None
 
     def run(self, sweep: SweepPlan, sweep_dir: Path) -> dict[str, Any]:
         started, t0 = time.time(), time.perf_counter()
@@ -74,7 +46,8 @@ class SweepRunner:
             if job.ir is not None:
                 check_runnable(job.ir)
         unique = sweep.unique
-        self.preload = child.heavy_tools([v["step"] for v in unique.values()])
+        tools = child.heavy_tools([v["step"] for v in unique.values()])
+        child.preload(tools, start=bool(tools))
         ids = {j.index: {s["id"]: s["key"] for s in j.ir["steps"]} for j in sweep.jobs if j.ir}
         with interrupts.handling(child.kill_all), Lease(self.store.root) as lease:
             lease.hold(unique)  # store gc keeps every key of the sweep while it runs
@@ -102,8 +75,8 @@ class SweepRunner:
     def _run_dag(self, unique: dict[str, dict[str, Any]], ids: dict[int, dict[str, str]],
                  sweep_dir: Path) -> dict[str, dict]:
         """Build every unique key once, dependencies first. Measurements (perf) wait until
-        nothing else runs, then run one at a time in this process: a latency measured next to
-        a build on the same cores would be wrong."""
+        nothing else runs, then run one at a time: a latency measured next to a build on the
+        same cores would be wrong."""
         # role -> key of the step each input names, within the job the step came from
         deps = {k: {role: ids[v["jobs"][0]][src] for role, src in v["step"]["inputs"].items()}
                 for k, v in unique.items()}
@@ -111,8 +84,6 @@ class SweepRunner:
         running: dict[Future, str] = {}
         pending = set(unique)
         measure = {k for k, v in unique.items() if _measures(v["step"])}
-        if measure:  # measurements run here later: load their libraries while workers build
-            threading.Thread(target=_prefetch_measurement, daemon=True).start()
         try:
             self._maybe_start_pool(unique)
             while pending or running:
@@ -125,8 +96,6 @@ class SweepRunner:
                         results[key] = {**fut.result(), "ended": time.time()}
                         self._report(unique[key]["step"], results[key])
                     continue
-                if self.pool is not None and not pending - measure:
-                    self.pool.shutdown(wait=False)  # workers exit while measurements run
                 ready = sorted(k for k in pending & measure
                                if all(d in results for d in deps[k].values()))
                 for key in ready:
@@ -145,21 +114,18 @@ class SweepRunner:
         return results
 
     def _stop_workers(self) -> None:
-        """End the workers' steps (SIGTERM: they clean up) and wait for them."""
-        if self.pool is None:
-            return
-        for proc in list((getattr(self.pool, "_processes", None) or {}).values()):  # CPython
-            with suppress(OSError):
-                proc.terminate()
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        """End the running steps (their processes killed, their temporary output removed)
+        and wait for their threads."""
+        child.kill_all()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
     def _maybe_start_pool(self, unique: dict[str, dict[str, Any]]) -> None:
-        """Start (and warm) the workers up front when there is real building to do."""
+        """Builder threads, when there is more than one step to build."""
         builds = [k for k, v in unique.items() if v["step"]["action"] == "run"
                   and not _measures(v["step"]) and self.store.get(k) is None]
         if self.jobs > 1 and len(builds) > 1:
-            self.pool = ProcessPoolExecutor(self.jobs, mp_context=get_context("spawn"),
-                                            initializer=_warm)
+            self.pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="modelplan-build")
 
     def _dispatch(self, key: str, unique: dict[str, dict[str, Any]], deps: dict[str, dict],
                   results: dict[str, dict], running: dict[Future, str], pending: set[str],
@@ -194,11 +160,10 @@ class SweepRunner:
         self.say(f"  {step['id']:<10} {key[:12]} running")
         out_dir = sweep_dir / ".shared" / key[:12]
         if inline or self.pool is None:
-            result = _worker(str(self.store.root), step, key, inputs, str(out_dir), self.preload)
+            result = _worker(str(self.store.root), step, key, inputs, str(out_dir))
             self._report(step, result)
             return result
-        return self.pool.submit(_worker, str(self.store.root), step, key, inputs, str(out_dir),
-                                self.preload)
+        return self.pool.submit(_worker, str(self.store.root), step, key, inputs, str(out_dir))
 
     def _report(self, step: dict[str, Any], result: dict[str, Any]) -> None:
         if result["status"] == "ok":
