@@ -218,6 +218,20 @@ def _yaml(config: dict[str, Any]) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(config))
 
 
+def _running_options(sp: argparse.ArgumentParser) -> None:
+    """The options of the commands that run a plan (run, apply)."""
+    sp.add_argument("--store", metavar="DIR", help="the content-addressed store "
+                    "(default: store.path, else ~/.cache/modelplan/store)")
+    sp.add_argument("--outputs", metavar="DIR", default="outputs",
+                    help="where stable copies of the results go (default: ./outputs)")
+    sp.add_argument("--name", help="run name under --outputs (default: model-quant-target, "
+                    "the model named after its checkpoint folder, ONNX file or hub id)")
+    sp.add_argument("--overwrite", action="store_true",
+                    help="publish over a folder that holds another model's deliverable")
+    sp.add_argument("--json", action="store_true", help="print the run record as JSON")
+    sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
 def parser(plugins: bool = True) -> argparse.ArgumentParser:
     """The argument parser; plugins: also the commands installed executors register."""
     common = argparse.ArgumentParser(add_help=False)
@@ -236,18 +250,6 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
                             help="Hydra overrides, e.g. model=tiny_bert quant=w8a8 export.opset=17")
         return sp
 
-    def running(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--store", metavar="DIR", help="the content-addressed store "
-                        "(default: store.path, else ~/.cache/modelplan/store)")
-        sp.add_argument("--outputs", metavar="DIR", default="outputs",
-                        help="where stable copies of the results go (default: ./outputs)")
-        sp.add_argument("--name", help="run name under --outputs (default: model-quant-target, "
-                        "the model named after its checkpoint folder, ONNX file or hub id)")
-        sp.add_argument("--overwrite", action="store_true",
-                        help="publish over a folder that holds another model's deliverable")
-        sp.add_argument("--json", action="store_true", help="print the run record as JSON")
-        sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-
     sp = add("plan", "print the plan without running anything", overrides=True)
     sp.add_argument("-m", "--multirun", action="store_true",
                     help="plan every job of a sweep (a=x,y b=z,w) as one merged DAG")
@@ -256,17 +258,17 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
     sp.add_argument("--store", metavar="DIR", help="the store to check for cached steps")
 
     sp = add("run", "plan, then run the plan", overrides=True)
-    running(sp)
+    _running_options(sp)
     sp.add_argument("-m", "--multirun", action="store_true",
                     help="run every job of a sweep; each distinct step runs once")
     sp.add_argument("-j", "--jobs", type=positive, metavar="N",
-                    help="parallel workers for a sweep (default: the number of cores)")
+                    help="steps a sweep builds at once (default: the number of cores)")
     sp.add_argument("--sweep-dir", metavar="DIR",
                     help="where a sweep writes its jobs and results (default: multirun/DATE/TIME)")
 
     sp = add("apply", "run a saved plan (modelplan plan -o plan.json)")
     sp.add_argument("plan", metavar="PLAN.json")
-    running(sp)
+    _running_options(sp)
     sp.add_argument("--allow-path", action="append", default=[], metavar="DIR",
                     help="let the plan read or write under DIR (besides the store and "
                          "--outputs); repeatable")
