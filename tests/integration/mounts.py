@@ -21,7 +21,11 @@ def tmpfs(path: Path, size: str, read_only: bool = False) -> Iterator[Path]:
         pytest.skip("mounting a tmpfs needs root (CI runs as root)")
     path.mkdir(parents=True, exist_ok=True)
     options = f"size={size}" + (",ro" if read_only else "")
-    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], check=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:  # root without CAP_SYS_ADMIN: the environment, not modelplan
+        pytest.fail(f"mount -t tmpfs failed as root ({mounted.stderr.strip()}); run the tests "
+                    "where root may mount (CI does)")
     try:
         yield path
     finally:
