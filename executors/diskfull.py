@@ -35,14 +35,16 @@ def is_disk_full(exc: BaseException) -> bool:
 def disk_full_error(where: Path, what: str, step: dict[str, Any],
                     inputs: dict[str, Path]) -> StepError:
     """The one line for a step that ran out of space in `where` (`what`: "the store")."""
-    need = max(GROWTH * sum(_size(p) for p in _read_by(step, inputs)), MIN_NEED)
+    read = _read_by(step, inputs)
+    need = max(GROWTH * sum(_size(p) for p in read), MIN_NEED)
+    basis = "twice its inputs" if inputs else "twice its source" if read else "at least"
     try:
         free = f"{human_bytes(shutil.disk_usage(where).free)} is free there now"
     except OSError:
         free = "the free space there is unknown"
     return StepError(
         f"step {step['id']} ({step['op']}): {what} {where} ran out of disk space; the step "
-        f"needs about {human_bytes(need)} (twice its inputs) and {free}; its temporary output "
+        f"needs about {human_bytes(need)} ({basis}) and {free}; its temporary output "
         f"was removed; free space there or pass --store DIR on a larger disk, then run again")
 
 
