@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import onnx
+if TYPE_CHECKING:  # imported where used: a fully cached run never loads onnx (nor numpy)
+    import onnx
 
 MODEL = "model.onnx"                   # a step's model output
 SOURCE = "source.json"                 # what resolve found
@@ -21,12 +22,16 @@ DEPTH_KEY = "winml.hierarchy.depth"
 
 
 def load(path: Path, external: bool = True) -> onnx.ModelProto:
+    import onnx
+
     return onnx.load(str(path), load_external_data=external)
 
 
 def save(model: onnx.ModelProto, path: Path) -> None:
     """Save with model metadata in key order: ORT keeps it in a map, so its order after an
     ORT pass is arbitrary, and the same model must always be the same bytes."""
+    import onnx
+
     props = sorted((p.key, p.value) for p in model.metadata_props)
     del model.metadata_props[:]
     for key, value in props:
@@ -80,6 +85,8 @@ def clear_node_meta(model: onnx.ModelProto) -> None:
 def problems(path: Path, tagged: bool) -> list[str]:
     """Everything wrong with an artifact: onnx.checker (full), duplicate metadata keys at
     model and node level, and untagged nodes once the model is tagged."""
+    import onnx
+
     found = []
     try:
         onnx.checker.check_model(str(path), full_check=True)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from executors import child, diskfull, proofs
 from executors.artifacts import MODEL, SOURCE, problems, read_facts, stamp_file
 from executors.checkers import Artifact, unmet_carried, unmet_ensures
 from executors.monitor import StepMonitor
@@ -97,10 +98,14 @@ def stamped_facts(path: Path) -> F.Facts:
 
 def premises_hold(step: dict[str, Any], src_dir: Path, src: str) -> tuple[bool, str]:
     """Re-check an elision on the real input: every fact the elided op would ensure must
-    already hold there, as the checkers observe it."""
+    already hold there, as the checkers observe it (once per input content: proofs.py)."""
+    memo = proofs.memo_path(step, src_dir)
+    if proofs.held_before(memo):
+        return True, "premises hold on the real input (observed on this content before)"
     unmet = unmet_ensures(OPS[step["op"]], step["params"], Artifact(src_dir))
     if unmet:
         return False, f"not on the real input ({src}): {'; '.join(unmet)}"
+    proofs.remember(memo, "premises hold on the real input")
     return True, "premises hold on the real input"
 
 
@@ -155,14 +160,20 @@ def execute_step(store: Store, step: dict[str, Any], key: str, inputs: dict[str,
     action, wall_s, peak_rss_mb, outputs, metrics, digests, path; or status=failed, error."""
     try:
         return _execute(store, step, key, inputs, out_dir, say, label, quiet)
-    except StepError as exc:
-        return {"status": "failed", "action": "run", "error": str(exc)}
     except Exception as exc:  # noqa: BLE001 - a bug or library error: still one clear line
+        if diskfull.is_disk_full(exc):
+            cacheable = not OPS[step["op"]].has(Trait.NOT_CACHEABLE)
+            where, what = (store.root, "the store") if cacheable or out_dir is None else \
+                (out_dir, "the outputs directory")
+            exc = diskfull.disk_full_error(where, what, step, inputs)
+        if isinstance(exc, StepError):
+            return {"status": "failed", "action": "run", "error": str(exc)}
         if debug:
             traceback.print_exc()
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        kind = getattr(exc, "type_name", type(exc).__name__)
         return {"status": "failed", "action": "run",
-                "error": f"step {step['id']} ({step['op']}) failed: {type(exc).__name__}: "
+                "error": f"step {step['id']} ({step['op']}) failed: {kind}: "
                          f"{cause}; rerun with --debug for the traceback"}
 
 
@@ -170,15 +181,19 @@ def _execute(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Pat
              out_dir: Path | None, say: Callable[[str], None], label: str,
              quiet: bool) -> dict[str, Any]:
     cacheable = not OPS[step["op"]].has(Trait.NOT_CACHEABLE)
-    entry = store.get(key) if cacheable else None
+    entry, repair = store.lookup(key) if cacheable else (None, None)  # verified on use
     rec: dict[str, Any] = {"status": "ok"}
+    if repair is not None:
+        rec["quarantined"] = repair.record()
+        say(f"{label} {step['id']:<10} corrupt in the store ({'; '.join(repair.problems)}); "
+            f"moved to {repair.moved_to}; rebuilding")
     if entry is not None:
         rec["action"], path = "cached", entry.path
         say(f"{label} {step['id']:<10} cached")
     else:
         say(f"{label} {step['id']:<10} running")
         with StepMonitor(step["id"], quiet) as mon:
-            path, built = _build(store, step, key, inputs, cacheable, out_dir, say)
+            path, built = _build(store, step, key, inputs, cacheable, out_dir, say, mon)
         if built:
             rec.update(action="run", wall_s=round(mon.wall, 3), peak_rss_mb=round(mon.peak, 1))
             say(f"      {step['id']} done in {mon.wall:.1f} s")
@@ -194,8 +209,8 @@ def _execute(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Pat
 
 
 def _build(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path],
-           cacheable: bool, out_dir: Path | None,
-           say: Callable[[str], None]) -> tuple[Path, bool]:
+           cacheable: bool, out_dir: Path | None, say: Callable[[str], None],
+           mon: StepMonitor) -> tuple[Path, bool]:
     """Build a step's outputs into the store, or (not cacheable) into the run's outputs.
     Returns where they are and whether this call built them."""
     cache_dir = store.root / "session_cache"
@@ -203,14 +218,19 @@ def _build(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path]
         base = out_dir or store.root / "tmp" / f"uncached-{uuid.uuid4().hex[:8]}"
         target = base / step["id"]
         target.mkdir(parents=True, exist_ok=True)
-        apply_step(StepContext({**step, "key": key}, inputs, target, say, cache_dir))
+        _apply(StepContext({**step, "key": key}, inputs, target, say, cache_dir), mon)
         return target, True
     with store.lock(key):
-        if store.get(key) is not None:  # another process built it while we waited
+        if store.lookup_locked(key)[0] is not None:  # another process built it meanwhile
             return store.entry_dir(key), False
         with store.building(key, {"step": step["id"], "op": step["op"]}) as tmp:
-            apply_step(StepContext({**step, "key": key}, inputs, tmp, say, cache_dir))
+            _apply(StepContext({**step, "key": key}, inputs, tmp, say, cache_dir), mon)
     return store.entry_dir(key), True
+
+
+def _apply(ctx: StepContext, mon: StepMonitor) -> StepResult:
+    """apply_step, in a child process for ops declared HEAVY (executors/child.py)."""
+    return child.apply_in_child(ctx, mon) if ctx.op.has(Trait.HEAVY) else apply_step(ctx)
 
 
 def _describe(path: Path, files: dict[str, str] | None) -> tuple[dict[str, str], dict]:

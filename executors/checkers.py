@@ -12,15 +12,17 @@ import json
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import Any
-
-import onnx
+from typing import TYPE_CHECKING, Any
 
 from executors.artifacts import MODEL, SIDECAR, SOURCE, TAG_KEY, load, model_meta
 from planner import facts as F
 from planner.ops import FactName, Op
 
+if TYPE_CHECKING:  # imported where used: a fully cached run never loads onnx (nor numpy)
+    import onnx
+
 N = FactName
+FLOAT16 = 10  # onnx.TensorProto.FLOAT16 (a stable enum value), without importing onnx
 
 
 class Artifact:
@@ -135,7 +137,7 @@ def _precision(a: Artifact, want: Any) -> str | None:
     model = a.needs_graph()
     weights, acts = quantized_bits(model)
     if want == "fp16":
-        has_fp16 = any(i.data_type == onnx.TensorProto.FLOAT16 for i in model.graph.initializer)
+        has_fp16 = any(i.data_type == FLOAT16 for i in model.graph.initializer)
         return None if has_fp16 or _casts_to_fp16(model) else "it has no float16 tensor"
     w, _, act = str(want).removeprefix("w").partition("a")
     held = bool(acts) and max(acts) == int(act) and (not weights or max(weights) == int(w))
@@ -143,7 +145,7 @@ def _precision(a: Artifact, want: Any) -> str | None:
 
 
 def _casts_to_fp16(model: onnx.ModelProto) -> bool:
-    return any(n.op_type == "Cast" and any(x.name == "to" and x.i == onnx.TensorProto.FLOAT16
+    return any(n.op_type == "Cast" and any(x.name == "to" and x.i == FLOAT16
                                            for x in n.attribute) for n in model.graph.node)
 
 
@@ -156,7 +158,7 @@ def observed_precision(model: onnx.ModelProto) -> str:
     weights, acts = quantized_bits(model)
     if acts:
         return f"w{max(weights) if weights else '?'}a{max(acts)}"
-    if any(i.data_type == onnx.TensorProto.FLOAT16 for i in model.graph.initializer):
+    if any(i.data_type == FLOAT16 for i in model.graph.initializer):
         return "fp16"
     return "fp32"
 
@@ -165,9 +167,11 @@ def quantized_bits(model: onnx.ModelProto) -> tuple[list[int], list[int]]:
     """Bit widths of the quantized weights (the DQ feeding the weight input of a MatMul, Gemm or
     Conv) and activations (QuantizeLinear of a computed tensor). Embedding tables and biases
     follow other rules in QNN's QDQ configuration, so they do not count."""
+    from onnx import TensorProto
+
     inits = {i.name: i for i in model.graph.initializer}
-    bits = {onnx.TensorProto.UINT8: 8, onnx.TensorProto.INT8: 8, onnx.TensorProto.UINT16: 16,
-            onnx.TensorProto.INT16: 16, onnx.TensorProto.INT4: 4, onnx.TensorProto.UINT4: 4}
+    bits = {TensorProto.UINT8: 8, TensorProto.INT8: 8, TensorProto.UINT16: 16,
+            TensorProto.INT16: 16, TensorProto.INT4: 4, TensorProto.UINT4: 4}
     weight_inputs = {n.input[1] for n in model.graph.node
                      if n.op_type in WEIGHTED and len(n.input) > 1}
     weights, acts = [], []

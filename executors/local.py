@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executors import publish, records
+from executors import child, interrupts, publish, records
 from executors.base import execute_step, has_implementation, premises_hold
+from executors.lease import Lease
 from executors.qnn import available_eps
 from executors.store import Store
 from planner.errors import PlanError
@@ -34,6 +35,7 @@ class RunState:
     alias: dict[str, str] = field(default_factory=dict)   # elided step -> step standing for it
     unelided: set[str] = field(default_factory=set)       # elided in the plan, ran anyway
     failed: set[str] = field(default_factory=set)
+    lease: Lease | None = None                            # the keys store gc must keep
 
 
 def check_runnable(ir: dict[str, Any]) -> None:
@@ -71,19 +73,40 @@ class LocalExecutor:
     def run(self, ir: dict[str, Any], outputs_dir: Path | None,
             overrides: list[str] | None = None) -> dict[str, Any]:
         self.check_runnable(ir)
+        tools = child.heavy_tools(ir["steps"])
+        child.preload(tools, start=bool(tools))
         started, t0 = time.time(), time.perf_counter()
-        state, steps = RunState(), []
-        for i, step in enumerate(ir["steps"], 1):
-            steps.append(self._step(ir, step, state, f"[{i}/{len(ir['steps'])}]", outputs_dir))
-        record = records.run_record(
-            ir, steps, executor=self.name, store=self.store.root, started=started,
-            wall_s=time.perf_counter() - t0, overrides=list(overrides or []),
-            deliverable=state.alias.get(ir["deliverable"], ir["deliverable"]),
-            outputs_dir=outputs_dir)
-        if outputs_dir is not None:
-            publish.outputs(record, state.out_dirs, outputs_dir)
-        self.store.save_run(record)
+        state = RunState()
+        with interrupts.handling(child.kill_all), Lease(self.store.root) as state.lease:
+            state.lease.hold(s["key"] for s in ir["steps"])  # store gc keeps them
+            steps, stop = self._steps(ir, state, outputs_dir)
+            record = records.run_record(
+                ir, steps, executor=self.name, store=self.store.root, started=started,
+                wall_s=time.perf_counter() - t0, overrides=list(overrides or []),
+                deliverable=state.alias.get(ir["deliverable"], ir["deliverable"]),
+                outputs_dir=outputs_dir, interrupted_by=stop)
+            if outputs_dir is not None:
+                publish.outputs(record, state.out_dirs, outputs_dir)
+            if self.store.save_run(record) is None:
+                self.say(f"could not keep the run record in the store {self.store.root} (is "
+                         "its disk full?); the run's outputs have their own copy")
         return record
+
+    def _steps(self, ir: dict[str, Any], state: RunState,
+               outputs_dir: Path | None) -> tuple[list[dict[str, Any]], str | None]:
+        """Every step's record; after an interrupt, the step it stopped and the rest skipped,
+        and the signal's name."""
+        steps: list[dict[str, Any]] = []
+        try:
+            for i, step in enumerate(ir["steps"], 1):
+                steps.append(self._step(ir, step, state, f"[{i}/{len(ir['steps'])}]",
+                                        outputs_dir))
+        except interrupts.Interrupted as stop:
+            rest = ir["steps"][len(steps):]
+            self.say(f"      {rest[0]['id']}: interrupted by {stop.name}; its temporary output "
+                     "was removed")
+            return steps + records.interrupted(rest, state.keys, stop.name), stop.name
+        return steps, None
 
     def _step(self, ir: dict[str, Any], step: dict[str, Any], state: RunState, label: str,
               out_dir: Path | None) -> dict[str, Any]:
@@ -140,6 +163,8 @@ class LocalExecutor:
         key = step["key"] if actual == planned else content_key(step["op"], step["params"],
                                                                 actual, ir["tools"])
         state.keys[step["id"]] = key
+        if state.lease is not None:
+            state.lease.hold([key])
         return key
 
     # -- a sweep -------------------------------------------------------------------------

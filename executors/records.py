@@ -26,7 +26,7 @@ def timestamp(epoch: float | None = None) -> str:
 # What a step's outcome can carry into its record (`node`: where an executor with several
 # machines ran it, {id, ip}; absent for the local executor).
 STEP_FIELDS = ("action", "status", "wall_s", "peak_rss_mb", "outputs", "digests", "metrics",
-               "proof_check", "error", "node")
+               "proof_check", "error", "node", "quarantined")
 OPTIONAL = {"node"}
 
 
@@ -35,7 +35,7 @@ def step_record(step: dict[str, Any], key: str, **fields: Any) -> dict[str, Any]
     rec = {"id": step["id"], "op": step["op"], "key": key, "action": step["action"],
            "planned_action": step["action"], "status": "ok", "wall_s": 0.0,
            "peak_rss_mb": 0.0, "outputs": {}, "digests": {}, "metrics": {},
-           "proof_check": None, "error": None}
+           "proof_check": None, "error": None, "quarantined": None}
     unknown = set(fields) - set(rec) - OPTIONAL
     if unknown:
         raise KeyError(f"step record has no field(s) {sorted(unknown)}")
@@ -43,15 +43,26 @@ def step_record(step: dict[str, Any], key: str, **fields: Any) -> dict[str, Any]
     return rec
 
 
-def skipped(step: dict[str, Any], key: str) -> dict[str, Any]:
-    return step_record(step, key, status="skipped", error="an input step failed")
+def skipped(step: dict[str, Any], key: str, why: str = "an input step failed") -> dict[str, Any]:
+    return step_record(step, key, status="skipped", error=why)
+
+
+def interrupted(rest: list[dict[str, Any]], keys: dict[str, str],
+                signal_name: str) -> list[dict[str, Any]]:
+    """Records for the steps a run did not finish: the one it stopped, then the ones after."""
+    stopped = step_record(rest[0], keys.get(rest[0]["id"], rest[0]["key"]), status="interrupted",
+                          error=f"interrupted by {signal_name}; its temporary output was removed")
+    return [stopped] + [skipped(s, keys.get(s["id"], s["key"]), "the run was interrupted")
+                        for s in rest[1:]]
 
 
 def first_error(steps: list[dict[str, Any]]) -> dict[str, str] | None:
-    """The run's error: the first step that failed (a skipped step only follows a failure)."""
+    """The run's error: the first step that failed or was interrupted (a skipped step only
+    follows one of those)."""
     for s in steps:
-        if s["status"] == "failed":
-            return {"step": s["id"], "message": s["error"] or "failed"}
+        if s["status"] in ("failed", "interrupted"):
+            return {"step": s["id"], "message": f"step {s['id']}: {s['error']}"
+                    if s["status"] == "interrupted" else s["error"] or "failed"}
     return None
 
 
@@ -69,14 +80,16 @@ def lift_modules(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def run_record(ir: dict[str, Any], steps: list[dict[str, Any]], *, executor: str,
                store: Path, started: float, wall_s: float, overrides: list[str],
-               deliverable: str, outputs_dir: Path | None,
-               job: int | None = None) -> dict[str, Any]:
-    """The record of one plan's run. `started` is an epoch time; `job` a sweep job's index."""
+               deliverable: str, outputs_dir: Path | None, job: int | None = None,
+               interrupted_by: str | None = None) -> dict[str, Any]:
+    """The record of one plan's run. `started` is an epoch time; `job` a sweep job's index;
+    `interrupted_by` the signal that stopped it."""
     error = first_error(steps)
     modules = lift_modules(steps)
     record = {
         "format_version": FORMAT_VERSION, "run_id": new_run_id(),
-        "status": "failed" if error else "ok", "started": timestamp(started),
+        "status": "interrupted" if interrupted_by else "failed" if error else "ok",
+        "started": timestamp(started),
         "wall_s": round(wall_s, 3), "executor": executor, "store": str(store),
         "config_digest": ir["config_digest"], "overrides": list(overrides),
         "deliverable": deliverable, "outputs_dir": str(outputs_dir) if outputs_dir else None,
@@ -84,4 +97,6 @@ def run_record(ir: dict[str, Any], steps: list[dict[str, Any]], *, executor: str
     }
     if job is not None:
         record["job"] = job
+    if interrupted_by:
+        record["interrupted_by"] = interrupted_by
     return record

@@ -10,6 +10,7 @@ QNN sessions are not cached here: a compiled EPContext model is already the EP's
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,7 @@ def _write(model: Path, slot: Path, fmt: str) -> tuple[Any, CacheInfo]:
     import onnxruntime as ort
 
     target = slot / f"optimized.{fmt}"
-    tmp = slot / f".writing.{fmt}"
+    tmp = slot / f".writing.{os.getpid()}.{fmt}"  # steps of a sweep may write one slot at once
     try:
         session = ort.InferenceSession(str(model), _options(tmp),
                                        providers=["CPUExecutionProvider"])

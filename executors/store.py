@@ -1,8 +1,14 @@
 """The content-addressed store (DESIGN §4): `<root>/<key[:2]>/<key>/`, built in a temporary
-directory, renamed into place only when complete, one file lock per key."""
+directory, renamed into place only when complete, one file lock per key.
+
+An entry is verified on use (`lookup`): each file is re-hashed against its manifest digest
+unless its (size, mtime_ns, inode) still match the manifest's record of its last verification,
+so a cached run costs a stat per file. A corrupt or incomplete entry is moved aside to
+`<root>/quarantine/` (kept for inspection) and its step is rebuilt."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -10,15 +16,16 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from planner.errors import InternalError, StoreError
-from planner.storelayout import MANIFEST, SUBDIRS, entry_dir
+from planner.storelayout import MANIFEST, QUARANTINE, SUBDIRS, entry_dir
 
 CHUNK = 1 << 20
+INCOMPLETE = f"{MANIFEST}: missing or unreadable (an incomplete entry)"
 
 
 def file_sha256(path: Path) -> str:
@@ -40,15 +47,38 @@ class Entry:
         return self.manifest["files"]
 
 
+@dataclass
+class Repair:
+    """A corrupt or incomplete entry, moved aside so that its step is rebuilt."""
+
+    problems: list[str]
+    moved_to: Path
+
+    def record(self) -> dict[str, Any]:
+        return {"problems": self.problems, "moved_to": str(self.moved_to)}
+
+
+def file_stamp(path: Path) -> list[int]:
+    """What says a file is unchanged since it was last verified: size, mtime_ns, inode."""
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
 class Store:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, writable: bool = True) -> None:
+        """The store at `root`, created if need be. writable: check now, before any step
+        runs, that entries can be written there (one clear error instead of a failed step)."""
         self.root = Path(root)
         try:
             for sub in SUBDIRS:
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
+            if writable:
+                probe = self.root / "tmp" / f".probe.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+                probe.mkdir()
+                probe.rmdir()
         except OSError as exc:
-            raise StoreError(f"store {self.root}: cannot create it ({exc.strerror}); "
-                             "pass a writable --store DIR") from exc
+            raise StoreError(f"store {self.root}: cannot write there ({_why(exc, self.root)}); pass a "
+                             "writable --store DIR (or store.path=DIR)") from exc
 
     def entry_dir(self, key: str) -> Path:
         return entry_dir(self.root, key)
@@ -61,6 +91,72 @@ class Store:
         except (OSError, ValueError):
             return None
         return Entry(key, path, manifest)
+
+    def lookup(self, key: str) -> tuple[Entry | None, Repair | None]:
+        """The entry for `key` if it is complete and intact. A corrupt or incomplete one is
+        moved aside: (None, the repair); nothing there: (None, None)."""
+        entry = self.get(key)
+        if entry is not None and not self.check(entry):
+            return entry, None
+        if entry is None and not self.entry_dir(key).exists():
+            return None, None
+        with self.lock(key):  # its builder may be renaming a fresh entry into place
+            return self.lookup_locked(key)
+
+    def lookup_locked(self, key: str) -> tuple[Entry | None, Repair | None]:
+        """lookup() for a caller that holds lock(key)."""
+        entry = self.get(key)
+        if entry is None and not self.entry_dir(key).exists():
+            return None, None
+        problems = self.check(entry) if entry is not None else [INCOMPLETE]
+        if not problems:
+            return entry, None
+        return None, self._quarantine(key, problems)
+
+    def check(self, entry: Entry) -> list[str]:
+        """Problems with an entry's files. A file is re-hashed only when its stamp differs
+        from its last verification; one that still matches its digest is re-stamped."""
+        stamps = entry.manifest.get("verified", {})
+        problems, fresh = [], {}
+        for rel, digest in entry.files.items():
+            try:
+                stamp = file_stamp(entry.path / rel)
+            except OSError:
+                problems.append(f"{rel}: missing")
+                continue
+            if stamps.get(rel) == stamp:
+                continue
+            if rel in stamps and stamps[rel][0] != stamp[0]:
+                problems.append(f"{rel}: {stamp[0]} bytes, {stamps[rel][0]} when stored")
+            elif file_sha256(entry.path / rel) != digest:
+                problems.append(f"{rel}: content does not match its digest")
+            else:
+                fresh[rel] = stamp
+        if fresh and not problems:
+            self._restamp(entry, fresh)
+        return problems
+
+    def _restamp(self, entry: Entry, fresh: dict[str, list[int]]) -> None:
+        entry.manifest["verified"] = {**entry.manifest.get("verified", {}), **fresh}
+        tmp = entry.path / f".{MANIFEST}.{os.getpid()}.tmp"
+        try:
+            tmp.write_text(json.dumps(entry.manifest, indent=2, sort_keys=True))
+            tmp.replace(entry.path / MANIFEST)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a read-only store: it is verified again next time
+
+    def _quarantine(self, key: str, problems: list[str]) -> Repair:
+        """Move a bad entry to <root>/quarantine/, with why, for inspection."""
+        moved = self.root / QUARANTINE / f"{key}.{time.strftime('%Y%m%dT%H%M%S')}." \
+            f"{uuid.uuid4().hex[:6]}"
+        moved.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(self.entry_dir(key), moved)
+        with suppress(OSError):
+            (moved / "quarantined.txt").write_text("\n".join(problems) + "\n")
+        return Repair(problems, moved)
+
+    def quarantined(self) -> list[Path]:
+        return sorted(p for p in (self.root / QUARANTINE).glob("*") if p.is_dir())
 
     @contextmanager
     def lock(self, key: str) -> Iterator[None]:
@@ -101,9 +197,11 @@ class Store:
             return 0
 
     def _seal(self, tmp: Path, key: str, meta: dict[str, Any]) -> None:
-        files = {p.relative_to(tmp).as_posix(): file_sha256(p)
-                 for p in sorted(tmp.rglob("*")) if p.is_file()}
-        manifest = {"key": key, **meta, "files": files, "created": time.time()}
+        paths = {p.relative_to(tmp).as_posix(): p for p in sorted(tmp.rglob("*")) if p.is_file()}
+        files = {rel: file_sha256(p) for rel, p in paths.items()}
+        verified = {rel: file_stamp(p) for rel, p in paths.items()}  # renaming keeps them
+        manifest = {"key": key, **meta, "files": files, "verified": verified,
+                    "created": time.time()}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
         final = self.entry_dir(key)
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -142,8 +240,9 @@ class Store:
                    if (entry.path / rel).is_file())
 
     # -- runs ----------------------------------------------------------------------------
-    def save_run(self, record: dict[str, Any]) -> Path:
-        """Keep a run record (it must match run.schema.json: a mismatch is a bug here)."""
+    def save_run(self, record: dict[str, Any]) -> Path | None:
+        """Keep a run record (it must match run.schema.json: a mismatch is a bug here).
+        None if the store cannot take it (a full disk): the run itself is not undone."""
         import schemas
         from schemas.validator import validate
 
@@ -154,8 +253,12 @@ class Store:
                                 "is a modelplan bug: rerun with --debug and report it")
         path = self.root / "runs" / f"{record['run_id']}.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=2))
-        tmp.replace(path)
+        try:
+            tmp.write_text(json.dumps(record, indent=2))
+            tmp.replace(path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            return None
         return path
 
     def runs(self) -> list[dict[str, Any]]:
@@ -170,6 +273,15 @@ class Store:
     def stale_tmp(self) -> list[Path]:
         """Temporary build directories whose builder process is gone (killed or crashed)."""
         return [p for p in (self.root / "tmp").iterdir() if not _builder_alive(p.name)]
+
+
+def _why(exc: OSError, root: Path) -> str:
+    """An OSError in words; for "not a directory", the file that is in the way."""
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        blocker = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            return f"{blocker} is a file, not a directory"
+    return exc.strerror or str(exc)
 
 
 def _builder_alive(name: str) -> bool:

@@ -6,12 +6,13 @@ import argparse
 import shutil
 import time
 from collections.abc import Callable
-from pathlib import Path
 
+from executors.lease import gc_lock, held_keys
+from executors.proofs import PROOFS
 from executors.store import Store
 from planner.errors import UsageError
 from planner.render.run import human_bytes
-from planner.storelayout import store_root
+from planner.storelayout import QUARANTINE, store_root
 
 
 def ls(store: Store, args: argparse.Namespace) -> int:
@@ -23,7 +24,11 @@ def ls(store: Store, args: argparse.Namespace) -> int:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.manifest.get("created", 0)))
         print(f"{e.key[:12]}  {e.manifest.get('op', '?'):<10} {e.manifest.get('step', '?'):<12} "
               f"{human_bytes(size):>9}  {when}")
-    print(f"{len(entries)} entries, {human_bytes(total)} in {store.root}")
+    quarantined = store.quarantined()
+    print(f"{len(entries)} entries, {human_bytes(total)} in {store.root}"
+          + (f"; {len(quarantined)} corrupt entr{'y' if len(quarantined) == 1 else 'ies'} "
+             f"kept for inspection in {store.root / QUARANTINE} (store gc removes them)"
+             if quarantined else ""))
     return 0
 
 
@@ -46,22 +51,31 @@ def verify(store: Store, args: argparse.Namespace) -> int:
 
 
 def gc(store: Store, args: argparse.Namespace) -> int:
+    """Remove entries that neither the last --keep-runs runs used nor a running run holds
+    (executors/lease.py), stale temporary dirs and quarantined entries."""
     recent = store.runs()[-args.keep_runs:] if args.keep_runs > 0 else []
     keep = {s["key"] for r in recent for s in r["steps"]}
-    freed, removed = 0, 0
-    for e in store.entries():
-        if e.key not in keep:
-            freed += store.size(e)
-            removed += 1
-            if not args.dry_run:
-                store.remove(e.key)
-    stale = store.stale_tmp()
-    if not args.dry_run:
-        for p in stale:
-            shutil.rmtree(p, ignore_errors=True)
+    freed, removed, held_here = 0, 0, 0
+    with gc_lock(store.root, exclusive=True):  # runs that start now wait until gc is done
+        held, holders = held_keys(store.root)
+        for e in store.entries():
+            if e.key in held:
+                held_here += 1
+            elif e.key not in keep:
+                freed += store.size(e)
+                removed += 1
+                if not args.dry_run:
+                    store.remove(e.key)
+        stale, quarantined = store.stale_tmp(), store.quarantined()
+        if not args.dry_run:
+            for p in stale + quarantined:
+                shutil.rmtree(p, ignore_errors=True)
+            shutil.rmtree(store.root / PROOFS, ignore_errors=True)  # re-made by the next check
     verb = "would remove" if args.dry_run else "removed"
     print(f"gc {verb} {removed} entries ({human_bytes(freed)}) not used by the last "
-          f"{len(recent)} run(s), and {len(stale)} stale temporary dir(s)")
+          f"{len(recent)} run(s), {len(stale)} stale temporary dir(s) and {len(quarantined)} "
+          f"quarantined entr{'y' if len(quarantined) == 1 else 'ies'}; kept {held_here} "
+          f"entr{'y' if held_here == 1 else 'ies'} held by {holders} running run(s)")
     return 0
 
 
@@ -70,11 +84,12 @@ ACTIONS: dict[str, Callable[[Store, argparse.Namespace], int]] = {
 
 
 def cmd_store(args: argparse.Namespace) -> int:
-    root = Path(args.store).resolve() if args.store else store_root({"store": {"path": None}})
+    root = store_root({"store": {"path": args.store}})
     if not root.is_dir():
         raise UsageError(f"store {root}: there is no store there; pass --store DIR of an "
                          "existing store (runs create one)")
-    return ACTIONS[args.action](Store(root), args)
+    writes = args.action == "gc" or (args.remove and not args.dry_run)
+    return ACTIONS[args.action](Store(root, writable=writes), args)
 
 
 def non_negative(text: str) -> int:

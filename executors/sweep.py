@@ -1,24 +1,24 @@
 """Run a sweep as one merged DAG: every unique key is built once, in dependency order, and one
 failing step stops only the jobs that need it. `SweepRunner` turns the DAG's outcomes into job
 records (the same builder as single runs, executors/records.py) and results files; its
-`run_dag` is the local executor's pool of worker processes, and an executor with its own
-scheduler (executors/ray/) overrides only that."""
+`run_dag` is the local executor's: up to -j steps at a time on builder threads, each heavy
+step in its own process forked from the run's one warm fork server (executors/child.py), so
+libraries load once per sweep and a crash ends one step only. An executor with its own
+scheduler (executors/ray/) overrides only `run_dag`."""
 
 from __future__ import annotations
 
 import json
-import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import suppress
-from multiprocessing import get_context
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from executors import graph, publish, records
+from executors import child, graph, interrupts, publish, records
 from executors.base import execute_step
+from executors.lease import Lease
 from executors.store import Store
-from planner.errors import PlanError
+from planner.errors import PlanError, RunInterrupted
 from planner.ops import OPS, Trait
 from planner.render.results import csv_text, rows
 from planner.sweep import SweepPlan
@@ -27,26 +27,9 @@ if TYPE_CHECKING:
     from executors.local import LocalExecutor
 
 
-def _warm() -> None:
-    """Worker initializer: the imports every step needs. torch and transformers load on first
-    use only: on two cores a second worker importing them would slow the first one down."""
-    import onnx  # noqa: F401
-    import onnxruntime  # noqa: F401
-
-    import executors.base  # noqa: F401
-
-
-def _prefetch_measurement() -> None:
-    from executors import qnn
-    from executors.steps import perf  # noqa: F401
-
-    with suppress(Exception):  # a missing EP is reported by the step itself
-        qnn.qnn_devices()
-
-
 def _worker(store_root: str, step: dict[str, Any], key: str, inputs: dict[str, str],
             out_dir: str | None) -> dict[str, Any]:
-    """Build one unique step in a worker process."""
+    """Build one unique step (on a builder thread; a heavy step in its own process)."""
     return execute_step(Store(Path(store_root)), step, key,
                         {r: Path(p) for r, p in inputs.items()},
                         Path(out_dir) if out_dir else None, lambda _msg: None, quiet=True)
@@ -56,14 +39,22 @@ class SweepRunner:
     def __init__(self, executor: LocalExecutor, jobs: int = 1) -> None:
         self.executor, self.store, self.jobs = executor, executor.store, max(1, jobs)
         self.say = executor.say
-        self.pool: ProcessPoolExecutor | None = None
+        self.pool: ThreadPoolExecutor | None = None
 
     def run(self, sweep: SweepPlan, sweep_dir: Path) -> dict[str, Any]:
         started, t0 = time.time(), time.perf_counter()
         unique = sweep.unique
         ids = {j.index: {s["id"]: s["key"] for s in j.ir["steps"]} for j in sweep.jobs if j.ir}
-        results = self.run_dag(unique, graph.dependencies(unique, ids), sweep_dir)
-        jobs = [self._job_result(job, results, sweep_dir, started) for job in sweep.jobs]
+        with interrupts.handling(child.kill_all), Lease(self.store.root) as lease:
+            lease.hold(unique)  # store gc keeps every key of the sweep while it runs
+            try:
+                results = self.run_dag(unique, graph.dependencies(unique, ids), sweep_dir)
+                jobs = [self._job_result(job, results, sweep_dir, started)
+                        for job in sweep.jobs]
+            except interrupts.Interrupted as stop:
+                raise RunInterrupted(stop.signum, f"the sweep was interrupted by {stop.name}; "
+                                     "the steps it finished are in the store: run it again "
+                                     "to continue") from None
         summary = {
             "format_version": 1, "sweep_dir": str(sweep_dir), "executor": self.executor.name,
             "wall_s": round(time.perf_counter() - t0, 3),
@@ -83,12 +74,12 @@ class SweepRunner:
         """Build every unique key once, dependencies first. Measurements (perf) wait until
         nothing else runs, then run one at a time in this process: a latency measured next to
         a build on the same cores would be wrong."""
+        tools = child.heavy_tools([v["step"] for v in unique.values()])
+        child.preload(tools, start=bool(tools))
         results: dict[str, dict[str, Any]] = {}
         running: dict[Future, str] = {}
         pending = set(unique)
         measure = {k for k, v in unique.items() if graph.measures(v["step"])}
-        if measure:  # measurements run here later: load their libraries while workers build
-            threading.Thread(target=_prefetch_measurement, daemon=True).start()
         try:
             self._maybe_start_pool(unique)
             while pending or running:
@@ -102,8 +93,6 @@ class SweepRunner:
                         results[key] = {**fut.result(), "ended": time.time()}
                         self._report(unique[key]["step"], results[key])
                     continue
-                if self.pool is not None and not pending - measure:
-                    self.pool.shutdown(wait=False)  # workers exit while measurements run
                 ready = sorted(k for k in pending & measure
                                if all(d in results for d in deps[k].values()))
                 for key in ready:
@@ -113,18 +102,27 @@ class SweepRunner:
                         all(d in results for d in deps[k].values()) for k in pending):
                     raise PlanError("the merged sweep DAG has a cycle or a missing input; "
                                     "this is a modelplan bug: report the sweep's overrides")
+        except interrupts.Interrupted:
+            self._stop_workers()  # before waiting for them: their steps end now
+            raise
         finally:
             if self.pool is not None:
                 self.pool.shutdown()
         return results
 
+    def _stop_workers(self) -> None:
+        """End the running steps (their processes killed, their temporary output removed)
+        and wait for their threads."""
+        child.kill_all()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
     def _maybe_start_pool(self, unique: dict[str, dict[str, Any]]) -> None:
-        """Start (and warm) the workers up front when there is real building to do."""
+        """Builder threads, when there is more than one step to build."""
         builds = [k for k, v in unique.items() if v["step"]["action"] == "run"
                   and not graph.measures(v["step"]) and self.store.get(k) is None]
         if self.jobs > 1 and len(builds) > 1:
-            self.pool = ProcessPoolExecutor(self.jobs, mp_context=get_context("spawn"),
-                                            initializer=_warm)
+            self.pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="modelplan-build")
 
     def _dispatch(self, key: str, unique: dict[str, dict[str, Any]], deps: dict[str, dict],
                   results: dict[str, dict], running: dict[Future, str], pending: set[str],

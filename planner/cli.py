@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -121,16 +122,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
                          "tree")
     args.a, args.b = args.overrides
     from planner.diff import diff, render_md, render_text
-    from planner.errors import PlanFileError
-    from planner.planfile import check_plan
+    from planner.planfile import check_plan, read_plan_json
 
     plans = []
     for path in args.overrides:
-        try:
-            ir = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise PlanFileError(f"{path}: not a readable plan ({exc}); write one with "
-                                "`modelplan plan --format json -o FILE`") from exc
+        ir = read_plan_json(Path(path))
         plans.append(ir)
     if _diff_runs(args, plans):
         return 0
@@ -237,9 +233,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 @command
 def cmd_apply(args: argparse.Namespace) -> int:
-    from planner.planfile import load_plan
+    from planner.planfile import Trust, load_plan
+    from planner.storelayout import store_root
 
-    return _execute(load_plan(Path(args.plan)), args, [])
+    store = store_root({"store": {"path": args.store}}) if args.store else None
+    roots = (store or store_root({"store": {"path": None}}), Path(args.outputs).resolve(),
+             *(Path(p).expanduser().resolve() for p in args.allow_path))
+    return _execute(load_plan(Path(args.plan), Trust(roots, store, args.trust_remote_code)),
+                    args, [])
 
 
 def _options(args: argparse.Namespace) -> Any:
@@ -252,13 +253,13 @@ def _options(args: argparse.Namespace) -> Any:
 
 def _execute(ir: dict[str, Any], args: argparse.Namespace, overrides: list[str]) -> int:
     from planner.app import run_plan
+    from planner.outputs import check_destination, check_name, run_name
     from planner.render.run import markdown, table
 
     name = args.name or run_name(ir["config"])
-    if not name or "/" in name or name in (".", "..") or name.startswith("."):
-        raise UsageError(f"--name {name!r}: a run name is one folder name under --outputs "
-                         "(no '/', not starting with '.')")
+    check_name(name)
     outputs = writable_dir(Path(args.outputs), "--outputs")
+    check_destination(outputs / name, ir, args.overwrite)
     record = run_plan(ir, outputs / name, overrides, _options(args))
     if args.json:
         print(json.dumps(record, indent=2))
@@ -266,7 +267,8 @@ def _execute(ir: dict[str, Any], args: argparse.Namespace, overrides: list[str])
         sys.stdout.write(markdown(record) if args.format == "md" else table(record))
     if record["error"]:
         print(f"modelplan: error: {record['error']['message']}", file=sys.stderr)
-        return 1
+        return 128 + signal.Signals[record["interrupted_by"]] \
+            if record["status"] == "interrupted" else 1
     return 0
 
 
@@ -304,15 +306,26 @@ def config_tree(args: argparse.Namespace) -> Any:
     return args.tree
 
 
-def run_name(config: dict[str, Any]) -> str:
-    """A stable name for a config's outputs: model-quant-target."""
-    return "-".join(str(config[g]["name"]) for g in ("model", "quant", "target"))
-
-
 def _yaml(config: dict[str, Any]) -> str:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_yaml(OmegaConf.create(config))
+
+
+def _running_options(sp: argparse.ArgumentParser) -> None:
+    """The options of the commands that run a plan (run, apply)."""
+    sp.add_argument("--store", metavar="DIR", help="the content-addressed store "
+                    "(default: store.path, else ~/.cache/modelplan/store)")
+    sp.add_argument("--outputs", metavar="DIR", default="outputs",
+                    help="where stable copies of the results go (default: ./outputs)")
+    sp.add_argument("--name", help="run name under --outputs (default: model-quant-target, "
+                    "the model named after its checkpoint folder, ONNX file or hub id)")
+    sp.add_argument("--overwrite", action="store_true",
+                    help="publish over a folder that holds another model's deliverable")
+    sp.add_argument("--json", action="store_true", help="print the run record as JSON")
+    sp.add_argument("--format", choices=["text", "md"], default="text",
+                    help="the run's table and modules as text, or Markdown for a pull request")
+    sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
 def parser(plugins: bool = True) -> argparse.ArgumentParser:
@@ -339,17 +352,6 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
                             "default: the packaged config)")
         return sp
 
-    def running(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--store", metavar="DIR", help="the content-addressed store "
-                        "(default: store.path, else ~/.cache/modelplan/store)")
-        sp.add_argument("--outputs", metavar="DIR", default="outputs",
-                        help="where stable copies of the results go (default: ./outputs)")
-        sp.add_argument("--name", help="run name under --outputs (default: model-quant-target)")
-        sp.add_argument("--json", action="store_true", help="print the run record as JSON")
-        sp.add_argument("--format", choices=["text", "md"], default="text",
-                        help="the run's table and modules as text, or Markdown for a pull request")
-        sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-
     sp = add("plan", "print the plan without running anything", overrides=True)
     sp.add_argument("--symbolic-sources", action="store_true",
                     help="plan a model whose checkpoint cannot be read here with a symbolic "
@@ -361,17 +363,22 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
     sp.add_argument("--store", metavar="DIR", help="the store to check for cached steps")
 
     sp = add("run", "plan, then run the plan", overrides=True)
-    running(sp)
+    _running_options(sp)
     sp.add_argument("-m", "--multirun", action="store_true",
                     help="run every job of a sweep; each distinct step runs once")
     sp.add_argument("-j", "--jobs", type=positive, metavar="N",
-                    help="parallel workers for a sweep (default: the number of cores)")
+                    help="steps a sweep builds at once (default: the number of cores)")
     sp.add_argument("--sweep-dir", metavar="DIR",
                     help="where a sweep writes its jobs and results (default: multirun/DATE/TIME)")
 
     sp = add("apply", "run a saved plan (modelplan plan -o plan.json)")
     sp.add_argument("plan", metavar="PLAN.json")
-    running(sp)
+    _running_options(sp)
+    sp.add_argument("--allow-path", action="append", default=[], metavar="DIR",
+                    help="let the plan read or write under DIR (besides the store and "
+                         "--outputs); repeatable")
+    sp.add_argument("--trust-remote-code", action="store_true",
+                    help="apply a plan that sets trust_remote_code: true")
 
     sp = add("diff", "what changes between two saved plans or two run records (latency per "
              "perf step and module), or between a git revision's configs and the working "
@@ -433,9 +440,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in exc.lines:
             print(f"modelplan: error: {line}", file=sys.stderr)
         code = exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # outside a run's own handling (e.g. while planning)
         print("modelplan: interrupted", file=sys.stderr)
-        code = 130
+        code = 128 + getattr(exc, "signum", signal.SIGINT)
     if os.environ.get("MODELPLAN_TIMINGS"):
         _print_timings()
     return code

@@ -88,7 +88,9 @@ def compose_timed(overrides: list[str] | tuple[str, ...] = (), store: str | None
     config = compose(overrides, tree)
     TIMINGS["compose_s"] = time.perf_counter() - t0
     if store:
-        config["store"]["path"] = str(Path(store).expanduser().resolve())
+        from planner.storelayout import checked_store_path
+
+        config["store"]["path"] = str(checked_store_path(store))
     return config
 
 

@@ -53,3 +53,17 @@ class StoreError(ModelplanError):
     """The store given cannot be used (a bad --store / store.path)."""
 
     exit_code = 2
+
+
+class IntegrityError(ModelplanError):
+    """A store entry changed under a run (after it was verified): nothing corrupt is used."""
+
+    exit_code = 1
+
+
+class RunInterrupted(ModelplanError):
+    """SIGINT or SIGTERM stopped the work; the exit status is 128 + the signal's number."""
+
+    def __init__(self, signum: int, *lines: str) -> None:
+        super().__init__(*lines)
+        self.exit_code = 128 + signum

@@ -29,6 +29,8 @@ class Trait(StrEnum):
     SINK = "sink"                                # produces results, not a model
     NOT_CACHEABLE = "not_cacheable"              # measures this machine: always runs
     CUTS_GRAPH = "cuts_graph"                    # keeps a part of the graph: new inputs, outputs
+    HEAVY = "heavy"                              # runs native runtimes that can crash or take
+                                                 # much memory: runs in a child process
 
 
 class FactName(StrEnum):
@@ -124,7 +126,7 @@ def source_format(params: dict[str, Any]) -> str:
 
 T = Trait
 N = FactName
-_GRAPH_REWRITER = frozenset({T.IDEMPOTENT, T.FOLDS_CONSTANTS, T.DROPS_NODE_METADATA})
+_GRAPH_REWRITER = frozenset({T.IDEMPOTENT, T.FOLDS_CONSTANTS, T.DROPS_NODE_METADATA, T.HEAVY})
 
 OPS: dict[str, Op] = {op.name: op for op in (
     Op("resolve", 2, "load the model source and digest its files",
@@ -134,7 +136,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        ensures=(Ensure(N.FORMAT, Derived("torch, or onnx for an ONNX file", source_format)),
                 Ensure(N.SOURCE_DIGEST, Param("digest")), Ensure(N.TASK, Param("task")),
                 Ensure(N.MODEL_CLASS, Param("model_class"))),
-       traits=frozenset({T.SOURCE}),
+       traits=frozenset({T.SOURCE, T.HEAVY}),
        tools=("torch", "transformers"), unkeyed=("path",), outputs=("source",)),
     Op("export", 5, "export one graph to ONNX and record the module hierarchy",
        params=("exporter", "opset", "graph", "inputs", "outputs", "hierarchy", "report",
@@ -144,6 +146,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                          fix="export needs a torch model; an ONNX file is used as it is"),),
        ensures=(Ensure(N.FORMAT, "onnx"), Ensure(N.OPSET, Param("opset")),
                 Ensure(N.IO_SPECS), Ensure(N.HIERARCHY_MAP, Param("hierarchy"))),
+       traits=frozenset({T.HEAVY}),
        tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy"),
        publish=("hierarchy",)),
     Op("normalize", 2, "shape inference and ONNX Runtime basic optimizations",
@@ -161,7 +164,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        params=("target",), inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),
        ensures=(Ensure(N.LEGAL_FOR, Param("target")),),
-       traits=frozenset({T.IDEMPOTENT}),
+       traits=frozenset({T.IDEMPOTENT, T.HEAVY}),
        tools=("onnx", "onnxruntime")),
     Op("tag", 2, "write hierarchy tags into every node's metadata",
        params=(), inputs=("model", "hierarchy"),
@@ -175,7 +178,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        inputs=("model", "source"),
        requires=(Require(N.NORMALIZED, config_path="optim"),),
        ensures=(Ensure(N.PRECISION, Derived("w<bits>a<bits>, or fp16", precision)),),
-       traits=frozenset({T.DROPS_NODE_METADATA, T.CHANGES_OPSET}),
+       traits=frozenset({T.DROPS_NODE_METADATA, T.CHANGES_OPSET, T.HEAVY}),
        tools=("onnx", "onnxruntime", "transformers")),
     Op("compile", 3, "compile to an EPContext model on the target's execution provider",
        params=("target", "ep", "backend", "embed_context", "cpu_fallback", "provider_options"),
@@ -185,7 +188,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                          need="compile for {target} needs a quantized or fp16 model"),
                  Require(N.LEGAL_FOR, "eq", Param("target"), config_path="target")),
        ensures=(Ensure(N.COMPILED, Param("target")),),
-       traits=frozenset({T.NEEDS_EP, T.ENCAPSULATES}),
+       traits=frozenset({T.NEEDS_EP, T.ENCAPSULATES, T.HEAVY}),
        tools=("onnx", "onnxruntime", "onnxruntime-qnn")),
     Op("verify", 1, "compare the candidate with the fp32 reference on real inputs",
        params=("metric", "reference", "threshold", "samples", "ep", "backend",
@@ -193,7 +196,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        inputs=("candidate", "reference", "source"),
        requires=(Require(N.FORMAT, "eq", "onnx", role="candidate"),
                  Require(N.FORMAT, "eq", "onnx", role="reference")),
-       traits=frozenset({T.SINK, T.NEEDS_EP}),
+       traits=frozenset({T.SINK, T.NEEDS_EP, T.HEAVY}),
        tools=("onnxruntime", "onnxruntime-qnn", "transformers"),
        outputs=("metrics",), chain_role="candidate", headline=("cosine_mean", "cosine_min")),
     Op("extract", 1, "cut out the subgraph of each module the name or tag path matches",
@@ -209,7 +212,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        params=("ep", "backend", "iterations", "warmup", "profile_runs", "provider_options"),
        inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),
-       traits=frozenset({T.SINK, T.NEEDS_EP, T.NOT_CACHEABLE}),
+       traits=frozenset({T.SINK, T.NEEDS_EP, T.NOT_CACHEABLE, T.HEAVY}),
        tools=("onnxruntime", "onnxruntime-qnn"), outputs=("metrics",),
        headline=("latency_ms_median", "latency_ms_p90", "ep")),
     Op("bundle", 1, "deliver the graphs of an encoder-decoder model together",

@@ -72,6 +72,19 @@ def checkpoint_location(model: dict[str, Any]) -> Path | None:
     return None
 
 
+def locate(model: dict[str, Any]) -> Path | None:
+    """checkpoint_location(), with a file system error as one line naming the config key."""
+    try:
+        return checkpoint_location(model)
+    except (OSError, ValueError) as exc:  # e.g. a name too long, a NUL in the path
+        key = "hub_id" if model["source"] == "hub_cache" else "path"
+        value = str(model[key])
+        shown = value if len(value) <= 60 else f"{value[:40]}...{value[-12:]}"
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"model.{key}: cannot use {shown!r} ({why}); point it at an existing "
+                          "checkpoint") from exc
+
+
 class DigestMemo:
     """sha256 of files, memoised by (path, size, mtime) in a JSON file next to the store."""
 
@@ -140,7 +153,7 @@ def read_source(model: dict[str, Any], memo: DigestMemo, symbolic: bool = False)
     if model["source"] == "random_init":
         return Source(None, model_info(model, None), source_digest(model, None, memo))
     try:
-        where = checkpoint_location(model)
+        where = locate(model)
         info = model_info(model, where)
     except ConfigError as exc:
         if not symbolic:

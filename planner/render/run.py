@@ -40,6 +40,8 @@ def _note(step: dict[str, Any]) -> str:
     pc = step["proof_check"]
     if pc is not None and not pc["held"]:
         return "proof did not hold"
+    if step.get("quarantined"):
+        return "rebuilt: its store entry was corrupt"
     headline = OPS[step["op"]].headline if step["op"] in OPS else ()
     shown = [m for m in headline[:1] if m in step["metrics"]]
     return _show_metric(shown[0], step["metrics"][shown[0]]) if shown else ""
@@ -104,6 +106,9 @@ def table(record: dict[str, Any], limit: int | None = modules.TOP) -> str:
     lines.append("")
     lines.append(f"Run {record['status']}: {counts['run']} run, {counts['cached']} cached, "
                  f"{counts['elided']} elided in {record['wall_s']:.1f} s.")
+    lines += [f"Rebuilt {s['id']}: its store entry was corrupt "
+              f"({'; '.join(s['quarantined']['problems'])}); moved to "
+              f"{s['quarantined']['moved_to']}" for s in record["steps"] if s.get("quarantined")]
     if record.get("published"):
         lines.extend(_deliverable(record))
     lines.extend(modules.text(record, limit))

@@ -113,7 +113,8 @@ def test_unsupported_node_makes_compile_fail_loudly(tmp_path: Path) -> None:
     assert compile_step["status"] == "failed"
     assert "compile failed" in compile_step["error"] and "det_node" in compile_step["error"]
     assert not list(store.glob(f"??/{compile_step['key']}"))
-    assert not (tmp_path / "out").joinpath("onnx_file-w8a16_pc-qnn_htp", "model.onnx").exists()
+    assert record["outputs_dir"] == str(tmp_path / "out" / "det-w8a16_pc-qnn_htp")
+    assert not (tmp_path / "out").joinpath("det-w8a16_pc-qnn_htp", "model.onnx").exists()
 
 
 def test_help_lists_commands() -> None:

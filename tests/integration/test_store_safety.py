@@ -16,7 +16,7 @@ from typing import Any
 import onnx
 
 from executors.artifacts import FACTS_KEY
-from executors.store import file_sha256
+from executors.store import file_sha256, file_stamp
 from tests.conftest import ROOT, run_cli
 from tests.integration.conftest import CPU_RUN, run_json, step
 
@@ -70,6 +70,7 @@ def _reseal(entry: Path) -> None:
     """Rewrite an entry's manifest to match its files, as if a step had written them so."""
     manifest = json.loads((entry / "manifest.json").read_text())
     manifest["files"] = {name: file_sha256(entry / name) for name in manifest["files"]}
+    manifest["verified"] = {name: file_stamp(entry / name) for name in manifest["files"]}
     (entry / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
 
 

@@ -59,7 +59,7 @@ def test_diff_cli(tmp_path: Path) -> None:
     result = run_cli("diff", str(a), str(b), "--format", "md")
     assert result.returncode == 0 and result.stdout.startswith("### modelplan diff")
     bad = run_cli("diff", str(a), str(tmp_path / "missing.json"))
-    assert bad.returncode == 2 and "not a readable plan" in bad.stderr
+    assert bad.returncode == 2 and "missing.json: cannot read it (No such file or directory)" in bad.stderr
 
 
 MERMAID_NODE = re.compile(r'^    ([A-Za-z_][A-Za-z0-9_]*)\["[^"\n]+"\]$')

@@ -1,0 +1,236 @@
+"""Run one step's `apply_step` in a fresh process, so that a crash in native code (a segfault in
+a runtime, the kernel's OOM killer) ends that process only: the parent reports `killed by
+signal N` naming the step, removes its temporary output and goes on.
+
+Which steps run here is declared: ops with `Trait.HEAVY` (planner/ops.py). Children are forked
+by multiprocessing's fork server, which imports the libraries the run's heavy steps use once
+(`preload`), so a child starts warm: the cost per step is a fork, not an interpreter start and
+its imports. A fully cached run starts no server and no child.
+
+The child sends progress lines and then its outcome over a pipe: its metrics, or its error (a
+StepError's message; any other exception's type, message, errno and traceback), and its own
+peak RSS, which is the step's peak RSS. It ignores SIGINT (the parent decides what an interrupt
+does), is named `mp:<step id>` for ps and top, and dies with the fork server, which exits when
+the parent does.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from planner.errors import StepError
+from planner.ops import OPS, Trait
+
+if TYPE_CHECKING:
+    from executors.base import StepContext, StepResult
+    from executors.monitor import StepMonitor
+
+# What a step that uses a tool (Op.tools) imports first; torch steps load their models through
+# transformers, whose modeling code is the larger share of that import.
+TOOL_MODULES: dict[str, tuple[str, ...]] = {
+    "torch": ("torch", "transformers.modeling_utils"),
+    "transformers": ("transformers",),
+    "onnx": ("onnx",),
+    "onnxruntime": ("onnxruntime",),
+    "onnxruntime-qnn": ("onnxruntime_qnn",),
+}
+_PRELOAD: set[str] = {"executors.base"}
+_LIVE: dict[int, Any] = {}  # pid -> the running child's Process
+
+OOM_FIX = ("the kernel's OOM killer ends the largest process when memory runs out: free memory "
+           "or run fewer jobs at once (-j 1), then run again")
+REPORT_FIX = "run again; if it repeats, report it with the step's input"
+SIGNAL_CAUSES = {  # signal -> (likely cause, fix)
+    signal.SIGKILL: ("out of memory?", OOM_FIX),
+    signal.SIGSEGV: ("a crash in native code", REPORT_FIX),
+    signal.SIGABRT: ("a native library aborted", REPORT_FIX),
+    signal.SIGBUS: ("a bad memory access: a truncated file, or a full /dev/shm?",
+                    "check free space, then run again"),
+}
+
+
+class ChildError(Exception):
+    """An exception raised in the child, carried to the parent by type name and message."""
+
+    def __init__(self, type_name: str, message: str, child_traceback: str) -> None:
+        super().__init__(message)
+        self.type_name = type_name
+        self.add_note(f"in the step's process:\n{child_traceback}")
+
+
+def preload(tools: Any, start: bool = False) -> None:
+    """Let the fork server import what steps using `tools` need. Only calls made before the
+    process's first heavy step count: the server imports once, when it starts. start: start it
+    now, so that its imports overlap with what this process does before its first heavy step."""
+    for tool in tools:
+        _PRELOAD.update(TOOL_MODULES.get(tool, ()))
+    if start:
+        from multiprocessing import forkserver
+
+        _context()
+        forkserver.ensure_running()
+
+
+def _context() -> Any:
+    mp = multiprocessing.get_context("forkserver")
+    mp.set_forkserver_preload(sorted(_PRELOAD))  # no effect once the server runs
+    return mp
+
+
+def heavy_tools(steps: Any) -> list[str]:
+    """The tools of the plan steps (dicts) that will run, in child processes."""
+    return sorted({t for s in steps if s["action"] == "run" and OPS[s["op"]].has(Trait.HEAVY)
+                   for t in OPS[s["op"]].tools})
+
+
+def apply_in_child(ctx: StepContext, mon: StepMonitor) -> StepResult:
+    """`apply_step(ctx)` in a fresh process; its errors are raised here as they were there."""
+    from executors.base import StepResult
+
+    mp = _context()
+    reader, writer = mp.Pipe(duplex=False)
+    spec = {"step": ctx.step, "inputs": {r: str(p) for r, p in ctx.inputs.items()},
+            "out": str(ctx.out), "cache_dir": str(ctx.cache_dir) if ctx.cache_dir else None}
+    proc = mp.Process(target=_child_main, args=(writer, spec), name=f"modelplan-{ctx.id}")
+    with _standard_start_method():
+        proc.start()
+    writer.close()
+    _LIVE[proc.pid] = proc
+    try:
+        mon.watch(proc.pid)
+        outcome = _receive(reader, proc, ctx)
+        proc.join()
+    finally:
+        if proc.exitcode is None:  # interrupted, or the parent failed: the child goes too
+            proc.kill()
+            proc.join()
+        _LIVE.pop(proc.pid, None)
+        reader.close()
+    if outcome is None:
+        raise _died(ctx, proc.exitcode)
+    status, payload, peak_mb = outcome
+    mon.report(peak_mb)
+    if status == "ok":
+        return StepResult(metrics=payload)
+    raise _rebuilt(payload)
+
+
+@contextmanager
+def _standard_start_method() -> Iterator[None]:
+    """A child is told the parent's default start method; one the standard library does not
+    know (joblib's `loky`, in a Hydra joblib job) would stop it before it starts."""
+    saved = multiprocessing.get_start_method(allow_none=True)
+    if saved in (None, *multiprocessing.get_all_start_methods()):
+        yield
+        return
+    multiprocessing.set_start_method("forkserver", force=True)
+    try:
+        yield
+    finally:
+        multiprocessing.set_start_method(saved, force=True)
+
+
+def kill_all() -> None:
+    """Kill every running child at once (a second interrupt: exit now)."""
+    for proc in list(_LIVE.values()):
+        try:
+            proc.kill()
+        except (OSError, ValueError):
+            pass
+
+
+def _receive(reader: Connection, proc: Any, ctx: StepContext) -> tuple | None:
+    """Relay progress lines until the outcome arrives; None if the child died without one."""
+    while True:
+        ready = wait([reader, proc.sentinel])
+        if reader not in ready and not reader.poll():
+            return None
+        try:
+            message = reader.recv()
+        except EOFError:
+            return None
+        if message[0] != "progress":
+            return message
+        ctx.progress(message[1])
+
+
+def _died(ctx: StepContext, exitcode: int | None) -> StepError:
+    where = f"step {ctx.id} ({ctx.step['op']})"
+    if exitcode is not None and exitcode < 0:
+        sig = signal.Signals(-exitcode)
+        cause, fix = SIGNAL_CAUSES.get(sig, ("", "run again"))
+        return StepError(f"{where} was killed by signal {-exitcode} ({sig.name}"
+                         f"{'; ' + cause if cause else ''}); its partial output was removed; "
+                         f"{fix}")
+    return StepError(f"{where}: its process exited with status {exitcode} without a result; "
+                     "its partial output was removed; rerun with --debug and report it")
+
+
+def _rebuilt(error: dict[str, Any]) -> Exception:
+    if error["kind"] == "step":
+        return StepError(error["message"])
+    if error["errno"] is not None:  # an OSError keeps its errno: disk full is recognised by it
+        exc: Exception = OSError(error["errno"], error["message"], error.get("filename"))
+        exc.add_note(f"in the step's process:\n{error['traceback']}")
+        return exc
+    return ChildError(error["type"], error["message"], error["traceback"])
+
+
+# -- in the child ------------------------------------------------------------------------
+def _child_main(conn: Connection, spec: dict[str, Any]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _set_up_process(spec["step"]["id"])
+    from executors.base import StepContext, apply_step
+
+    ctx = StepContext(spec["step"], {r: Path(p) for r, p in spec["inputs"].items()},
+                      Path(spec["out"]), lambda line: conn.send(("progress", line)),
+                      Path(spec["cache_dir"]) if spec["cache_dir"] else None)
+    try:
+        result = apply_step(ctx)
+        outcome: tuple = ("ok", result.metrics, _peak_mb())
+    except StepError as exc:
+        outcome = ("failed", {"kind": "step", "message": str(exc)}, _peak_mb())
+    except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
+        outcome = ("failed", _payload(exc), _peak_mb())
+    conn.send(outcome)
+    conn.close()
+
+
+def _payload(exc: BaseException) -> dict[str, Any]:
+    """An exception as plain data; an OSError keeps its errno and file name."""
+    os_error = exc if isinstance(exc, OSError) else None
+    return {"kind": "error", "type": type(exc).__name__,
+            "message": (os_error.strerror if os_error else None) or str(exc),
+            "errno": os_error.errno if os_error else None,
+            "filename": str(os_error.filename) if os_error and os_error.filename else None,
+            "traceback": traceback.format_exc()}
+
+
+def _peak_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
+
+
+def _set_up_process(step_id: str) -> None:
+    """Name this process after its step (`ps` and `top` show `mp:export`) and ask the kernel to
+    kill it when its parent (the fork server) exits."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, f"mp:{step_id}".encode()[:15])  # PR_SET_NAME
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent still kills its children on every exit path
+    if os.getppid() == 1:  # the parent is already gone
+        os._exit(1)

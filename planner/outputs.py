@@ -1,0 +1,69 @@
+"""Where a run's results go: `outputs/<model>-<quant>-<target>/`, the model named after itself
+(its checkpoint folder, its ONNX file's stem, its hub id; a packaged or random-weights model by
+its config's name), and never over another model's deliverable unless asked (`--overwrite`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from planner.errors import UsageError
+from planner.ops import OPS, Trait
+from planner.storelayout import NAME_MAX
+
+RUN_RECORD = "run.json"
+
+
+def model_name(model: dict[str, Any]) -> str:
+    """The model's own name, as a folder name."""
+    source = model["source"]
+    if source in ("local", "onnx_file") and model["path"]:
+        path = Path(os.path.abspath(os.path.expanduser(model["path"])))
+        raw = path.stem if source == "onnx_file" else path.name
+    elif source == "hub_cache" and model["hub_id"]:
+        raw = model["hub_id"].replace("/", "--")
+    else:
+        raw = model["name"]
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("._-")[:80]
+    return name or "model"
+
+
+def run_name(config: dict[str, Any]) -> str:
+    """A stable name for a config's outputs: model-quant-target."""
+    return "-".join([model_name(config["model"]), *(str(config[g]["name"])
+                                                      for g in ("quant", "target"))])
+
+
+def check_name(name: str) -> None:
+    if not name or "/" in name or name in (".", "..") or name.startswith(".") or \
+            "\0" in name or len(name.encode()) > NAME_MAX:
+        raise UsageError(f"--name {name[:60]!r}: a run name is one folder name under --outputs "
+                         f"(no '/', not starting with '.', at most {NAME_MAX} bytes)")
+
+
+def source_key(steps: list[dict[str, Any]]) -> str | None:
+    """The key of the step that produces the model: what makes it this model."""
+    return next((s["key"] for s in steps if s.get("op") in OPS
+                 and OPS[s["op"]].has(Trait.SOURCE)), None)
+
+
+def check_destination(out_dir: Path, ir: dict[str, Any], overwrite: bool) -> None:
+    """Refuse to publish over a folder that holds another model's deliverable (or files
+    modelplan did not write), unless `overwrite`."""
+    if overwrite or not out_dir.is_dir() or not any(out_dir.iterdir()):
+        return
+    fix = "pass --name NAME to publish under another folder, or --overwrite to replace it"
+    try:
+        previous = json.loads((out_dir / RUN_RECORD).read_text())
+        steps, published = previous["steps"], previous.get("published") or {}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{out_dir}: holds files that no modelplan run wrote there; {fix}") \
+            from exc
+    if published and source_key(steps) != source_key(ir["steps"]):
+        given = " ".join(previous.get("overrides") or []) or "the default config"
+        raise UsageError(f"{out_dir}: holds the deliverable of another model (run "
+                         f"{previous.get('run_id', '?')}: {given}); publishing this run there "
+                         f"would replace it; {fix}")

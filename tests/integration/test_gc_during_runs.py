@@ -1,0 +1,41 @@
+"""`modelplan store gc` while a run is active: the entries the run holds (cached ones it is
+about to read, and the one it is building) survive; everything else can go."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from planner.storelayout import entry_complete
+from tests.conftest import run_cli
+from tests.integration.conftest import CPU_RUN, run_json, step
+from tests.integration.processes import assert_clean, start, step_process
+
+QUANTIZED = ("model=tiny_bert", "quant=w8a8", "target=cpu", "verify=cosine", "verify.samples=2",
+             "perf=none")
+
+
+def test_gc_keeps_what_a_running_run_holds(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    code, shared, err = run_json(*CPU_RUN, store=store, outputs=tmp_path / "a")
+    assert code == 0, err
+    code, other, err = run_json(*CPU_RUN, "export.shapes.sequence_length=16", store=store,
+                                outputs=tmp_path / "b")
+    assert code == 0, err
+    run = start(*QUANTIZED, store=store, outputs=tmp_path / "c")
+    step_process(run, "quantize")  # mid-build; verify will read normalize's entry after it
+    gc = run_cli("store", "gc", "--keep-runs", "0", "--store", str(store))
+    assert gc.returncode == 0, gc.stderr
+    assert "held by 1 running run(s)" in gc.stdout
+    for held in ("resolve", "export", "normalize"):  # cached for the run: kept
+        assert entry_complete(store, step(shared, held)["key"]), held
+    for gone in ("export", "normalize", "tag"):  # nobody holds these
+        assert not entry_complete(store, step(other, gone)["key"]), gone
+    out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err
+    record = json.loads(out)
+    assert [step(record, s)["action"] for s in ("resolve", "export", "normalize")] == \
+        ["cached"] * 3
+    assert step(record, "quantize")["action"] == "run" and step(record, "verify")["status"] == "ok"
+    assert run_cli("store", "verify", "--store", str(store)).returncode == 0
+    assert_clean(store)

@@ -1,0 +1,45 @@
+"""Outputs never overwrite each other silently: the folder is named after the model itself, and
+publishing over another model's deliverable is refused with the fix unless asked for."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from executors.store import file_sha256
+from tests.conftest import run_cli
+from tests.integration.conftest import run_json, step
+
+ONNX_RUN = ("model=onnx_file", "quant=none", "target=cpu", "verify=none", "perf=none")
+
+
+def test_two_onnx_files_never_share_a_folder_silently(cpu_run: dict[str, Any],
+                                                      tmp_path: Path) -> None:
+    first, second = tmp_path / "a" / "model.onnx", tmp_path / "b" / "model.onnx"
+    for path, src in ((first, cpu_run["record"]["published"]["model.onnx"]),
+                      (second, step(cpu_run["record"], "export")["outputs"]["model.onnx"])):
+        path.parent.mkdir()
+        shutil.copy(src, path)
+    store, outputs = cpu_run["store"], tmp_path / "out"
+    code, record, err = run_json(*ONNX_RUN, f"model.path={first}", store=store, outputs=outputs)
+    assert code == 0, err
+    folder = outputs / "model-none-cpu"  # named after the file, not after the config option
+    assert record["outputs_dir"] == str(folder)
+    delivered = file_sha256(folder / "model.onnx")
+    refused = run_cli("run", *ONNX_RUN, f"model.path={second}", "--store", str(store),
+                      "--outputs", str(outputs))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert f"{folder}: holds the deliverable of another model" in refused.stderr
+    assert "pass --name NAME" in refused.stderr and "--overwrite" in refused.stderr
+    assert file_sha256(folder / "model.onnx") == delivered  # untouched
+    code, _, err = run_json(*ONNX_RUN, f"model.path={first}", store=store, outputs=outputs)
+    assert code == 0, err  # the same model may rebuild its own folder
+    code, named, err = run_json(*ONNX_RUN, f"model.path={second}", "--name", "second",
+                                store=store, outputs=outputs)
+    assert code == 0 and named["outputs_dir"] == str(outputs / "second"), err
+    code, _, err = run_json(*ONNX_RUN, f"model.path={second}", "--overwrite",
+                            store=store, outputs=outputs)
+    assert code == 0, err
+    assert file_sha256(folder / "model.onnx") == file_sha256(outputs / "second" / "model.onnx")
+    assert file_sha256(folder / "model.onnx") != delivered
