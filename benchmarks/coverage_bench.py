@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -97,13 +98,24 @@ def cell_eps(r: dict[str, Any]) -> str:
                                for ep, n in sorted(e.items())) for e in r["eps"]) or "-"
 
 
+def reason(status: str) -> str:
+    """A failed build in a table cell: which step failed and why, without store paths."""
+    if status == "ok":
+        return status
+    text = re.sub(r"step (\S+) \((\S+)\) failed on \S+: ", r"\1: ", status.removeprefix("FAIL: "))
+    if "offending node(s): " in text:
+        nodes = text.split("offending node(s): ")[1].split(";")[0]
+        kinds = sorted(set(re.findall(r"\((\w+)\)", nodes)))
+        return f"FAIL {text.split(':')[0]}: HTP rejects nodes ({', '.join(kinds)})"
+    return "FAIL " + text.split(";")[0].split(" (cosine_min")[0][:160].replace("|", "\\|")
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     header = ("| model type | task | CPU fp32 | QNN HTP w8a16_pc | cosine vs fp32 (HTP) | "
               "tags % | nodes per EP (HTP) |")
     lines = [header, "|---|---|---|---|---|---|---|"]
     for r in rows:
-        htp = r["htp"] if r["htp"] == "ok" else r["htp"].replace("|", "\\|")[:220]
-        cpu = r["cpu"] if r["cpu"] == "ok" else r["cpu"].replace("|", "\\|")[:220]
+        htp, cpu = reason(r["htp"]), reason(r["cpu"])
         lines.append(f"| {r['model_type']} | {r['task']} | {cpu} | {htp} | {cell_cosine(r)} | "
                      f"{r['tags']} | {cell_eps(r)} |")
     return "\n".join(lines) + "\n"
@@ -122,7 +134,14 @@ def main() -> int:
     p.add_argument("--store", help="store to use (default: a fresh temporary one)")
     p.add_argument("--write-readme", action="store_true")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    p.add_argument("--from-json", metavar="FILE", help="render rows measured before")
     a = p.parse_args()
+    if a.from_json:
+        text = table(json.loads(Path(a.from_json).read_text()))
+        sys.stdout.write(text)
+        if a.write_readme:
+            write_readme(text)
+        return 0
     wanted = set(a.only.split(",")) if a.only else None
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
