@@ -96,8 +96,9 @@ def main() -> int:
                             ["model=local_hf", f"model.path={ckpt}"], store, out))
     rows.append({"model": "audio", "cpu": "-", "htp": "-", "cosine": None, "latency_ms": None,
                  "data": "no package ships trained transformers audio weights offline"})
-    lines = ["| model | CPU fp32 | QNN HTP w8a16_pc | cosine vs fp32 | HTP latency (simulator) "
-             "| verified on |", "|---|---|---|---|---|---|"]
+    header = ("| model | CPU fp32 | QNN HTP w8a16_pc | cosine vs fp32 | HTP latency (simulator) "
+              "| verified on |")
+    lines = [header, "|---|---|---|---|---|---|"]
     for r in rows:
         cos = f"{r['cosine']:.4f}" if r["cosine"] is not None else "-"
         lat = f"{r['latency_ms']:.0f} ms" if r["latency_ms"] is not None else "-"
