@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from planner import cli_read, cli_review
 from planner.errors import ModelplanError, UsageError
 
 T0 = time.perf_counter()
@@ -107,104 +108,6 @@ def _plan_sweep(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(out)
     return 0
-
-
-@command
-def cmd_diff(args: argparse.Namespace) -> int:
-    if args.rev is not None:
-        from planner.cli_review import diff_rev
-
-        config_tree(args)
-        return diff_rev(args)
-    if len(args.overrides) != 2 or args.multirun or args.config_dir or args.config_name:
-        raise UsageError("diff: give two saved plans or run records (OLD.json NEW.json), or "
-                         "--rev BASE and overrides to plan a git revision against the working "
-                         "tree")
-    args.a, args.b = args.overrides
-    from planner.diff import diff, render_md, render_text
-    from planner.planfile import check_plan, read_plan_json
-
-    plans = []
-    for path in args.overrides:
-        ir = read_plan_json(Path(path))
-        plans.append(ir)
-    if _diff_runs(args, plans):
-        return 0
-    for path, ir in zip((args.a, args.b), plans, strict=True):
-        check_plan(ir, path, tools="plan")  # an edited plan would make the diff a lie
-    d = diff(*plans)
-    out = {"text": render_text, "md": render_md}.get(args.format)
-    from planner.cli_review import emit
-
-    emit(out(d) if out else json.dumps(d, indent=2) + "\n", args.output,
-         f"Diff written to {args.output} ({args.format}).")
-    return 0
-
-
-def _diff_runs(args: argparse.Namespace, docs: list[Any]) -> bool:
-    """Diff two run records (True), or leave two plans to the plan diff (False)."""
-    from planner import rundiff
-
-    runs = [rundiff.is_run_record(d) for d in docs]
-    if not any(runs):
-        return False
-    if not all(runs):
-        raise UsageError(f"{args.a if runs[0] else args.b} is a run record and "
-                         f"{args.b if runs[0] else args.a} is not; diff two plans or two run "
-                         "records")
-    for path, doc in zip((args.a, args.b), docs, strict=True):
-        rundiff.check_record(doc, path)
-    d = rundiff.diff(*docs)
-    render = {"text": rundiff.render_text, "md": rundiff.render_md}.get(args.format)
-    sys.stdout.write(render(d) if render else json.dumps(d, indent=2) + "\n")
-    return True
-
-
-@command
-def cmd_report(args: argparse.Namespace) -> int:
-    from planner import rundiff
-    from planner.render.run import markdown, table
-
-    record = rundiff.load_record(args.record)
-    if args.format == "json":
-        print(json.dumps({"run_id": record["run_id"], "modules": record.get("modules", [])},
-                         indent=2))
-    else:
-        sys.stdout.write(markdown(record) if args.format == "md" else table(record, None))
-    return 0
-
-
-@command
-def cmd_inspect(args: argparse.Namespace) -> int:
-    from planner.compose import compose
-    from planner.inspect import describe, render
-    from planner.validate import check_config
-
-    config = compose(args.overrides, config_tree(args))
-    check_config(config)
-    described = describe(config)
-    if args.hierarchy:
-        if described["task"] is None:
-            raise UsageError("inspect --hierarchy: an ONNX file has no module hierarchy to "
-                             "trace; inspect a torch checkpoint")
-        from planner.app import inspect_hierarchy
-
-        described["hierarchy"] = _traced(inspect_hierarchy, described, config)
-    print(json.dumps(described, indent=2, default=str) if args.json else render(described),
-          end="" if not args.json else "\n")
-    return 0
-
-
-def _traced(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run a trace, turning a torch or transformers failure into one line with a fix."""
-    try:
-        return fn(*args)
-    except ModelplanError:
-        raise
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"inspect --hierarchy: tracing the model failed ({first}); rerun with "
-                         "--debug for the traceback, or inspect without --hierarchy") from exc
 
 
 @command
@@ -338,9 +241,10 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, help_text: str, overrides: bool = False) -> argparse.ArgumentParser:
+    def add(name: str, help_text: str, overrides: bool = False,
+            handler: Callable[[argparse.Namespace], int] | None = None) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, parents=[common], help=help_text)
-        sp.set_defaults(handler=COMMANDS[name])
+        sp.set_defaults(handler=handler or COMMANDS[name])
         if overrides:
             sp.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                             help="Hydra overrides, e.g. model=tiny_bert quant=w8a8 export.opset=17")
@@ -352,6 +256,18 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
                             "default: the packaged config)")
         return sp
 
+    _run_commands(add)
+    cli_read.add_commands(add)
+    cli_review.add_commands(sub, common)
+    if plugins:
+        from planner.app import add_plugin_commands
+
+        add_plugin_commands(sub, common)
+    return p
+
+
+def _run_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
+    """The commands that compose, plan and run: plan, run, apply, config."""
     sp = add("plan", "print the plan without running anything", overrides=True)
     sp.add_argument("--symbolic-sources", action="store_true",
                     help="plan a model whose checkpoint cannot be read here with a symbolic "
@@ -380,45 +296,14 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
     sp.add_argument("--trust-remote-code", action="store_true",
                     help="apply a plan that sets trust_remote_code: true")
 
-    sp = add("diff", "what changes between two saved plans or two run records (latency per "
-             "perf step and module), or between a git revision's configs and the working "
-             "tree's (--rev)", overrides=True)
-    sp.add_argument("--rev", metavar="BASE", help="plan the config dirs as they are at git "
-                    "revision BASE and as they are in the working tree, and diff the plans; "
-                    "positional arguments are then overrides")
-    sp.add_argument("-m", "--multirun", action="store_true",
-                    help="with --rev: diff every job of a sweep")
-    sp.add_argument("--format", choices=["text", "md", "json"], default="text")
-    sp.add_argument("-o", "--output", metavar="FILE", help="write the diff to FILE")
-
-    sp = add("report", "a run record's steps and where the time goes, per module")
-    sp.add_argument("record", metavar="RUN.json")
-    sp.add_argument("--format", choices=["text", "md", "json"], default="text")
-
-    sp = add("inspect", "what a model is and what its build exports, without exporting",
-             overrides=True)
-    sp.add_argument("--hierarchy", action="store_true",
-                    help="also the module tree, with node counts, from a random-weight trace")
-    sp.add_argument("--json", action="store_true", help="print JSON")
-
     sp = add("config", "print the resolved, validated config", overrides=True)
     sp.add_argument("--json", action="store_true", help="print JSON instead of YAML")
-    from planner import cli_review
-
-    cli_review.add_commands(sub, common)
-    if plugins:
-        from planner.app import add_plugin_commands
-
-        add_plugin_commands(sub, common)
-    return p
 
 
 def _needs_plugins(argv: list[str]) -> bool:
     """Plugin commands are loaded only when the command is not a core one (or for help)."""
-    from planner.cli_review import COMMANDS as REVIEW
-
     first = next((a for a in argv if not a.startswith("-")), None)
-    return first not in COMMANDS and first not in REVIEW
+    return not any(first in c for c in (COMMANDS, cli_read.COMMANDS, cli_review.COMMANDS))
 
 
 def main(argv: list[str] | None = None) -> int:
