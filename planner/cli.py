@@ -351,9 +351,10 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
 
     sp = add("config", "print the resolved, validated config", overrides=True)
     sp.add_argument("--json", action="store_true", help="print JSON instead of YAML")
-    from planner import cli_review
+    from planner import cli_import, cli_review
 
     cli_review.add_commands(sub, common)
+    cli_import.add_commands(sub, common)
     if plugins:
         from planner.app import add_plugin_commands
 
@@ -363,10 +364,11 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
 
 def _needs_plugins(argv: list[str]) -> bool:
     """Plugin commands are loaded only when the command is not a core one (or for help)."""
+    from planner.cli_import import COMMANDS as IMPORT
     from planner.cli_review import COMMANDS as REVIEW
 
     first = next((a for a in argv if not a.startswith("-")), None)
-    return first not in COMMANDS and first not in REVIEW
+    return first not in COMMANDS and first not in REVIEW and first not in IMPORT
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.ops import OPS
+from planner.render import origin
 from planner.render.common import (
     headline,
     params_line,
@@ -30,6 +31,7 @@ def render(ir: dict[str, Any]) -> str:
         action = f"~~{s['action']}~~" if s["action"] == "elided" else s["action"]
         lines.append(f"| `{s['id']}` | {s['op']} | {action} | `{short(s['key'])}` | "
                      f"{cell(params_line(s['params']))} | {cell(why(s))} |")
+    lines += origin.markdown(ir, cell)
     if ir["rewrites"]:
         lines += ["", "<details><summary>Proofs</summary>", ""]
         for rw in ir["rewrites"]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.render import origin
 from planner.render.common import (
     MARK,
     headline,
@@ -33,6 +34,8 @@ def render(ir: dict[str, Any]) -> str:
             lines.append(f"  {rw['rule']}: {rw['action']} {rw['step']}")
             lines += [f"    because {premise_text(p)}" for p in rw["premises"]]
             lines.append(f"    so {rw['conclusion']}")
-    lines += ["", f"Deliverable: {ir['deliverable']}", summary_line(ir)]
+    imported = origin.summary(ir)
+    lines += ["", f"Deliverable: {ir['deliverable']}", *([imported] if imported else []),
+              summary_line(ir)]
     return "\n".join(lines) + "\n"
 
