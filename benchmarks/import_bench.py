@@ -115,21 +115,38 @@ def report(entries: list[dict[str, Any]], built: dict[str, dict[str, Any]], took
         lines.append(f"| {model_type} | {n} | {ok} | {n - ok}" + (f": {'; '.join(why)}"
                                                                   if why else "")
                      + f" | {_built(group, built)} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + per_recipe(entries)) + "\n"
 
 
 def _built(group: list[dict[str, Any]], built: dict[str, dict[str, Any]]) -> str:
+    said = []
     for e in group:
         for r in e["recipes"]:
-            if r in built:
-                b = built[r]
-                what = f"`{r}` ({e['target']}, {e['precision']})"
-                if not b["ok"]:
-                    return f"failed: {what}: {b['why']}"
-                cos = f", cosine min {b['cosine']:.4f}" if b.get("cosine") is not None else ""
-                return f"yes: {what} in {b['wall']:.0f} s{cos}"
+            if r not in built:
+                continue
+            b, what = built[r], f"`{r}` ({e['target']}, {e['precision']})"
+            if not b["ok"]:
+                said.append(f"failed: {what}: {b['why']}")
+                continue
+            cos = f", cosine min {b['cosine']:.4f}" if b.get("cosine") is not None else ""
+            said.append(f"yes: {what} in {b['wall']:.0f} s{cos}")
+    if said:
+        return "; ".join(said)
     return "not built (no importable recipe)" if all(e["status"] != "imported" for e in group) \
         else "not built"
+
+
+def per_recipe(entries: list[dict[str, Any]]) -> list[str]:
+    """One row per recipe file, as `modelplan import DIR` prints it."""
+    lines = ["", "<details><summary>Per recipe</summary>", "",
+             "| recipe | model id | task | target | precision | status |",
+             "|---|---|---|---|---|---|"]
+    for e in entries:
+        status = f"imported -> `{e['config_name']}`" if e["status"] == "imported" else \
+            f"{e['status']}: {e['message']}"
+        lines += [f"| `{r}` | {e['model_id']} | {e['task']} | {e['target']} | {e['precision']} "
+                  f"| {status} |" for r in e["recipes"]]
+    return [*lines, "", "</details>"]
 
 
 def write_report(text: str) -> None:
