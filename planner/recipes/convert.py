@@ -59,7 +59,7 @@ def convert(files: list[RecipeFile], target: str | None = None,
             build.status = UNSUPPORTED if isinstance(exc, Unsupported) else FAILED
             where = f"{f.shown}: " if len(files) > 1 else ""
             build.message = where + exc.lines[0]
-            build.row = {**_row(cx, f), "precision": f.precision or ""}
+            build.row = _row(cx, f, f.precision or "")
             return build
     draft, entries = _merge(contexts)
     first = contexts[0]
@@ -87,14 +87,15 @@ def _map(cx: Context, f: RecipeFile, target: str | None, model_id: str | None) -
     cx.ledger.leftovers(LEFTOVER)
 
 
-def _row(cx: Context, f: RecipeFile) -> dict[str, str]:
+def _row(cx: Context, f: RecipeFile, given: str | None = None) -> dict[str, str]:
+    """The table row; `given`: the precision the file name says, for a build that stopped."""
     quant = cx.ledger.recipe.get("quant") if isinstance(cx.ledger.recipe, dict) else None
     return {"model_id": str(cx.draft.get("model.hub_id") or ""),
             "model_type": cx.model_type or str((cx.ledger.recipe.get("loader") or {})
                                                .get("model_type", "")),
             "task": cx.task or str((cx.ledger.recipe.get("loader") or {}).get("task", "")),
             "target": cx.target or (f"{f.ep}/{f.device}" if f.ep else ""),
-            "precision": precision(cx.kind, quant) if cx.kind else f.precision or ""}
+            "precision": given if given is not None else precision(cx.kind, quant)}
 
 
 def precision(kind: str, quant: Any) -> str:

@@ -51,7 +51,7 @@ def _header(build: Build, tree_dir: str) -> list[str]:
     dropped = [e for e in build.entries if e.outcome == DROPPED]
     lines = [f"{MARKER} from the winml-cli build recipe"
              + ("s" if len(build.files) > 1 else ""),
-             *[f"#   {f.shown}" for f in build.files],
+             *[f"#   {_safe(f.shown)}" for f in build.files],
              "# Plan and build it:",
              f"#   modelplan plan {how}",
              f"#   modelplan run  {how} model.path=/path/to/checkpoint",
@@ -63,12 +63,17 @@ def _header(build: Build, tree_dir: str) -> list[str]:
         by_note: dict[str, list[str]] = {}
         for e in dropped:
             by_note.setdefault(e.note, []).append(e.field)
-        lines += [f"#   {', '.join(fields)}: {note}" for note, fields in by_note.items()]
+        lines += [_safe(f"#   {', '.join(fields)}: {note}") for note, fields in by_note.items()]
     return lines
 
 
 def _commented(line: str, comment: str) -> str:
-    return f"{line:<40}  # {comment}" if comment else line
+    return f"{line:<40}  # {_safe(comment)}" if comment else line
+
+
+def _safe(text: str) -> str:
+    """Text for a YAML comment: what YAML cannot hold there, escaped."""
+    return "".join(c if _printable(c) else f"\\u{ord(c):04x}" for c in text)
 
 
 def _node(key: str, value: Any, indent: str, sources: dict[str, list[str]],
@@ -98,10 +103,25 @@ def flow(value: Any) -> str:
     if isinstance(value, str):
         if PLAIN.fullmatch(value) and value.lower() not in YAML_WORDS:
             return value
-        return json.dumps(value.replace("${", "\\${"))
+        return _quoted(value.replace("${", "\\${"))
     if isinstance(value, list):
         return "[" + ", ".join(flow(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{flow(str(k))}: {flow(v)}" for k, v in value.items()) + "}"
     raise InternalError(f"modelplan import: cannot write {type(value).__name__} values; "
                         "report this recipe")
+
+
+def _printable(c: str) -> bool:
+    """What YAML keeps as it is in a double-quoted scalar (no control or line-break chars)."""
+    o = ord(c)
+    return (0x20 <= o <= 0x7E or 0xA0 <= o <= 0xD7FF or 0xE000 <= o <= 0xFFFD or o >= 0x10000) \
+        and o not in (0x2028, 0x2029)
+
+
+def _quoted(value: str) -> str:
+    """A YAML double-quoted scalar: JSON's escapes, and \\u/\\U for what YAML cannot hold."""
+    body = json.dumps(value, ensure_ascii=False)[1:-1]
+    return '"' + "".join(c if _printable(c) else f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF
+                         else f"\\U{ord(c):08x}" for c in body) + '"'
+

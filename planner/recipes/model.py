@@ -106,7 +106,7 @@ def _task(cx: Context, task: object) -> None:
     if task is None:
         raise BadField("loader.task", "not set; winml-cli needs it for a Hugging Face build "
                        f"(one of: {', '.join(T.TASKS)})")
-    if task not in T.TASKS:
+    if not isinstance(task, str) or task not in T.TASKS:
         raise Unsupported("loader.task", f"{task!r} is not a task modelplan builds (one of: "
                           f"{', '.join(T.TASKS)})")
     if mt is not None and task not in mt.tasks:

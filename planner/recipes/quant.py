@@ -34,6 +34,8 @@ def kind_of(quant: Any) -> str:
     if not isinstance(quant, dict):
         raise BadField("quant", "not a section (an object with mode, weight_type, ...) or null")
     mode = quant.get("mode", "static")
+    if not isinstance(mode, str):
+        raise BadField("quant.mode", f"{mode!r} is not a mode name (static, qdq, fp16, ...)")
     if mode in winml.UNSUPPORTED_QUANT:
         raise Unsupported("quant.mode", f"{mode!r}: {winml.UNSUPPORTED_QUANT[mode]}")
     if mode not in winml.QUANT_MODES:
@@ -131,6 +133,9 @@ def _symmetric(cx: Context, quant: dict[str, Any]) -> None:
     ledger = cx.ledger
     sym = _flag(quant, "symmetric")
     per = {k: quant.get(f"{k}_symmetric") for k in ("weight", "activation")}
+    for k, v in per.items():
+        if v is not None and not isinstance(v, bool):
+            raise BadField(f"quant.{k}_symmetric", f"{v!r} is not true, false or null")
     set_ = {v for v in per.values() if v is not None}
     if len(set_) == 1 and all(v is not None for v in per.values()):
         sym = set_.pop()

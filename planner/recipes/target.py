@@ -63,8 +63,11 @@ def _compile_ep(section: Any) -> tuple[str | None, str | None]:
     ep = section.get("ep_config") or {}
     if not isinstance(ep, dict):
         raise BadField("compile.ep_config", "not a section (an object with provider, ...)")
-    device = ep.get("device")
-    return ep.get("provider"), None if device in (None, "auto") else device
+    provider, device = ep.get("provider"), ep.get("device")
+    for key, value in (("provider", provider), ("device", device)):
+        if value is not None and not isinstance(value, str):
+            raise BadField(f"compile.ep_config.{key}", f"{value!r} is not a name")
+    return provider, None if device in (None, "auto") else device
 
 
 def map_compile(cx: Context) -> None:

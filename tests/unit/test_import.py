@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import run_cli
 
@@ -251,3 +253,66 @@ def test_a_directory_is_one_row_per_recipe(tmp_path: Path) -> None:
     assert "3 recipes: 1 imported (1 configs), 1 unsupported, 1 failed." in result.stdout
     report = (tmp_path / "import.md").read_text()
     assert report.startswith("| recipe | model id |") and f"### `{NAME}`" in report
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 70000) | st.floats(-1e6, 1e6, allow_nan=False)
+    | st.text(max_size=12) | st.sampled_from(["${x}", "yes", "null", "1e-05", "a: b", "#c"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                               max_size=3),
+    max_leaves=8)
+PATHS = ["loader.task", "loader.model_type", "loader.model_class", "loader.trust_remote_code",
+         "export.opset_version", "export.batch_size", "export.dynamo", "export.input_tensors",
+         "export.output_tensors", "export.clean_onnx", "export.hierarchy_tag_format",
+         "optim.gelu_fusion", "optim.clamp_constant_values", "quant", "quant.mode",
+         "quant.weight_type", "quant.activation_type", "quant.per_channel", "quant.samples",
+         "quant.weight_symmetric", "quant.nodes_to_exclude", "compile", "eval", "eval.dataset",
+         "made_up", "optim.some_new_flag"]
+
+
+tensor_specs = st.lists(st.fixed_dictionaries(
+    {"name": st.sampled_from(["input_ids", "attention_mask", "pixel_values", "x.y", ""])},
+    optional={"dtype": st.sampled_from(["int32", "int64", "float32", "uint4", None]),
+              "shape": st.lists(st.integers(-1, 600) | st.text(max_size=3), max_size=4),
+              "value_range": json_values | st.tuples(st.integers(-5, 5), st.integers(-5, 9))
+              .map(list)}), max_size=3)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes=st.dictionaries(st.sampled_from(PATHS), json_values, max_size=4),
+       tensors=st.none() | tensor_specs)
+def test_any_recipe_imports_or_names_a_field_and_every_field_is_accounted(
+        changes: dict[str, Any], tensors: list[dict[str, Any]] | None,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Whatever a recipe holds: one outcome per build, a one-line reason when it does not
+    import, every field accounted for when it does, and the config text reads back as meant."""
+    from omegaconf import OmegaConf
+
+    from planner.recipes.convert import convert
+    from planner.recipes.emit import config_text, values
+    from planner.recipes.layout import recipe_file
+
+    recipe = copy.deepcopy(RECIPE)
+    for path, value in changes.items():
+        *parents, leaf = path.split(".")
+        node = recipe
+        for p in parents:
+            node = node.setdefault(p, {}) if isinstance(node.get(p), dict) else \
+                node.__setitem__(p, {}) or node[p]
+        node[leaf] = value
+    if tensors is not None and isinstance(recipe.get("export"), dict):
+        recipe["export"]["input_tensors"] = tensors
+    root = tmp_path_factory.mktemp("any")
+    build = convert([recipe_file(write(root, "acme_tiny-bert/text-classification_w8a16_config"
+                                             ".json", recipe), root)])
+    assert build.status in ("imported", "unsupported", "failed")
+    if build.status != "imported":
+        assert "\n" not in build.message and ": " in build.message
+        return
+    fields = {e.field for e in build.entries}
+    assert all(covered(p, fields) for p in leaves(recipe))
+    read = OmegaConf.to_container(OmegaConf.create(config_text(build, "conf")), resolve=True)
+    assert isinstance(read, dict)
+    read.pop("defaults")
+    assert read == values(build)
