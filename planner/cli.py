@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from planner import cli_read, cli_review
+from planner import cli_import, cli_read, cli_review
 from planner.errors import ModelplanError, UsageError
 
 T0 = time.perf_counter()
@@ -259,6 +259,7 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
     _run_commands(add)
     cli_read.add_commands(add)
     cli_review.add_commands(sub, common)
+    cli_import.add_commands(sub, common)
     if plugins:
         from planner.app import add_plugin_commands
 
@@ -303,7 +304,8 @@ def _run_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
 def _needs_plugins(argv: list[str]) -> bool:
     """Plugin commands are loaded only when the command is not a core one (or for help)."""
     first = next((a for a in argv if not a.startswith("-")), None)
-    return not any(first in c for c in (COMMANDS, cli_read.COMMANDS, cli_review.COMMANDS))
+    return not any(first in c for c in (COMMANDS, cli_read.COMMANDS, cli_review.COMMANDS,
+                                         cli_import.COMMANDS))
 
 
 def main(argv: list[str] | None = None) -> int:

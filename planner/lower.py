@@ -36,29 +36,31 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
                            "graphs": {"model": None}, "digest": src.digest,
                            "symbolic": src.symbolic}
     memo.save()
+    ex = config["export"]
     if src.symbolic and model["source"] != "onnx_file":
-        out["graphs"] = {"model": {"inputs": config["export"]["inputs"] or SYMBOLIC,
-                                   "outputs": SYMBOLIC}}
+        out["graphs"] = {"model": {"inputs": ex["inputs"] or SYMBOLIC,
+                                   "outputs": ex["outputs"] or SYMBOLIC}}
     elif model["source"] != "onnx_file":
         task, model_class = T.detect(model, info, sources.checkpoint_files(where))
         modality = T.task_modality(task, info, model_class)
-        ex = config["export"]
+        if modality in T.GRAPHS and (ex["inputs"] or ex["outputs"]):
+            raise _custom_io_for_pair(modality, "inputs" if ex["inputs"] else "outputs")
         if ex["inputs"]:
             graphs = {"model": {"inputs": ex["inputs"], "outputs": T.task_outputs(task, info)}}
-            if modality in T.GRAPHS:
-                raise _custom_inputs_for_pair(modality)
         else:
             graphs = specs.graph_specs(info, sources.preprocessor_info(model, where), task,
                                        modality, ex["shapes"])
+        if ex["outputs"]:
+            graphs["model"]["outputs"] = list(ex["outputs"])
         out.update(task=task, model_class=model_class, modality=modality, graphs=graphs)
     return out
 
 
-def _custom_inputs_for_pair(modality: str) -> Exception:
+def _custom_io_for_pair(modality: str, which: str) -> Exception:
     from planner.errors import ConfigError
 
-    return ConfigError(f"export.inputs: a {modality} model exports an encoder and a decoder "
-                       "graph, whose inputs are derived; use export.shapes.* instead")
+    return ConfigError(f"export.{which}: a {modality} model exports an encoder and a decoder "
+                       f"graph, whose {which} are derived; use export.shapes.* instead")
 
 
 def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:

@@ -46,7 +46,7 @@ def hub_cache_dir(hub_id: str) -> Path:
     if snap is None or not (snap / "config.json").is_file():
         raise ConfigError(f"model.hub_id: '{hub_id}' is not in the local Hugging Face cache "
                           f"({hub}) and this machine works offline; copy the checkpoint here "
-                          "and use model=local_hf model.path=DIR")
+                          "and set model.path=DIR")
     return snap
 
 
@@ -54,14 +54,15 @@ def checkpoint_location(model: dict[str, Any]) -> Path | None:
     source = model["source"]
     if source == "packaged":
         return packaged_dir(model["package"])
-    if source == "hub_cache":
+    if source == "hub_cache" and not model.get("path"):
         return hub_cache_dir(model["hub_id"])
-    if source in ("local", "onnx_file"):
+    if source in ("local", "onnx_file", "hub_cache"):  # hub_cache + path: a local copy of hub_id
         path = Path(model["path"]).expanduser().resolve()
-        if source == "local" and not (path / "config.json").is_file():
+        checkpoint = source != "onnx_file"
+        if checkpoint and not (path / "config.json").is_file():
             raise ConfigError(f"model.path: '{model['path']}' is not a Hugging Face checkpoint "
                               "directory (no config.json); point it at one")
-        if source == "local" and not any(next(path.glob(p), None) for p in WEIGHTS):
+        if checkpoint and not any(next(path.glob(p), None) for p in WEIGHTS):
             raise ConfigError(f"model.path: '{model['path']}' has a config.json but no weights "
                               "(*.safetensors or pytorch_model*.bin); point it at a complete "
                               "checkpoint")

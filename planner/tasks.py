@@ -91,6 +91,8 @@ MODEL_TYPES: dict[str, ModelType] = {m.name: m for m in (
     ModelType("modernbert", TEXT, _TEXT_TASKS, absolute_positions=False),
     ModelType("layoutlm", TEXT, _TEXT_TASKS[:5],
               ("input_ids", "bbox", "attention_mask", "token_type_ids")),
+    ModelType("layoutlmv3", TEXT, _TEXT_TASKS[:5], ("input_ids", "bbox", "attention_mask"),
+              position_offset=2),
     ModelType("vit", IMAGE, _IMAGE_TASKS, image_size=224),
     ModelType("deit", IMAGE, _IMAGE_TASKS, image_size=224),
     ModelType("dinov2", IMAGE, _IMAGE_TASKS, image_size=224),

@@ -39,6 +39,8 @@ TINY: dict[str, dict[str, Any]] = {
                    "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
                    "cls_token_id": 1, "sep_token_id": 2},
     "layoutlm": {**_TYPED, "max_2d_position_embeddings": 1024},
+    "layoutlmv3": {**_TEXT, "max_position_embeddings": 514, "type_vocab_size": 1,
+                   "coordinate_size": 4, "shape_size": 8, "input_size": 32, "patch_size": 8},
     "vit": _VIT,
     "dinov2": {**{k: v for k, v in _VIT.items() if k != "intermediate_size"}, "mlp_ratio": 2},
     "beit": {**_VIT, "out_indices": [1, 2]},

@@ -32,14 +32,24 @@ def run(ctx: StepContext) -> StepResult:
 
 def _float16(ctx: StepContext) -> StepResult:
     from onnxruntime.transformers.float16 import convert_float_to_float16
+    from onnxruntime.transformers.onnx_model import OnnxModel
 
     with quiet_logging():
         model = convert_float_to_float16(load(ctx.input_model()), keep_io_types=True)
-    from onnxruntime.transformers.onnx_model import OnnxModel
-
-    OnnxModel(model).topological_sort()  # the converter appends its input casts at the end
+        if not _sorted(model):  # it appends the Casts of float32 graph inputs at the end
+            OnnxModel(model).topological_sort()
     save(model, ctx.out / MODEL)
     return StepResult(metrics={"precision": "fp16"})
+
+
+def _sorted(model: Any) -> bool:
+    """Every node's inputs are graph inputs, initializers or outputs of earlier nodes."""
+    known = {v.name for v in model.graph.input} | {i.name for i in model.graph.initializer} | {""}
+    for node in model.graph.node:
+        if any(name not in known for name in node.input):
+            return False
+        known.update(node.output)
+    return True
 
 
 def _qdq(ctx: StepContext) -> StepResult:

@@ -6,6 +6,7 @@ from typing import Any
 
 from planner import resources
 from planner.ops import OPS
+from planner.render import origin
 from planner.render.common import (
     headline,
     params_line,
@@ -35,6 +36,7 @@ def render(ir: dict[str, Any]) -> str:
             if on_ray else ""
         lines.append(f"| `{s['id']}` | {s['op']} | {action} | `{short(s['key'])}` | "
                      f"{cell(params_line(s['params']))} | {cell(why(s))} |{ask}")
+    lines += origin.markdown(ir, cell)
     if ir["rewrites"]:
         lines += ["", "<details><summary>Proofs</summary>", ""]
         for rw in ir["rewrites"]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner import resources
+from planner.render import origin
 from planner.render.common import (
     MARK,
     headline,
@@ -38,7 +39,8 @@ def render(ir: dict[str, Any]) -> str:
             lines.append(f"  {rw['rule']}: {rw['action']} {rw['step']}")
             lines += [f"    because {premise_text(p)}" for p in rw["premises"]]
             lines.append(f"    so {rw['conclusion']}")
-    lines += ["", f"Deliverable: {ir['deliverable']}"]
+    imported = origin.summary(ir)
+    lines += ["", f"Deliverable: {ir['deliverable']}", *([imported] if imported else [])]
     if on_ray and (where := resources.footer(ir)):
         lines.append(where)
     lines.append(summary_line(ir))
