@@ -89,11 +89,12 @@ def _map(cx: Context, f: RecipeFile, target: str | None, model_id: str | None) -
 
 def _row(cx: Context, f: RecipeFile, given: str | None = None) -> dict[str, str]:
     """The table row; `given`: the precision the file name says, for a build that stopped."""
-    quant = cx.ledger.recipe.get("quant") if isinstance(cx.ledger.recipe, dict) else None
+    recipe = cx.ledger.recipe if isinstance(cx.ledger.recipe, dict) else {}
+    quant = recipe.get("quant")
+    loader = recipe.get("loader") if isinstance(recipe.get("loader"), dict) else {}
     return {"model_id": str(cx.draft.get("model.hub_id") or ""),
-            "model_type": cx.model_type or str((cx.ledger.recipe.get("loader") or {})
-                                               .get("model_type", "")),
-            "task": cx.task or str((cx.ledger.recipe.get("loader") or {}).get("task", "")),
+            "model_type": cx.model_type or str(loader.get("model_type", "")),
+            "task": cx.task or str(loader.get("task", "")),
             "target": cx.target or (f"{f.ep}/{f.device}" if f.ep else ""),
             "precision": given if given is not None else precision(cx.kind, quant)}
 

@@ -163,6 +163,8 @@ BAD = [
      "export.opset_version: 12: modelplan exports opsets 14 to 21"),
     ("bad weight type", broken(quant__weight_type="int4"),
      "quant.weight_type: 'int4' is not one of"),
+    ("a section that is not one", broken(loader=5),
+     "loader: not a section (an object with task, model_class, ...)"),
     ("winml's own model", broken(loader__model_type="wav2vec2_emotion_regression"),
      "loader.model_type: 'wav2vec2_emotion_regression' is winml-cli's own EmotionModel"),
 ]
@@ -179,6 +181,16 @@ def test_a_bad_recipe_is_one_line_naming_the_field(tmp_path: Path, recipe: Any,
     assert lines[0].startswith("modelplan: error: acme_tiny-bert/text-classification_w8a16_"
                                f"config.json: {says}"), lines[0]
     assert not list((tmp_path / "conf").glob("*.yaml"))  # nothing half written
+
+
+def test_a_recipe_with_no_model_id_and_a_bad_section_is_one_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "recipes/text-classification_w8a16_config.json", {"loader": 5})
+    result = run_cli("import", str(path), "-o", str(tmp_path / "conf"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip() == (
+        "modelplan: error: recipes/text-classification_w8a16_config.json: quant.model_id: no "
+        "model id: the folder 'recipes' is not named org_name and the recipe has no "
+        "quant.model_id; pass --model-id ORG/NAME")
 
 
 def test_a_target_modelplan_lacks_is_refused_unless_one_is_given(tmp_path: Path) -> None:
