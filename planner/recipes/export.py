@@ -32,18 +32,8 @@ def map_export(cx: Context) -> None:
     draft.choose("export", "dynamo" if dynamo else "torchscript", "export.dynamo")
     if "dynamo" in ex:
         ledger.mapped("export.dynamo", "export.exporter", STEP)
-    opset = ex.get("opset_version", 17)
-    if type(opset) is not int or not 14 <= opset <= 21:
-        raise BadField("export.opset_version", f"{opset!r}: modelplan exports opsets 14 to 21")
-    draft.set("export.opset", opset, "export.opset_version")
-    if "opset_version" in ex:
-        ledger.mapped("export.opset_version", "export.opset", STEP)
-    batch = ex.get("batch_size", 1)
-    if type(batch) is not int or not 1 <= batch <= 64:
-        raise BadField("export.batch_size", f"{batch!r}: modelplan exports batch sizes 1 to 64")
-    draft.set("export.shapes.batch_size", batch, "export.batch_size")
-    if "batch_size" in ex:
-        ledger.mapped("export.batch_size", "export.shapes.batch_size", STEP)
+    _bounded(cx, ex, "opset_version", "export.opset", 17, (14, 21), "opsets")
+    batch = _bounded(cx, ex, "batch_size", "export.shapes.batch_size", 1, (1, 64), "batch sizes")
     _hierarchy(cx, ex)
     _fixed(cx, ex)
     if cx.pair:
@@ -52,6 +42,18 @@ def map_export(cx: Context) -> None:
     else:
         _inputs(cx, ex.get("input_tensors"), batch)
         _outputs(cx, ex.get("output_tensors"))
+
+
+def _bounded(cx: Context, ex: dict[str, Any], key: str, to: str, default: int,
+             bounds: tuple[int, int], what: str) -> int:
+    """An integer export field within modelplan's bounds -> one config key."""
+    value, (lo, hi) = ex.get(key, default), bounds
+    if type(value) is not int or not lo <= value <= hi:
+        raise BadField(f"export.{key}", f"{value!r}: modelplan exports {what} {lo} to {hi}")
+    cx.draft.set(to, value, f"export.{key}")
+    if key in ex:
+        cx.ledger.mapped(f"export.{key}", to, STEP)
+    return value
 
 
 def _hierarchy(cx: Context, ex: dict[str, Any]) -> None:
