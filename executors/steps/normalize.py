@@ -12,7 +12,7 @@ def run(ctx: StepContext) -> StepResult:
     before = len(model.graph.node)
     work = ctx.out / ".work"
     work.mkdir()
-    result, passes = basic_fixed_point(model, work)
+    result, passes = basic_fixed_point(model, work, src=ctx.input_model())
     work.rmdir()
     save(result, ctx.out / MODEL)
     return StepResult(metrics={"nodes_before": before, "nodes_after": len(result.graph.node),
