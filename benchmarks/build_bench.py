@@ -16,6 +16,7 @@ winml-cli is optional: install winml-cli 0.4.0 in its own venv (pip install winm
 onnxruntime with torch==2.13.0) and pass --winml VENV (default ~/.cache/winml-cli-0.4.0).
 
 Run: python benchmarks/build_bench.py [--skip-full] [--runs N] [--winml VENV]
+     [--baseline CHECKOUT] [--only cached elision fusions full]
 """
 
 from __future__ import annotations
@@ -40,11 +41,14 @@ WINML_DEFAULT = Path.home() / ".cache" / "winml-cli-0.4.0"
 WINML_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "CI": "true", "NO_COLOR": "1"}
 
 
-def run(args: list[str], store: Path, outputs: Path) -> tuple[dict[str, Any], float]:
+def run(args: list[str], store: Path, outputs: Path,
+        root: Path = ROOT) -> tuple[dict[str, Any], float]:
+    """`modelplan run` of the checkout at `root` (this one, or --baseline's), timed whole."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "planner.cli", "run", *args, "--store",
                           str(store), "--outputs", str(outputs), "--json", "--quiet"],
-                         capture_output=True, text=True, cwd=ROOT, check=False)
+                         capture_output=True, text=True, cwd=root, env=env, check=False)
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         sys.exit(f"run {' '.join(args)} failed:\n{out.stderr}")
@@ -125,14 +129,22 @@ def winml_build(venv: Path, checkpoint: Path, out: Path) -> tuple[float, float]:
     return walls[0], walls[1]
 
 
-def fusion_build(tmp: Path, runs: int, winml: Path | None) -> None:
-    """modelplan and winml-cli, alternating, each from scratch."""
+def fusion_build(tmp: Path, runs: int, winml: Path | None, baseline: Path | None) -> None:
+    """modelplan (and a baseline checkout of it) and winml-cli, alternating, from scratch."""
     ours: list[float] = []
     steps: dict[str, list[float]] = {}
+    before: list[float] = []
+    before_steps: dict[str, list[float]] = {}
     theirs: list[float] = []
     configs: list[float] = []
     checkpoint = None
     for i in range(runs):
+        if baseline is not None:
+            old, wall = run(FUSIONS, tmp / f"s-base-{i}", tmp / f"o-base-{i}", baseline)
+            before.append(wall)
+            for s in old["steps"]:
+                if s["action"] == "run":
+                    before_steps.setdefault(s["id"], []).append(s["wall_s"])
         record, wall = run(FUSIONS, tmp / f"s-fuse-{i}", tmp / f"o-fuse-{i}")
         ours.append(wall)
         for s in record["steps"]:
@@ -152,10 +164,17 @@ def fusion_build(tmp: Path, runs: int, winml: Path | None) -> None:
     load = os.getloadavg()
     print(f"MiniLM fp32 CPU build with fusions ({' '.join(FUSIONS)}), from scratch, "
           f"median of {runs} (load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})")
-    for sid, walls in steps.items():
-        print(f"  {sid:<10} {statistics.median(walls):7.2f} s")
+    print(f"  {'step':<10} {'wall s':>7}" + (f" {'baseline':>9}" if before else ""))
+    for sid in dict.fromkeys([*before_steps, *steps]):
+        now = f"{statistics.median(steps[sid]):7.2f}" if sid in steps else f"{'-':>7}"
+        was = (f" {statistics.median(before_steps[sid]):9.2f}" if sid in before_steps
+               else f" {'-':>9}") if before else ""
+        print(f"  {sid:<10} {now}{was}")
     print(f"  modelplan  {statistics.median(ours):7.2f} s whole command "
           f"(runs: {' '.join(f'{w:.1f}' for w in ours)})")
+    if before:
+        print(f"  baseline   {statistics.median(before):7.2f} s whole command "
+              f"(runs: {' '.join(f'{w:.1f}' for w in before)})")
     if theirs:
         print(f"  winml-cli  {statistics.median(theirs):7.2f} s whole `winml build` command "
               f"(runs: {' '.join(f'{w:.1f}' for w in theirs)}; `winml config` before it: "
@@ -174,6 +193,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs of the fusion build (median)")
     parser.add_argument("--winml", type=Path, default=WINML_DEFAULT,
                         help="the venv winml-cli 0.4.0 is installed in")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="a checkout of another modelplan revision to time alongside")
     parser.add_argument("--only", choices=["cached", "elision", "fusions", "full"], nargs="*")
     args = parser.parse_args()
     winml = args.winml if (args.winml / "bin" / "winml").is_file() else None
@@ -185,7 +206,7 @@ def main() -> None:
         if "elision" in parts:
             elision(tmp)
         if "fusions" in parts:
-            fusion_build(tmp, args.runs, winml)
+            fusion_build(tmp, args.runs, winml, args.baseline)
         if "full" in parts and not args.skip_full:
             full(tmp)
 
