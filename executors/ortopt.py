@@ -28,6 +28,9 @@ FUSED_OPS = {"gelu": ("Gelu", "FastGelu", "BiasGelu"), "layer_norm": ("LayerNorm
              "attention": ("Attention", "MultiHeadAttention"), "matmul_add": ("Gemm",)}
 assert set(FUSION_OPTION) == set(FUSED_OPS) == set(FUSIONS)
 _FIXED_POINTS: set[str] = set()  # structure digests this process saw the basic level keep
+# files this process saved a fixed point to, by (path, size, mtime, inode): a fixed point
+# observed once is not observed again while the file is unchanged
+_FIXED_FILES: set[tuple[str, int, int, int]] = set()
 
 
 def structure_digest(model: onnx.ModelProto) -> str:
@@ -80,12 +83,25 @@ def basic_fixed_point(model: onnx.ModelProto, work: Path,
     for meta in model.metadata_props:  # keep the model-level metadata ORT may not carry over
         if meta.key not in {p.key for p in result.metadata_props}:
             result.metadata_props.add(key=meta.key, value=meta.value)
-    _FIXED_POINTS.add(structure_digest(result))
     return result, passes
+
+
+def _file_identity(path: Path) -> tuple[str, int, int, int]:
+    st = path.stat()
+    return str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def save_fixed_point(model: onnx.ModelProto, path: Path) -> None:
+    """Save what basic_fixed_point returned, remembering that the file holds a fixed point (its
+    last pass changed nothing), so observing `normalized` on it here costs no pass."""
+    save(model, path)
+    _FIXED_FILES.add(_file_identity(path))
 
 
 def basic_pass_changes(path: Path) -> str | None:
     """What one more basic pass would change on the model at `path` (None: nothing)."""
+    if _file_identity(path) in _FIXED_FILES:  # this process's fixed point loop saved it
+        return None
     model = load(path, external=False)
     before = structure_digest(model)
     if before in _FIXED_POINTS:  # this process's fixed point loop just saw a pass keep it

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from executors.artifacts import MODEL, load, save
+from executors.artifacts import MODEL, load
 from executors.base import StepContext, StepResult
-from executors.ortopt import FUSED_OPS, FUSION_OPTION, basic_fixed_point, fuse
+from executors.ortopt import FUSED_OPS, FUSION_OPTION, basic_fixed_point, fuse, save_fixed_point
 from planner.ops import FUSIONS
 
 SHOWN = sorted({kind for kinds in FUSED_OPS.values() for kind in kinds})
@@ -36,7 +36,7 @@ def run(ctx: StepContext) -> StepResult:
         else (normalized, 0)
     work.rmdir()
     after = Counter(n.op_type for n in result.graph.node)
-    save(result, ctx.out / MODEL)
+    save_fixed_point(result, ctx.out / MODEL)
     return StepResult(metrics={
         "fused_ops": {kind: after[kind] - before[kind] for kind in SHOWN
                       if after[kind] != before[kind]},
