@@ -5,14 +5,26 @@
    artifacts are byte-identical (apart from the modelplan.facts provenance stamp, which
    names the producing step's key and so differs by construction);
 2. the full default pipeline (w8a16 per-channel, QNN HTP): per-step wall time and peak RSS;
-3. re-running the tiny_bert CPU build with everything cached: whole-command wall time.
+3. re-running the tiny_bert CPU build with everything cached: whole-command wall time;
+4. the MiniLM fp32 CPU build with fusions (optim=transformer, what winml-cli's default cpu
+   build does: export, GELU and MatMul+Add fusions, hierarchy tags), modelplan against
+   winml-cli in the same run, each from scratch, several times: median wall times, modelplan's
+   per-step medians, the ratio, and whether the fusion build's artifact is the same with the
+   planner's elision off.
 
-Run: python benchmarks/build_bench.py [--skip-full]
+winml-cli is optional: install winml-cli 0.4.0 in its own venv (pip install winml-cli==0.4.0
+onnxruntime with torch==2.13.0) and pass --winml VENV (default ~/.cache/winml-cli-0.4.0).
+
+Run: python benchmarks/build_bench.py [--skip-full] [--runs N] [--winml VENV]
+     [--baseline CHECKOUT] [--only cached elision fusions full]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,13 +35,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 UP_TO_TAG = ["quant=none", "target=cpu", "verify=none", "perf=none"]
 TINY_CPU = ["model=tiny_bert", *UP_TO_TAG]
+# winml-cli's default cpu config for MiniLM exports 512 tokens
+FUSIONS = ["optim=transformer", "export.shapes.sequence_length=512", *UP_TO_TAG]
+WINML_DEFAULT = Path.home() / ".cache" / "winml-cli-0.4.0"
+WINML_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "CI": "true", "NO_COLOR": "1"}
 
 
-def run(args: list[str], store: Path, outputs: Path) -> tuple[dict[str, Any], float]:
+def run(args: list[str], store: Path, outputs: Path,
+        root: Path = ROOT) -> tuple[dict[str, Any], float]:
+    """`modelplan run` of the checkout at `root` (this one, or --baseline's), timed whole."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "planner.cli", "run", *args, "--store",
                           str(store), "--outputs", str(outputs), "--json", "--quiet"],
-                         capture_output=True, text=True, cwd=ROOT, check=False)
+                         capture_output=True, text=True, cwd=root, env=env, check=False)
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         sys.exit(f"run {' '.join(args)} failed:\n{out.stderr}")
@@ -89,15 +108,106 @@ def cached(tmp: Path) -> None:
         assert all(s["action"] in ("cached", "elided") for s in record["steps"])
         walls.append(wall)
     print(f"tiny_bert CPU build, everything cached: median {sorted(walls)[2]:.2f} s "
-          "per whole command (goal <= 1.5 s)")
+          "per whole command (goal <= 0.5 s)")
+
+
+def winml_build(venv: Path, checkpoint: Path, out: Path) -> tuple[float, float]:
+    """winml-cli's default cpu build of `checkpoint`: `winml config`, then `winml build`, each
+    command timed whole."""
+    env = {**os.environ, **WINML_ENV}
+    exe = str(venv / "bin" / "winml")
+    walls = []
+    for args in (["config", "-m", str(checkpoint), "-d", "cpu", "-o", str(out / "cfg.json")],
+                 ["build", "-c", str(out / "cfg.json"), "-m", str(checkpoint),
+                  "--output-dir", str(out / "build")]):
+        t0 = time.perf_counter()
+        done = subprocess.run([exe, *args], capture_output=True, text=True, env=env,
+                              cwd=out, check=False)
+        walls.append(time.perf_counter() - t0)
+        if done.returncode != 0:
+            sys.exit(f"winml {args[0]} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return walls[0], walls[1]
+
+
+def fusion_build(tmp: Path, runs: int, winml: Path | None, baseline: Path | None) -> None:
+    """modelplan (and a baseline checkout of it) and winml-cli, alternating, from scratch."""
+    ours: list[float] = []
+    steps: dict[str, list[float]] = {}
+    before: list[float] = []
+    before_steps: dict[str, list[float]] = {}
+    theirs: list[float] = []
+    configs: list[float] = []
+    checkpoint = None
+    for i in range(runs):
+        if baseline is not None:
+            old, wall = run(FUSIONS, tmp / f"s-base-{i}", tmp / f"o-base-{i}", baseline)
+            before.append(wall)
+            for s in old["steps"]:
+                if s["action"] == "run":
+                    before_steps.setdefault(s["id"], []).append(s["wall_s"])
+        record, wall = run(FUSIONS, tmp / f"s-fuse-{i}", tmp / f"o-fuse-{i}")
+        ours.append(wall)
+        for s in record["steps"]:
+            if s["action"] == "run":
+                steps.setdefault(s["id"], []).append(s["wall_s"])
+        checkpoint = Path(next(s for s in record["steps"]
+                               if s["id"] == "resolve")["metrics"]["checkpoint"])
+        if winml is not None:
+            out = tmp / f"winml-{i}"
+            out.mkdir()
+            config_s, build_s = winml_build(winml, checkpoint, out)
+            configs.append(config_s)
+            theirs.append(build_s)
+    off, _ = run([*FUSIONS, "planner.rules.elide=false"], tmp / "s-fuse-off", tmp / "o-fuse-off")
+    same = without_stamp(record["published"]["model.onnx"]) == without_stamp(
+        off["published"]["model.onnx"])
+    load = os.getloadavg()
+    print(f"MiniLM fp32 CPU build with fusions ({' '.join(FUSIONS)}), from scratch, "
+          f"median of {runs} (load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})")
+    print(f"  {'step':<10} {'wall s':>7}" + (f" {'baseline':>9}" if before else ""))
+    for sid in dict.fromkeys([*before_steps, *steps]):
+        now = f"{statistics.median(steps[sid]):7.2f}" if sid in steps else f"{'-':>7}"
+        was = (f" {statistics.median(before_steps[sid]):9.2f}" if sid in before_steps
+               else f" {'-':>9}") if before else ""
+        print(f"  {sid:<10} {now}{was}")
+    print(f"  modelplan  {statistics.median(ours):7.2f} s whole command "
+          f"(runs: {' '.join(f'{w:.1f}' for w in ours)})")
+    if before:
+        print(f"  baseline   {statistics.median(before):7.2f} s whole command "
+              f"(runs: {' '.join(f'{w:.1f}' for w in before)})")
+    if theirs:
+        print(f"  winml-cli  {statistics.median(theirs):7.2f} s whole `winml build` command "
+              f"(runs: {' '.join(f'{w:.1f}' for w in theirs)}; `winml config` before it: "
+              f"{statistics.median(configs):.1f} s more)")
+        print(f"  ratio modelplan/winml-cli {statistics.median(ours) / statistics.median(theirs):.2f}"
+              " (goal <= 0.45)")
+    else:
+        print("  winml-cli not found: pass --winml VENV to compare")
+    print(f"  elision off: steps run {sum(s['action'] == 'run' for s in off['steps'])}; final "
+          f"artifact identical apart from the provenance stamp: {same}")
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-full", action="store_true", help="skip the QNN HTP pipeline")
+    parser.add_argument("--runs", type=int, default=3, help="runs of the fusion build (median)")
+    parser.add_argument("--winml", type=Path, default=WINML_DEFAULT,
+                        help="the venv winml-cli 0.4.0 is installed in")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="a checkout of another modelplan revision to time alongside")
+    parser.add_argument("--only", choices=["cached", "elision", "fusions", "full"], nargs="*")
+    args = parser.parse_args()
+    winml = args.winml if (args.winml / "bin" / "winml").is_file() else None
+    parts = args.only or ["cached", "elision", "fusions", "full"]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        cached(tmp)
-        elision(tmp)
-        if "--skip-full" not in sys.argv:
+        if "cached" in parts:
+            cached(tmp)
+        if "elision" in parts:
+            elision(tmp)
+        if "fusions" in parts:
+            fusion_build(tmp, args.runs, winml, args.baseline)
+        if "full" in parts and not args.skip_full:
             full(tmp)
 
 

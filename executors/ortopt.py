@@ -28,10 +28,9 @@ FUSED_OPS = {"gelu": ("Gelu", "FastGelu", "BiasGelu"), "layer_norm": ("LayerNorm
              "attention": ("Attention", "MultiHeadAttention"), "matmul_add": ("Gemm",)}
 assert set(FUSION_OPTION) == set(FUSED_OPS) == set(FUSIONS)
 _FIXED_POINTS: set[str] = set()  # structure digests this process saw the basic level keep
-
-
-def graph_digest(model: onnx.ModelProto) -> str:
-    return hashlib.sha256(model.graph.SerializeToString(deterministic=True)).hexdigest()
+# files this process saved a fixed point to, by (path, size, mtime, inode): a fixed point
+# observed once is not observed again while the file is unchanged
+_FIXED_FILES: set[tuple[str, int, int, int]] = set()
 
 
 def structure_digest(model: onnx.ModelProto) -> str:
@@ -56,36 +55,53 @@ def ort_pass(src: Path, dst: Path) -> None:
     ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
 
 
-def basic_fixed_point(model: onnx.ModelProto, work: Path) -> tuple[onnx.ModelProto, int]:
-    """Apply ORT basic optimizations until the graph digest stops changing.
-    Returns the model (with shapes inferred) and the number of passes that changed it."""
-    current = work / "pass_0.onnx"
-    save(model, current)
-    digest, passes = graph_digest(model), 0
+def basic_fixed_point(model: onnx.ModelProto, work: Path,
+                      src: Path | None = None) -> tuple[onnx.ModelProto, int]:
+    """Apply ORT basic optimizations until a pass leaves the graph equal to its input.
+    Returns the model (with shapes inferred) and the number of passes that changed it.
+    `src`: a file that already holds `model` (the first pass reads it; nothing is saved)."""
+    current = src if src is not None else work / "pass_0.onnx"
+    if src is None:
+        save(model, current)
+    previous, passes = model, 0
     for i in range(1, MAX_PASSES + 1):
         nxt = work / f"pass_{i}.onnx"
         ort_pass(current, nxt)
         new = load(nxt)
-        new_digest = graph_digest(new)
-        current.unlink()
+        if current != src:
+            current.unlink()
         current = nxt
-        if new_digest == digest:
+        if new.graph == previous.graph:  # proto equality: as exact as a digest, and no copy
             break
-        digest, passes = new_digest, i
+        previous, passes = new, i
     else:
         raise StepError(f"ONNX Runtime's basic optimizations did not reach a fixed point in "
                         f"{MAX_PASSES} passes; set optim=none and report this model")
-    result = onnx.shape_inference.infer_shapes(load(current), data_prop=True)
+    del previous
+    result = onnx.shape_inference.infer_shapes(new, data_prop=True)
     current.unlink()
     for meta in model.metadata_props:  # keep the model-level metadata ORT may not carry over
         if meta.key not in {p.key for p in result.metadata_props}:
             result.metadata_props.add(key=meta.key, value=meta.value)
-    _FIXED_POINTS.add(structure_digest(result))
     return result, passes
+
+
+def _file_identity(path: Path) -> tuple[str, int, int, int]:
+    st = path.stat()
+    return str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def save_fixed_point(model: onnx.ModelProto, path: Path) -> None:
+    """Save what basic_fixed_point returned, remembering that the file holds a fixed point (its
+    last pass changed nothing), so observing `normalized` on it here costs no pass."""
+    save(model, path)
+    _FIXED_FILES.add(_file_identity(path))
 
 
 def basic_pass_changes(path: Path) -> str | None:
     """What one more basic pass would change on the model at `path` (None: nothing)."""
+    if _file_identity(path) in _FIXED_FILES:  # this process's fixed point loop saved it
+        return None
     model = load(path, external=False)
     before = structure_digest(model)
     if before in _FIXED_POINTS:  # this process's fixed point loop just saw a pass keep it

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # imported where used: a fully cached run never loads numpy
+    import numpy as np
 
 PIECES = "pieces.json"
 FEEDS = "inputs.npz"
@@ -39,6 +40,8 @@ def write_index(out: Path, data: dict[str, Any]) -> None:
 
 def feeds(model_dir: Path) -> dict[str, np.ndarray] | None:
     """The recorded input values of a piece (None when there are none)."""
+    import numpy as np
+
     found = model_dir / FEEDS
     if not found.is_file():
         return None
@@ -47,6 +50,8 @@ def feeds(model_dir: Path) -> dict[str, np.ndarray] | None:
 
 
 def save_feeds(model_dir: Path, values: dict[str, np.ndarray]) -> None:
+    import numpy as np
+
     # tensor names ("/model/...") are not safe archive member names: store them beside
     np.savez(model_dir / FEEDS, *values.values(), names=np.array(list(values), dtype=str))
 

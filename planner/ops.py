@@ -105,6 +105,9 @@ class Op:
     chain_role: str = "model"      # the input a pipeline step is threaded through
     publish: tuple[str, ...] = ()  # outputs copied beside the deliverable (e.g. hierarchy)
     headline: tuple[str, ...] = () # the metrics a run summary shows, most telling first
+    # Facts the op first establishes on its own input, by the transformation of the op that
+    # ensures them (so a step ensuring only these just before it changes nothing it delivers)
+    prepares: tuple[Ensure, ...] = ()
 
     def has(self, trait: Trait) -> bool:
         return trait in self.traits
@@ -155,10 +158,13 @@ OPS: dict[str, Op] = {op.name: op for op in (
        # measured: ORT's basic level includes MatMulAddFusion
        ensures=(Ensure(N.NORMALIZED), Ensure(N.FUSED, ("matmul_add",))),
        traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime")),
-    Op("optimize", 3, "ONNX Runtime fusions named by flags (optimize{} is normalize)",
+    Op("optimize", 4, "normalize, ONNX Runtime fusions named by flags, normalize again "
+       "(optimize{} is normalize)",
        params=("flags",), inputs=("model",),
-       requires=(Require(N.NORMALIZED, config_path="optim"),),
+       # measured: the fusions need an ONNX graph, nothing more (they infer shapes themselves)
+       requires=(Require(N.FORMAT, "eq", "onnx"),),
        ensures=(Ensure(N.NORMALIZED), Ensure(N.FUSED, Param("flags"))),
+       prepares=(Ensure(N.NORMALIZED), Ensure(N.FUSED, ("matmul_add",))),
        traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime")),
     Op("legalize", 3, "rewrite what the target rejects (mask constants, mask Where, Erf GELU)",
        params=("target",), inputs=("model",),

@@ -191,12 +191,17 @@ class SweepPlan:
 
     @cached_property
     def unique(self) -> dict[str, dict[str, Any]]:
-        """key -> {step (IR of its first use), jobs using it}: each key once."""
+        """key -> {step (IR of its first use that runs, else of its first use), jobs using
+        it}: each key once. A step one job elides and another runs is run: an absorbed
+        elision's output is not its input (its readers read past it), so the jobs that read
+        it need it built."""
         out: dict[str, dict[str, Any]] = {}
         for job in self.jobs:
             for s in job.ir["steps"] if job.ir else []:
                 entry = out.setdefault(s["key"], {"step": s, "jobs": []})
                 entry["jobs"].append(job.index)
+                if entry["step"]["action"] == "elided" and s["action"] != "elided":
+                    entry["step"] = s
         return out
 
     def to_json(self) -> dict[str, Any]:

@@ -37,12 +37,14 @@ def run(ctx: StepContext) -> StepResult:
     args = tuple(torch.from_numpy(feed[n]) for n in names)
     keep = _kept_classes(ctx, model)
     with torch.no_grad():
+        ran: list[Any] = []  # the traced forward's result is the reference: one forward, not two
         if p["hierarchy"]:
-            scopes, folded = hierarchy.executed_modules(model, lambda: module(*args), keep)
+            scopes, folded = hierarchy.executed_modules(
+                model, lambda: ran.append(module(*args)), keep)
             scopes = hierarchy.rebase(scopes, torchmodel.traced_base(model, p["graph"]))
         else:
             scopes, folded = {}, []
-        expected = module(*args)
+        expected = ran[0] if ran else module(*args)
     path = ctx.out / MODEL
     what = f" the {p['graph']}" if p["graph"] else ""
     ctx.progress(f"exporting{what} with {p['exporter']}, opset {p['opset']}")

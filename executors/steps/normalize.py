@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from executors.artifacts import MODEL, load, save
+from executors.artifacts import MODEL, load
 from executors.base import StepContext, StepResult
-from executors.ortopt import basic_fixed_point
+from executors.ortopt import basic_fixed_point, save_fixed_point
 
 
 def run(ctx: StepContext) -> StepResult:
@@ -12,8 +12,8 @@ def run(ctx: StepContext) -> StepResult:
     before = len(model.graph.node)
     work = ctx.out / ".work"
     work.mkdir()
-    result, passes = basic_fixed_point(model, work)
+    result, passes = basic_fixed_point(model, work, src=ctx.input_model())
     work.rmdir()
-    save(result, ctx.out / MODEL)
+    save_fixed_point(result, ctx.out / MODEL)
     return StepResult(metrics={"nodes_before": before, "nodes_after": len(result.graph.node),
                                "ort_passes_to_fixed_point": passes})

@@ -26,6 +26,14 @@ def discover(scope: str = "plan") -> tuple[ModuleType, ...]:
                         key=lambda m: m.ORDER))
 
 
+def observed_on_input(rule: str) -> bool:
+    """Whether an elision by `rule` rests on facts of the elided step's input, which an executor
+    re-observes there (a rule may set OBSERVED_ON_INPUT = False when its premises are about the
+    step's readers instead: they are observed on the readers' outputs)."""
+    module = next((r for r in discover() if r.NAME == rule), None)
+    return getattr(module, "OBSERVED_ON_INPUT", True)
+
+
 def enabled(switches: dict[str, Any]) -> list[ModuleType]:
     return [r for r in discover() if switches.get(getattr(r, "SWITCH", ""), True)]
 

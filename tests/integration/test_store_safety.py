@@ -118,3 +118,29 @@ def test_elision_off_builds_the_same_artifact(cpu_run: dict[str, Any], tmp_path:
 
     on_model = cpu_run["record"]["published"]["model.onnx"]
     assert without_stamp(off["published"]["model.onnx"]) == without_stamp(on_model)
+
+
+def test_fusion_build_without_separate_normalize_builds_the_same_artifact(
+        cpu_run: dict[str, Any], tmp_path: Path) -> None:
+    fusions = [*CPU_RUN, "optim=transformer"]
+    code, on, err = run_json(*fusions, store=cpu_run["store"], outputs=tmp_path / "on")
+    assert code == 0, err
+    normalize = step(on, "normalize")
+    assert normalize["action"] == "elided" and normalize["proof_check"]["held"] is True
+    assert step(on, "optimize")["metrics"]["ort_passes_to_normalize"] >= 1
+    code, off, err = run_json(*fusions, "planner.rules.elide=false", store=cpu_run["store"],
+                              outputs=tmp_path / "off")
+    assert code == 0, err
+    assert step(off, "normalize")["action"] in ("run", "cached")
+    assert step(off, "optimize")["metrics"]["fused_ops"] == \
+        step(on, "optimize")["metrics"]["fused_ops"]
+    assert _without_stamp(off["published"]["model.onnx"]) == \
+        _without_stamp(on["published"]["model.onnx"])
+
+
+def _without_stamp(path: str) -> bytes:
+    model = onnx.load(path)
+    keep = [p for p in model.metadata_props if p.key != FACTS_KEY]
+    del model.metadata_props[:]
+    model.metadata_props.extend(keep)
+    return model.SerializeToString(deterministic=True)

@@ -1,5 +1,6 @@
 """Property: for random valid overrides the plan validates, is deterministic, and every
-elided step's premises hold on the facts of its input."""
+elided step's premises hold: on the facts of its input, or (absorbed) in what each of its
+readers prepares on its own input."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 import schemas
 from planner import facts as F
+from planner import rules
 from planner.build import plan_from_overrides
 from planner.errors import PlanError
 
@@ -51,6 +53,14 @@ def test_random_valid_overrides_give_sound_plans(ovs: list[str], session_store: 
         if s.action != "elided":
             for req in s.decl.requires:  # every running step's requirements hold
                 assert F.requirement_holds(plan.input_facts(s, known, req.role), req, s.params)
+            continue
+        if not rules.observed_on_input(s.proof["rule"]):
+            readers = [c for c in plan.live() if s.id in c.via.values()]
+            assert readers, s.id
+            for c in readers:
+                prepared = {e.fact: F.Fact(F.resolve_value(e.value, c.params), c.id)
+                            for e in c.decl.prepares}
+                assert all(F.ensured_holds(prepared, e, s.params) for e in s.decl.ensures), s.id
             continue
         given_facts = plan.input_facts(s, known)
         assert all(F.ensured_holds(given_facts, e, s.params) for e in s.decl.ensures), s.id

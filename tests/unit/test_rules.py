@@ -7,7 +7,14 @@ import pytest
 from planner import rules
 from planner.errors import PlanError
 from planner.plan import Step
-from planner.rules import dead_step, idempotent_elision, metadata_order, reject, target_legalize
+from planner.rules import (
+    absorbed_elision,
+    dead_step,
+    idempotent_elision,
+    metadata_order,
+    reject,
+    target_legalize,
+)
 from tests.unit.helpers import append_after, lowered
 
 SWITCHES = {"elide": True}
@@ -50,6 +57,36 @@ def test_elision_of_optimize_subset_but_not_superset() -> None:
 def test_elision_switch_turns_it_off() -> None:
     plan = fixed_point("planner.rules.elide=false")
     assert all(s.action != "elided" for s in plan.steps)
+
+
+# -- absorbed-elision ---------------------------------------------------------------------
+def test_absorbed_elision_drops_normalize_before_fusions() -> None:
+    plan = fixed_point("optim=transformer", "quant=none", "target=cpu")
+    assert plan.step("normalize").action == "elided"
+    assert plan.step("normalize").proof["rule"] == "absorbed-elision"
+    assert {p["fact"]: p["by"] for p in plan.step("normalize").proof["premises"]} == {
+        "normalized": "optimize", "fused": "optimize"}
+    assert plan.step("optimize").inputs["model"] == "export"
+    assert plan.step("tag").inputs["model"] == "optimize"
+
+
+def test_absorbed_elision_keeps_normalize_when_a_reader_does_not_normalize() -> None:
+    plan = fixed_point("quant=none", "target=cpu")  # optimize{} elided: tag reads normalize
+    assert plan.step("normalize").action == "run"
+    assert absorbed_elision.apply(plan) == []
+
+
+def test_absorbed_elision_keeps_the_deliverable() -> None:
+    plan = lowered("model=tiny_bert", "optim=transformer", "quant=none", "target=cpu",
+                   "export.hierarchy=false")
+    plan.deliverable = "normalize"
+    assert absorbed_elision.apply(plan) == []
+
+
+def test_absorbed_elision_switch_turns_it_off() -> None:
+    plan = fixed_point("optim=transformer", "planner.rules.elide=false")
+    assert plan.step("normalize").action == "run"
+    assert plan.step("optimize").inputs["model"] == "normalize"
 
 
 # -- metadata-order -----------------------------------------------------------------------
@@ -119,4 +156,5 @@ def test_reject_accepts_fp16_for_qnn_htp() -> None:
 
 def test_rules_are_discovered_in_order() -> None:
     assert [r.NAME for r in rules.discover()] == [
-        "idempotent-elision", "metadata-order", "target-legalize", "dead-step", "reject"]
+        "idempotent-elision", "metadata-order", "absorbed-elision", "target-legalize",
+        "dead-step", "reject"]

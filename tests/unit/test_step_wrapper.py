@@ -72,7 +72,7 @@ def test_requires_are_checked_on_the_input_before_the_step_runs(
     src = stamped_dir(tmp_path / "in", tiny_model(), {"format": "onnx"})  # not normalized
     monkeypatch.setattr(base, "implementation",
                         lambda _name: pytest.fail("the step must not run"))
-    ctx = ctx_for("optimize", {"flags": []}, {"model": src}, tmp_path / "out")
+    ctx = ctx_for("quantize", {}, {"model": src, "source": src}, tmp_path / "out")
     with pytest.raises(StepError, match="its model input does not have normalized"):
         apply_step(ctx)
 

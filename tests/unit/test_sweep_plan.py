@@ -68,6 +68,16 @@ def test_merged_plan_has_each_key_once_and_shares_the_prefix(tmp_path: Path) -> 
     assert all(rw["action"] == "merge" and rw["premises"] for rw in merges)
 
 
+def test_a_step_one_job_elides_and_another_runs_is_run(tmp_path: Path) -> None:
+    # optim=transformer absorbs normalize (optimize reads the export); optim=none reads it
+    sweep = plan_sweep(["model=tiny_bert", "optim=transformer,none", "quant=none",
+                        "target=cpu"], store=str(tmp_path))
+    normalize = next(v for v in sweep.unique.values() if v["step"]["id"] == "normalize")
+    assert normalize["jobs"] == [0, 1] and normalize["step"]["action"] == "run"
+    elided = next(s for s in sweep.jobs[0].ir["steps"] if s["id"] == "normalize")
+    assert elided["action"] == "elided"
+
+
 def test_a_bad_job_fails_alone(tmp_path: Path) -> None:
     data = plan_sweep(["model=tiny_bert", "quant=none,w8a8", "target=qnn_htp"],
                       store=str(tmp_path)).to_json()
