@@ -14,7 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from executors import child, graph, interrupts, publish, records
+from executors import child, graph, interrupts, publish, records, workers
 from executors.base import execute_step
 from executors.lease import Lease
 from executors.store import Store
@@ -76,15 +76,21 @@ class SweepRunner:
         a build on the same cores would be wrong."""
         tools = child.heavy_tools([v["step"] for v in unique.values()])
         child.preload(tools, start=bool(tools))
+        with workers.workers():  # a chain of steps stays on one warm worker
+            return self._build_all(unique, deps, sweep_dir)
+
+    def _build_all(self, unique: graph.Unique, deps: graph.Deps,
+                   sweep_dir: Path) -> dict[str, dict]:
+        """Ready steps start longest remaining path first (ties: the widest shared first)."""
         results: dict[str, dict[str, Any]] = {}
         running: dict[Future, str] = {}
         pending = set(unique)
         measure = {k for k, v in unique.items() if graph.measures(v["step"])}
+        first = graph.longest_path_first(unique, deps)
         try:
             self._maybe_start_pool(unique)
             while pending or running:
-                for key in sorted(pending - measure,
-                                  key=lambda k: graph.widest_first(unique, k)):
+                for key in sorted(pending - measure, key=first):
                     self._dispatch(key, unique, deps, results, running, pending, sweep_dir)
                 if running:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)
