@@ -1,20 +1,19 @@
-"""Run one step's `apply_step` in a fresh process, so that a crash in native code (a segfault in
+"""Run a step's `apply_step` in another process, so that a crash in native code (a segfault in
 a runtime, the kernel's OOM killer) ends that process only: the parent reports `killed by
 signal N` naming the step, removes its temporary output and goes on.
 
-Which steps run here is declared: ops with `Trait.HEAVY` (planner/ops.py). Children are forked
-by multiprocessing's fork server, which imports the libraries the run's heavy steps use once
-(`preload`), so a child starts warm: the cost per step is a fork, not an interpreter start and
-its imports. A fully cached run starts no server and no child.
+Which steps run there is declared: ops with `Trait.HEAVY` (planner/ops.py). The processes are
+forked by multiprocessing's fork server, which imports the libraries the run's heavy steps use
+once (`preload`), so a process starts warm: the cost is a fork, not an interpreter start and
+its imports. Within a local run or sweep they are the run's long-lived warm workers, each
+running several steps (executors/workers.py); elsewhere (a Ray task) each step gets a fresh
+child. A fully cached run starts no server and no process.
 
-The child sends progress lines and then its outcome over a pipe: its metrics, or its error (a
-StepError's message; any other exception's type, message, errno and traceback), and its own
-peak RSS, which is the step's peak RSS. It ignores SIGINT (the parent decides what an interrupt
-does), is named `mp:<step id>` for ps and top, and dies with the fork server, which exits when
-the parent does.
-
-Within a local run or sweep the same processes are long-lived workers that run several steps
-each (executors/workers.py); a fresh child per step is what runs elsewhere (a Ray task).
+The process sends progress lines and then the step's outcome over a pipe: its metrics, or its
+error (a StepError's message; any other exception's type, message, errno and traceback), and
+its peak RSS during the step, which is the step's peak RSS. It ignores SIGINT (the parent
+decides what an interrupt does), is named `mp:<step id>` for ps and top while it runs that
+step, and dies with the fork server, which exits when the parent does.
 """
 
 from __future__ import annotations

@@ -73,6 +73,7 @@ class Pool:
         self._idle: list[Worker] = []
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
+        self._closed = False
 
     def apply(self, ctx: StepContext, mon: StepMonitor) -> StepResult:
         """`apply_step(ctx)` on a warm worker; errors are raised here as they were there."""
@@ -123,15 +124,16 @@ class Pool:
         return Worker(name, proc, conn)
 
     def _release(self, worker: Worker, healthy: bool) -> None:
-        if healthy and worker.alive():
-            with self._lock:
+        with self._lock:
+            keep = healthy and not self._closed and worker.alive()
+            if keep:
                 self._idle.append(worker)
-        else:
-            worker.stop(kill=True)
+        if not keep:
+            worker.stop(kill=not healthy)
 
     def close(self) -> None:
         with self._lock:
-            idle, self._idle = self._idle, []
+            idle, self._idle, self._closed = self._idle, [], True
         for worker in idle:
             worker.stop()
 
