@@ -149,10 +149,8 @@ def start_worker(name: str) -> tuple[Any, Connection]:
     return proc, ours
 
 
-def run_on(proc: Any, conn: Connection, step: dict[str, Any], ctx: StepContext) -> tuple | None:
-    """Give a worker one step and wait for its outcome; None if it died without one. Raises
-    BrokenPipeError if the worker was gone before it got the step."""
-    conn.send(step)
+def outcome(conn: Connection, proc: Any, ctx: StepContext) -> tuple | None:
+    """Relay a worker's progress lines until its step's outcome; None if it died first."""
     return _receive(conn, proc, ctx)
 
 
@@ -192,7 +190,7 @@ def _receive(reader: Connection, proc: Any, ctx: StepContext) -> tuple | None:
             return None
         try:
             message = reader.recv()
-        except EOFError:
+        except (EOFError, OSError):  # it died (a reset if it died before reading all we sent)
             return None
         if message[0] != "progress":
             return message

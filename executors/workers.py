@@ -45,7 +45,6 @@ class Worker:
     conn: Connection
     built: set[str] = field(default_factory=set)   # keys of the steps it built
     tools: frozenset[str] = frozenset()              # the tools of its last step
-    steps: int = 0
 
     def alive(self) -> bool:
         return self.proc.exitcode is None and self.proc.is_alive()
@@ -82,19 +81,20 @@ class Pool:
         try:
             mon.watch(worker.proc.pid, worker.name)
             try:
-                outcome = child.run_on(worker.proc, worker.conn, child.spec(ctx), ctx)
-            except BrokenPipeError:  # it ended while idle, before it got the step: a new one
+                worker.conn.send(child.spec(ctx))
+            except OSError:  # it ended while idle, before it got the step: a new one
                 worker.stop(kill=True)
                 worker = self._new()
                 mon.watch(worker.proc.pid, worker.name)
-                outcome = child.run_on(worker.proc, worker.conn, child.spec(ctx), ctx)
+                worker.conn.send(child.spec(ctx))
+            outcome = child.outcome(worker.conn, worker.proc, ctx)
             if outcome is None:
                 worker.proc.join()
                 raise child.died(ctx, worker.proc.exitcode)
             status, payload, peak_mb, rss_mb, start_mb = outcome
             mon.report(peak_mb)
             worker.built.add(ctx.step["key"])
-            worker.tools, worker.steps = frozenset(ctx.op.tools), worker.steps + 1
+            worker.tools = frozenset(ctx.op.tools)
             healthy = status == "ok" and rss_mb - start_mb <= RECYCLE_MB
             if status != "ok":
                 raise child.rebuilt(payload)
