@@ -1,7 +1,7 @@
 """What reliability costs:
 
-1. heavy steps in a child process (executors/child.py) against the same steps in the run's
-   own process, per step, on tiny_bert (CPU) and on the default MiniLM build (QNN HTP), each
+1. heavy steps in another process (the run's warm worker, executors/workers.py) against the
+   same steps in the run's own process, per step, on tiny_bert (CPU) and on the default MiniLM build (QNN HTP), each
    in a fresh store;
 2. a fully cached run (tiny_bert CPU; the MiniLM build without perf, which always runs):
    whole-command wall time with entries verified on use by their (size, mtime, inode) stamps,
@@ -80,7 +80,7 @@ def per_step(name: str, args: list[str], tmp: Path, repeat: int) -> Path:
                 if s["action"] == "run":
                     walls[mode].setdefault(s["id"], []).append(s["wall_s"])
                     peaks[mode][s["id"]] = s["peak_rss_mb"]
-    print(f"{name}: heavy steps in a child process vs in the run's process "
+    print(f"{name}: heavy steps on a warm worker (child) vs in the run's process "
           f"(fresh store, median of {repeat})")
     print(f"  {'step':<10} {'child s':>8} {'in-proc s':>10} {'extra s':>8} "
           f"{'child MB':>9} {'in-proc MB':>11}")

@@ -199,7 +199,8 @@ def _execute(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Pat
         with StepMonitor(step["id"], quiet) as mon:
             path, built = _build(store, step, key, inputs, cacheable, out_dir, say, mon)
         if built:
-            rec.update(action="run", wall_s=round(mon.wall, 3), peak_rss_mb=round(mon.peak, 1))
+            rec.update(action="run", wall_s=round(mon.wall, 3), peak_rss_mb=round(mon.peak, 1),
+                       started=mon.started, **({"worker": mon.worker} if mon.worker else {}))
             say(f"      {step['id']} done in {mon.wall:.1f} s")
         else:
             rec["action"] = "cached"

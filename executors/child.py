@@ -1,17 +1,19 @@
-"""Run one step's `apply_step` in a fresh process, so that a crash in native code (a segfault in
+"""Run a step's `apply_step` in another process, so that a crash in native code (a segfault in
 a runtime, the kernel's OOM killer) ends that process only: the parent reports `killed by
 signal N` naming the step, removes its temporary output and goes on.
 
-Which steps run here is declared: ops with `Trait.HEAVY` (planner/ops.py). Children are forked
-by multiprocessing's fork server, which imports the libraries the run's heavy steps use once
-(`preload`), so a child starts warm: the cost per step is a fork, not an interpreter start and
-its imports. A fully cached run starts no server and no child.
+Which steps run there is declared: ops with `Trait.HEAVY` (planner/ops.py). The processes are
+forked by multiprocessing's fork server, which imports the libraries the run's heavy steps use
+once (`preload`), so a process starts warm: the cost is a fork, not an interpreter start and
+its imports. Within a local run or sweep they are the run's long-lived warm workers, each
+running several steps (executors/workers.py); elsewhere (a Ray task) each step gets a fresh
+child. A fully cached run starts no server and no process.
 
-The child sends progress lines and then its outcome over a pipe: its metrics, or its error (a
-StepError's message; any other exception's type, message, errno and traceback), and its own
-peak RSS, which is the step's peak RSS. It ignores SIGINT (the parent decides what an interrupt
-does), is named `mp:<step id>` for ps and top, and dies with the fork server, which exits when
-the parent does.
+The process sends progress lines and then the step's outcome over a pipe: its metrics, or its
+error (a StepError's message; any other exception's type, message, errno and traceback), and
+its peak RSS during the step, which is the step's peak RSS. It ignores SIGINT (the parent
+decides what an interrupt does), is named `mp:<step id>` for ps and top while it runs that
+step, and dies with the fork server, which exits when the parent does.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 import signal
 import traceback
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,7 +45,8 @@ TOOL_MODULES: dict[str, tuple[str, ...]] = {
     "onnxruntime-qnn": ("onnxruntime_qnn",),
 }
 _PRELOAD: set[str] = {"executors.base"}
-_LIVE: dict[int, Any] = {}  # pid -> the running child's Process
+_LIVE: dict[int, Any] = {}  # pid -> a running child's or worker's Process
+pool: Any = None  # the run's warm workers (executors/workers.py), within workers()
 
 OOM_FIX = ("the kernel's OOM killer ends the largest process when memory runs out: free memory "
            "or run fewer jobs at once (-j 1), then run again")
@@ -92,14 +95,13 @@ def heavy_tools(steps: Any) -> list[str]:
 
 
 def apply_in_child(ctx: StepContext, mon: StepMonitor) -> StepResult:
-    """`apply_step(ctx)` in a fresh process; its errors are raised here as they were there."""
-    from executors.base import StepResult
-
+    """`apply_step(ctx)` in another process (the run's warm worker, or a fresh child); its
+    errors are raised here as they were there."""
+    if pool is not None:
+        return pool.apply(ctx, mon)
     mp = _context()
     reader, writer = mp.Pipe(duplex=False)
-    spec = {"step": ctx.step, "inputs": {r: str(p) for r, p in ctx.inputs.items()},
-            "out": str(ctx.out), "cache_dir": str(ctx.cache_dir) if ctx.cache_dir else None}
-    proc = mp.Process(target=_child_main, args=(writer, spec), name=f"modelplan-{ctx.id}")
+    proc = mp.Process(target=_child_main, args=(writer, spec(ctx)), name=f"modelplan-{ctx.id}")
     with _standard_start_method():
         proc.start()
     writer.close()
@@ -112,15 +114,48 @@ def apply_in_child(ctx: StepContext, mon: StepMonitor) -> StepResult:
         if proc.exitcode is None:  # interrupted, or the parent failed: the child goes too
             proc.kill()
             proc.join()
-        _LIVE.pop(proc.pid, None)
+        forget(proc)
         reader.close()
     if outcome is None:
-        raise _died(ctx, proc.exitcode)
+        raise died(ctx, proc.exitcode)
     status, payload, peak_mb = outcome
     mon.report(peak_mb)
     if status == "ok":
-        return StepResult(metrics=payload)
-    raise _rebuilt(payload)
+        return result(payload)
+    raise rebuilt(payload)
+
+
+def spec(ctx: StepContext) -> dict[str, Any]:
+    """What the other process needs of a step's context (plain data)."""
+    return {"step": ctx.step, "inputs": {r: str(p) for r, p in ctx.inputs.items()},
+            "out": str(ctx.out), "cache_dir": str(ctx.cache_dir) if ctx.cache_dir else None}
+
+
+def result(metrics: dict[str, Any]) -> StepResult:
+    from executors.base import StepResult
+
+    return StepResult(metrics=metrics)
+
+
+def start_worker(name: str) -> tuple[Any, Connection]:
+    """A new warm worker, forked by the fork server: its process and its end of the pipe."""
+    mp = _context()
+    ours, theirs = mp.Pipe(duplex=True)
+    proc = mp.Process(target=_worker_main, args=(theirs,), name=f"modelplan-{name}")
+    with _standard_start_method():
+        proc.start()
+    theirs.close()
+    _LIVE[proc.pid] = proc
+    return proc, ours
+
+
+def outcome(conn: Connection, proc: Any, ctx: StepContext) -> tuple | None:
+    """Relay a worker's progress lines until its step's outcome; None if it died first."""
+    return _receive(conn, proc, ctx)
+
+
+def forget(proc: Any) -> None:
+    _LIVE.pop(proc.pid, None)
 
 
 @contextmanager
@@ -155,14 +190,14 @@ def _receive(reader: Connection, proc: Any, ctx: StepContext) -> tuple | None:
             return None
         try:
             message = reader.recv()
-        except EOFError:
+        except (EOFError, OSError):  # it died (a reset if it died before reading all we sent)
             return None
         if message[0] != "progress":
             return message
         ctx.progress(message[1])
 
 
-def _died(ctx: StepContext, exitcode: int | None) -> StepError:
+def died(ctx: StepContext, exitcode: int | None) -> StepError:
     where = f"step {ctx.id} ({ctx.step['op']})"
     if exitcode is not None and exitcode < 0:
         sig = signal.Signals(-exitcode)
@@ -174,7 +209,7 @@ def _died(ctx: StepContext, exitcode: int | None) -> StepError:
                      "its partial output was removed; rerun with --debug and report it")
 
 
-def _rebuilt(error: dict[str, Any]) -> Exception:
+def rebuilt(error: dict[str, Any]) -> Exception:
     if error["kind"] == "step":
         return StepError(error["message"])
     if error["errno"] is not None:  # an OSError keeps its errno: disk full is recognised by it
@@ -186,23 +221,40 @@ def _rebuilt(error: dict[str, Any]) -> Exception:
 
 # -- in the child ------------------------------------------------------------------------
 def _child_main(conn: Connection, spec: dict[str, Any]) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _set_up_process(spec["step"]["id"])
+    conn.send(_run(conn, spec))
+    conn.close()
+
+
+def _worker_main(conn: Connection) -> None:
+    """Run the steps the parent sends, one at a time, until it closes the pipe."""
+    _set_up_process("idle")
+    start_mb = _rss_mb()
+    while True:
+        try:
+            step = conn.recv()
+        except (EOFError, OSError):
+            return
+        _name(step["step"]["id"])
+        _reset_peak()
+        status, payload, peak_mb = _run(conn, step)
+        _name("idle")  # before the outcome: `mp:<step>` is running that step, never idle
+        conn.send((status, payload, peak_mb, _rss_mb(), start_mb))
+
+
+def _run(conn: Connection, spec: dict[str, Any]) -> tuple:
+    """Run one step here: ("ok", metrics, peak MB) or ("failed", error payload, peak MB)."""
     from executors.base import StepContext, apply_step
 
     ctx = StepContext(spec["step"], {r: Path(p) for r, p in spec["inputs"].items()},
                       Path(spec["out"]), lambda line: conn.send(("progress", line)),
                       Path(spec["cache_dir"]) if spec["cache_dir"] else None)
     try:
-        result = apply_step(ctx)
-        outcome: tuple = ("ok", result.metrics, _peak_mb())
+        return ("ok", apply_step(ctx).metrics, _peak_mb())
     except StepError as exc:
-        outcome = ("failed", {"kind": "step", "message": str(exc)}, _peak_mb())
+        return ("failed", {"kind": "step", "message": str(exc)}, _peak_mb())
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
-        outcome = ("failed", _payload(exc), _peak_mb())
-    conn.send(outcome)
-    conn.close()
+        return ("failed", _payload(exc), _peak_mb())
 
 
 def _payload(exc: BaseException) -> dict[str, Any]:
@@ -216,21 +268,45 @@ def _payload(exc: BaseException) -> dict[str, Any]:
 
 
 def _peak_mb() -> float:
+    """This process's peak RSS since it started or since `_reset_peak`."""
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
 
 
-def _set_up_process(step_id: str) -> None:
-    """Name this process after its step (`ps` and `top` show `mp:export`) and ask the kernel to
-    kill it when its parent (the fork server) exits."""
+def _reset_peak() -> None:
+    """Start a new peak RSS here (Linux: clear_refs 5), so a worker reports each step's own."""
+    with suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def _rss_mb() -> float:
+    import resource
+
     try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * resource.getpagesize() / 2**20
+    except (OSError, ValueError, IndexError):
+        return _peak_mb()
+
+
+def _set_up_process(step_id: str) -> None:
+    """Ignore SIGINT (the parent decides what an interrupt does), take the step's name, and ask
+    the kernel to kill this process when its parent (the fork server) exits."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _name(step_id)
+    with suppress(OSError, AttributeError):  # not Linux: the parent still kills its children
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(15, f"mp:{step_id}".encode()[:15])  # PR_SET_NAME
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass  # not Linux: the parent still kills its children on every exit path
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() == 1:  # the parent is already gone
         os._exit(1)
+
+
+def _name(step_id: str) -> None:
+    """`ps` and `top` show this process as `mp:<step id>`."""
+    with suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(15, f"mp:{step_id}".encode()[:15])  # SET_NAME

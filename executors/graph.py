@@ -45,6 +45,28 @@ def widest_first(unique: Unique, key: str) -> tuple[int, str]:
     return (len(unique[key]["jobs"]) * -1, key)  # widely shared steps first
 
 
+def longest_path_first(unique: Unique, deps: Deps) -> Callable[[str], tuple[int, int, str]]:
+    """A sort key for ready steps: the longest chain of builds still to come after the step
+    first (the critical path), then the widest shared, then by key. Measurements do not
+    count: they run last, on their own."""
+    consumers: dict[str, list[str]] = {k: [] for k in unique}
+    for key, inputs in deps.items():
+        for dep in set(inputs.values()):
+            consumers[dep].append(key)
+    length: dict[str, int] = {}
+
+    def remaining(key: str) -> int:
+        if key not in length:
+            step = unique[key]["step"]
+            own = int(step["action"] == "run" and not measures(step))
+            length[key] = own + max((remaining(c) for c in consumers[key]), default=0)
+        return length[key]
+
+    for key in topological(unique, deps)[::-1]:  # sinks first: no deep recursion
+        remaining(key)
+    return lambda key: (-length[key], len(unique[key]["jobs"]) * -1, key)
+
+
 def topological(unique: Unique, deps: Deps) -> list[str]:
     """Every key after the keys it depends on; measurements last; shared steps first."""
     done: list[str] = []

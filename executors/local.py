@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executors import child, interrupts, publish, records
+from executors import child, interrupts, publish, records, workers
 from executors.base import execute_step, has_implementation, premises_hold
 from executors.lease import Lease
 from executors.qnn import available_eps
@@ -79,7 +79,8 @@ class LocalExecutor:
         state = RunState()
         with interrupts.handling(child.kill_all), Lease(self.store.root) as state.lease:
             state.lease.hold(s["key"] for s in ir["steps"])  # store gc keeps them
-            steps, stop = self._steps(ir, state, outputs_dir)
+            with workers.workers():  # the plan's chain runs on one warm worker
+                steps, stop = self._steps(ir, state, outputs_dir)
             record = records.run_record(
                 ir, steps, executor=self.name, store=self.store.root, started=started,
                 wall_s=time.perf_counter() - t0, overrides=list(overrides or []),

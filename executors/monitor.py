@@ -31,6 +31,8 @@ class StepMonitor:
         self.quiet = quiet
         self.peak = 0.0
         self.wall = 0.0
+        self.started = 0.0           # epoch seconds
+        self.worker: str | None = None  # the worker process that ran the step, if any
         self._process: Any = None  # None: this process
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -38,6 +40,7 @@ class StepMonitor:
 
     def __enter__(self) -> Self:
         self._t0 = time.perf_counter()
+        self.started = time.time()
         self.peak = rss_mb()
         self._thread.start()
         return self
@@ -50,13 +53,15 @@ class StepMonitor:
             self.peak = max(self.peak, rss_mb())
         self.wall = time.perf_counter() - self._t0
 
-    def watch(self, pid: int) -> None:
-        """From now on the step runs in process `pid`: its memory is the step's memory."""
+    def watch(self, pid: int, worker: str | None = None) -> None:
+        """From now on the step runs in process `pid` (the warm worker `worker`): its memory
+        is the step's memory."""
         import psutil
 
         with self._lock:
             self._process = psutil.Process(pid)
             self.peak = 0.0
+            self.worker = worker
 
     def report(self, peak_mb: float) -> None:
         """The watched process's own high-water mark (exact, where sampling can miss a peak)."""

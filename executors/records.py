@@ -24,10 +24,12 @@ def timestamp(epoch: float | None = None) -> str:
 
 
 # What a step's outcome can carry into its record (`node`: where an executor with several
-# machines ran it, {id, ip}; absent for the local executor).
+# machines ran it, {id, ip}; absent for the local executor. `started`: the epoch time a built
+# step began, recorded as `start_s`, seconds after the run began; `worker`: the local warm
+# worker process that built it).
 STEP_FIELDS = ("action", "status", "wall_s", "peak_rss_mb", "outputs", "digests", "metrics",
-               "proof_check", "error", "node", "quarantined")
-OPTIONAL = {"node"}
+               "proof_check", "error", "node", "quarantined", "started", "worker")
+OPTIONAL = {"node", "started", "worker"}
 
 
 def step_record(step: dict[str, Any], key: str, **fields: Any) -> dict[str, Any]:
@@ -86,6 +88,9 @@ def run_record(ir: dict[str, Any], steps: list[dict[str, Any]], *, executor: str
     `interrupted_by` the signal that stopped it."""
     error = first_error(steps)
     modules = lift_modules(steps)
+    for s in steps:  # a timeline: when each built step began, from the run's start
+        if "started" in s:
+            s["start_s"] = round(max(0.0, s.pop("started") - started), 3)
     record = {
         "format_version": FORMAT_VERSION, "run_id": new_run_id(),
         "status": "interrupted" if interrupted_by else "failed" if error else "ok",

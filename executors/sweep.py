@@ -1,10 +1,11 @@
 """Run a sweep as one merged DAG: every unique key is built once, in dependency order, and one
 failing step stops only the jobs that need it. `SweepRunner` turns the DAG's outcomes into job
 records (the same builder as single runs, executors/records.py) and results files; its
-`run_dag` is the local executor's: up to -j steps at a time on builder threads, each heavy
-step in its own process forked from the run's one warm fork server (executors/child.py), so
-libraries load once per sweep and a crash ends one step only. An executor with its own
-scheduler (executors/ray/) overrides only `run_dag`."""
+`run_dag` is the local executor's: up to -j steps at a time on builder threads, ready steps
+longest remaining path first, each heavy step on one of the run's warm worker processes
+(executors/workers.py: a chain stays on the worker that built its input, libraries load once
+per sweep in the fork server, a crash ends one step only). An executor with its own scheduler
+(executors/ray/) overrides only `run_dag`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from executors import child, graph, interrupts, publish, records
+from executors import child, graph, interrupts, publish, records, workers
 from executors.base import execute_step
 from executors.lease import Lease
 from executors.store import Store
@@ -72,19 +73,25 @@ class SweepRunner:
     def run_dag(self, unique: graph.Unique, deps: graph.Deps,
                 sweep_dir: Path) -> dict[str, dict]:
         """Build every unique key once, dependencies first. Measurements (perf) wait until
-        nothing else runs, then run one at a time in this process: a latency measured next to
-        a build on the same cores would be wrong."""
+        nothing else runs, then run one at a time (on a warm worker): a latency measured next
+        to a build on the same cores would be wrong."""
         tools = child.heavy_tools([v["step"] for v in unique.values()])
         child.preload(tools, start=bool(tools))
+        with workers.workers():  # a chain of steps stays on one warm worker
+            return self._build_all(unique, deps, sweep_dir)
+
+    def _build_all(self, unique: graph.Unique, deps: graph.Deps,
+                   sweep_dir: Path) -> dict[str, dict]:
+        """Ready steps start longest remaining path first (ties: the widest shared first)."""
         results: dict[str, dict[str, Any]] = {}
         running: dict[Future, str] = {}
         pending = set(unique)
         measure = {k for k, v in unique.items() if graph.measures(v["step"])}
+        first = graph.longest_path_first(unique, deps)
         try:
             self._maybe_start_pool(unique)
             while pending or running:
-                for key in sorted(pending - measure,
-                                  key=lambda k: graph.widest_first(unique, k)):
+                for key in sorted(pending - measure, key=first):
                     self._dispatch(key, unique, deps, results, running, pending, sweep_dir)
                 if running:
                     done, _ = wait(running, return_when=FIRST_COMPLETED)

@@ -92,3 +92,28 @@ def test_plan_m_cli_text_and_json(tmp_path: Path) -> None:
     assert "Shared steps" in result.stdout
     assert result.stdout.strip().splitlines()[-1].startswith(
         "Sweep plan: 4 jobs, 36 steps, 23 unique")
+
+
+def test_ready_steps_start_longest_remaining_path_first(tmp_path: Path) -> None:
+    from executors import graph
+
+    sweep = plan_sweep(["model=tiny_bert", "quant=w8a16", "target=cpu,qnn_htp"],
+                       store=str(tmp_path))
+    unique = sweep.unique
+    ids = {j.index: {s["id"]: s["key"] for s in j.ir["steps"]} for j in sweep.jobs}
+    deps = graph.dependencies(unique, ids)
+    first = graph.longest_path_first(unique, deps)
+    builds = [k for k, v in unique.items()
+              if v["step"]["action"] == "run" and not graph.measures(v["step"])]
+    for key in builds:  # a step comes before everything it feeds
+        for consumer, inputs in deps.items():
+            if key in inputs.values() and consumer in builds:
+                assert first(key) < first(consumer)
+    by_op: dict[str, list[str]] = {}
+    for key in builds:
+        by_op.setdefault(unique[key]["step"]["op"], []).append(key)
+    # after normalize, the HTP chain (legalize, quantize, tag, compile, verify) is longer
+    # than the CPU one (quantize, tag, verify): its first step starts first
+    htp_first = by_op["legalize"][0]
+    cpu_quantize = next(k for k in by_op["quantize"] if deps[k]["model"] != htp_first)
+    assert first(htp_first) < first(cpu_quantize)
