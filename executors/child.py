@@ -98,7 +98,8 @@ def apply_in_child(ctx: StepContext, mon: StepMonitor) -> StepResult:
     mp = _context()
     reader, writer = mp.Pipe(duplex=False)
     spec = {"step": ctx.step, "inputs": {r: str(p) for r, p in ctx.inputs.items()},
-            "out": str(ctx.out), "cache_dir": str(ctx.cache_dir) if ctx.cache_dir else None}
+            "out": str(ctx.out), "cache_dir": str(ctx.cache_dir) if ctx.cache_dir else None,
+            "blobs": str(ctx.blobs) if ctx.blobs else None}
     proc = mp.Process(target=_child_main, args=(writer, spec), name=f"modelplan-{ctx.id}")
     with _standard_start_method():
         proc.start()
@@ -193,7 +194,8 @@ def _child_main(conn: Connection, spec: dict[str, Any]) -> None:
 
     ctx = StepContext(spec["step"], {r: Path(p) for r, p in spec["inputs"].items()},
                       Path(spec["out"]), lambda line: conn.send(("progress", line)),
-                      Path(spec["cache_dir"]) if spec["cache_dir"] else None)
+                      Path(spec["cache_dir"]) if spec["cache_dir"] else None,
+                      Path(spec["blobs"]) if spec["blobs"] else None)
     try:
         result = apply_step(ctx)
         outcome: tuple = ("ok", result.metrics, _peak_mb())

@@ -6,6 +6,7 @@ transformer fusions optim.flags name, and the observations the fact checkers mak
 from __future__ import annotations
 
 import hashlib
+import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import onnx
 
 from executors.artifacts import load, save
+from executors.weights import THRESHOLD, WEIGHTS, internalize
 from planner.errors import StepError
 from planner.ops import FUSIONS
 
@@ -31,7 +33,28 @@ _FIXED_POINTS: set[str] = set()  # structure digests this process saw the basic 
 
 
 def graph_digest(model: onnx.ModelProto) -> str:
-    return hashlib.sha256(model.graph.SerializeToString(deterministic=True)).hexdigest()
+    return _unordered_digest(model.graph)
+
+
+def _unordered_digest(graph: onnx.GraphProto) -> str:
+    """A graph's digest with its nodes, and each node's attributes, as sets: ORT orders them
+    differently each time it writes a model with external data (a 2-cycle, ORT 1.32)."""
+    rest = onnx.GraphProto()
+    rest.CopyFrom(graph)
+    del rest.node[:]
+    h = hashlib.sha256(rest.SerializeToString(deterministic=True))
+    for node in sorted(_canonical_node(n) for n in graph.node):
+        h.update(node)
+    return h.hexdigest()
+
+
+def _canonical_node(node: onnx.NodeProto) -> bytes:
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    attributes = sorted(copy.attribute, key=lambda a: a.name)
+    del copy.attribute[:]
+    copy.attribute.extend(attributes)
+    return copy.SerializeToString(deterministic=True)
 
 
 def structure_digest(model: onnx.ModelProto) -> str:
@@ -43,7 +66,7 @@ def structure_digest(model: onnx.ModelProto) -> str:
     for node in graph.node:
         del node.metadata_props[:]
         node.doc_string = ""
-    return hashlib.sha256(graph.SerializeToString(deterministic=True)).hexdigest()
+    return _unordered_digest(graph)
 
 
 def ort_pass(src: Path, dst: Path) -> None:
@@ -53,7 +76,13 @@ def ort_pass(src: Path, dst: Path) -> None:
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     so.optimized_model_filepath = str(dst)
     so.log_severity_level = 3
+    # large initializers as external data (no 2 GB limit), then as blobs: unchanged ones linked
+    so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                f"{dst.name}.data")
+    so.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes", str(THRESHOLD))
     ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    save(load(dst, external=False), dst)
 
 
 def basic_fixed_point(model: onnx.ModelProto, work: Path) -> tuple[onnx.ModelProto, int]:
@@ -65,7 +94,7 @@ def basic_fixed_point(model: onnx.ModelProto, work: Path) -> tuple[onnx.ModelPro
     for i in range(1, MAX_PASSES + 1):
         nxt = work / f"pass_{i}.onnx"
         ort_pass(current, nxt)
-        new = load(nxt)
+        new = load(nxt, external=False)  # weights are blobs, named by content
         new_digest = graph_digest(new)
         current.unlink()
         current = nxt
@@ -75,12 +104,14 @@ def basic_fixed_point(model: onnx.ModelProto, work: Path) -> tuple[onnx.ModelPro
     else:
         raise StepError(f"ONNX Runtime's basic optimizations did not reach a fixed point in "
                         f"{MAX_PASSES} passes; set optim=none and report this model")
-    result = onnx.shape_inference.infer_shapes(load(current), data_prop=True)
-    current.unlink()
+    result = onnx.shape_inference.infer_shapes(load(current, external=False), data_prop=True)
     for meta in model.metadata_props:  # keep the model-level metadata ORT may not carry over
         if meta.key not in {p.key for p in result.metadata_props}:
             result.metadata_props.add(key=meta.key, value=meta.value)
     _FIXED_POINTS.add(structure_digest(result))
+    internalize(result, work)  # the work dir goes, and its blobs with it
+    current.unlink()
+    shutil.rmtree(work / WEIGHTS, ignore_errors=True)
     return result, passes
 
 

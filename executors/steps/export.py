@@ -47,7 +47,7 @@ def run(ctx: StepContext) -> StepResult:
     what = f" the {p['graph']}" if p["graph"] else ""
     ctx.progress(f"exporting{what} with {p['exporter']}, opset {p['opset']}")
     _export(ctx, module, args, names, outputs, path)
-    onnx_model = load(path)
+    onnx_model = load(path, external=False)  # metadata only: the weights are read once, by save
     clear_node_meta(onnx_model)  # node metadata is written by tag, after every rewrite
     out_specs = [{"name": n, "dtype": "float32"} for n in outputs]
     set_meta(onnx_model, "winml.io.inputs", json.dumps(specs, sort_keys=True))
@@ -107,7 +107,7 @@ def export_graph(module: Any, args: tuple, names: list[str], outputs: list[str],
         try:
             torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs,
                               opset_version=opset, dynamo=dynamo, do_constant_folding=True,
-                              external_data=False)
+                              external_data=True)  # no 2 GB limit; `save` makes them blobs
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise ExportFailed(f"torch.onnx.export raised {type(exc).__name__}: {first}") \

@@ -43,6 +43,7 @@ def run(ctx: StepContext) -> StepResult:
         more = f" (+{len(left) - 1} more)" if len(left) > 1 else ""
         raise ctx.fail(f"{left[0]} remains after legalization{more}", fix)
     save(model, ctx.out / MODEL)
+    del model  # the weights: the output check below runs two sessions of its own
     max_abs = _outputs_unchanged(ctx, path)
     return StepResult(metrics={"rewrites": {k: v for k, v in done.items() if v},
                                "wheres_rewritten": done["mask_wheres"],
