@@ -227,6 +227,9 @@ class Store:
         if named is not None and same_file(path, pool_path(self.pool, named)):
             return named
         digest = file_sha256(path)
+        if named is not None and named != digest:
+            raise InternalError(f"weight blob {rel}: its content does not match its name; this "
+                                "is a modelplan bug: rerun with --debug and report it")
         if named == digest:
             pooled = pool_path(self.pool, digest)
             pooled.parent.mkdir(parents=True, exist_ok=True)

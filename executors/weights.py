@@ -4,8 +4,11 @@ weight writes only the graph and links the blob it already has.
 
 A blob is linked (a hard link; a copy where the file system refuses one) from, in order: the
 artifact's own directory, the store's blob pool (`<store>/blobs/<d[:2]>/<d>`, set by the step
-wrapper while a step runs) and the directories of models this process loaded. A blob is written
-only when none of them holds it, and is then added to the pool. The store's manifest covers
+wrapper while a step runs), the directory the saved model was loaded from and, outside a store,
+the directories of models this process loaded. A blob is written only when none of them holds
+it, and is then added to the pool. onnx's own loader and checker refuse hard-linked external
+data (a guard against hardlink attacks), so `internalize` reads blobs and the checker sees the
+graph with its weight locations masked (`masked`, `blob_problems`). The store's manifest covers
 every blob of an entry (its name is its digest); `store gc` drops pool blobs no entry names.
 """
 
@@ -120,7 +123,9 @@ def _place(digest: str, out: Path, base: Path | None) -> bool:
     target = out / WEIGHTS / digest
     if target.is_file():
         return True
-    places = [d / WEIGHTS / digest for d in ([base] if base else []) + _sources]
+    # in a store, only what it verified: its pool and the step's input; else what was loaded
+    dirs = ([base] if base else []) + (_sources if _pool is None else [])
+    places = [d / WEIGHTS / digest for d in dirs]
     if _pool is not None:
         places.insert(0, pool_path(_pool, digest))
     for src in places:
