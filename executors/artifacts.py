@@ -35,6 +35,14 @@ def load(path: Path, external: bool = True) -> onnx.ModelProto:
     return model
 
 
+def load_for_rewrite(path: Path) -> onnx.ModelProto:
+    """The model at `path` with every tensor but the MatMul, Gemm and Conv weights read in:
+    what graph rewrites and shape inference look at, without most of the bytes."""
+    model = load(path, external=False)
+    weights.internalize(model, Path(path).parent, skip=weights.matmul_weights(model))
+    return model
+
+
 def save(model: onnx.ModelProto, path: Path, base: Path | None = None) -> None:
     """Save with model metadata in key order (ORT keeps it in a map, so its order after an
     ORT pass is arbitrary, and the same model must always be the same bytes) and every large

@@ -5,16 +5,18 @@ transformer fusions optim.flags name, and the observations the fact checkers mak
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 
 import onnx
 
-from executors.artifacts import load, save
-from executors.weights import THRESHOLD, WEIGHTS, internalize
+from executors.artifacts import load, load_for_rewrite, save
+from executors.weights import THRESHOLD, WEIGHTS, has_external, internalize, masked, unmask
 from planner.errors import StepError
 from planner.ops import FUSIONS
 
@@ -28,6 +30,7 @@ FUSION_OPTION = {"gelu": "enable_gelu", "layer_norm": "enable_layer_norm",
 FUSED_OPS = {"gelu": ("Gelu", "FastGelu", "BiasGelu"), "layer_norm": ("LayerNormalization",),
              "skip_layer_norm": ("SkipLayerNormalization",), "bias_gelu": ("BiasGelu",),
              "attention": ("Attention", "MultiHeadAttention"), "matmul_add": ("Gemm",)}
+WEIGHT_FUSIONS = ("attention",)  # fusions that read weight values, not only the graph
 assert set(FUSION_OPTION) == set(FUSED_OPS) == set(FUSIONS)
 _FIXED_POINTS: set[str] = set()  # structure digests this process saw the basic level keep
 
@@ -150,8 +153,19 @@ def fuse(model: onnx.ModelProto, flags: list[str]) -> onnx.ModelProto:
     for flag in flags:
         if FUSION_OPTION[flag]:
             setattr(options, FUSION_OPTION[flag], True)
-    return optimize_model(model, model_type="bert", opt_level=0,
-                          optimization_options=options).model
+    graph_only = has_external(model)  # its shape inference checks the graph, not weight files
+    with contextlib.redirect_stdout(sys.stderr):  # it prints; stdout may be `--json` output
+        fused = optimize_model(masked(model) if graph_only else model, model_type="bert",
+                               opt_level=0, optimization_options=options).model
+    if graph_only:
+        unmask(fused)
+    return fused
+
+
+def needs_weights(flags: list[str]) -> bool:
+    """Whether fusing `flags` reads weight values (attention concatenates Q, K and V); the
+    others match node patterns and small constants, which stay in the graph."""
+    return any(f in WEIGHT_FUSIONS for f in flags)
 
 
 def unfused(path: Path, flags: list[str]) -> str | None:
@@ -159,7 +173,7 @@ def unfused(path: Path, flags: list[str]) -> str | None:
     transformer = [f for f in flags if FUSION_OPTION[f]]
     if not transformer:
         return None
-    model = load(path)
+    model = load(path) if needs_weights(transformer) else load_for_rewrite(path)
     before = Counter(n.op_type for n in model.graph.node)
     after = Counter(n.op_type for n in fuse(model, transformer).graph.node)
     left = [f for f in transformer if any(after[kind] > before[kind] for kind in FUSED_OPS[f])]

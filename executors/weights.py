@@ -204,10 +204,10 @@ def _contained(base: Path, location: str) -> Path:
     return base / rel
 
 
-def internalize(model: onnx.ModelProto, base: Path) -> None:
-    """Read every external tensor of `model` (saved in `base`) into memory."""
+def internalize(model: onnx.ModelProto, base: Path, skip: frozenset[str] = frozenset()) -> None:
+    """Read every external tensor of `model` (saved in `base`) but those named in `skip`."""
     for tensor in tensors(model):
-        if tensor.data_location == EXTERNAL:
+        if tensor.data_location == EXTERNAL and tensor.name not in skip:
             info = _external(tensor)
             tensor.raw_data = _read(_contained(base, info["location"]),
                                     int(info.get("offset", 0)),
@@ -236,6 +236,31 @@ def blob_problems(model: onnx.ModelProto, base: Path) -> list[str]:
             found.append(f"tensor {tensor.name!r}: its data {info['location']} is shorter than "
                          "its declared length")
     return found
+
+
+WEIGHTED = {"MatMul": 1, "Gemm": 1, "Conv": 1, "ConvTranspose": 1}  # op -> its weight input
+
+
+def matmul_weights(model: onnx.ModelProto) -> frozenset[str]:
+    """The initializers that only feed the weight input of MatMul, Gemm or Conv nodes: most of
+    a model's bytes, and what graph rewrites (fusions, shape inference) never read."""
+    used: dict[str, bool] = {}
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            used[name] = used.get(name, True) and WEIGHTED.get(node.op_type) == i
+    return frozenset(name for name, only in used.items() if only)
+
+
+def has_external(model: onnx.ModelProto) -> bool:
+    return any(t.data_location == EXTERNAL for t in tensors(model))
+
+
+def unmask(model: onnx.ModelProto) -> None:
+    """Undo `masked` on a model made from a masked one (in place)."""
+    for tensor in tensors(model):
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value.startswith("#"):
+                entry.value = entry.value[1:]
 
 
 def masked(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -8,7 +8,7 @@ from executors.ortopt import basic_fixed_point
 
 
 def run(ctx: StepContext) -> StepResult:
-    model = load(ctx.input_model())
+    model = load(ctx.input_model(), external=False)  # ORT reads the weights from their files
     before = len(model.graph.node)
     work = ctx.out / ".work"
     work.mkdir()

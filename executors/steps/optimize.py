@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from executors.artifacts import MODEL, load, save
+from executors.artifacts import MODEL, load, load_for_rewrite, save
 from executors.base import StepContext, StepResult
-from executors.ortopt import FUSED_OPS, basic_fixed_point, fuse
+from executors.ortopt import FUSED_OPS, basic_fixed_point, fuse, needs_weights
 from planner.ops import FUSIONS
 
 SHOWN = sorted({kind for kinds in FUSED_OPS.values() for kind in kinds})
@@ -21,7 +21,7 @@ def run(ctx: StepContext) -> StepResult:
     if unknown:
         raise ctx.fail(f"unsupported fusion flag(s) {unknown}",
                        f"use optim.flags from {list(FUSIONS)}")
-    model = load(ctx.input_model())
+    model = load(ctx.input_model()) if needs_weights(flags) else load_for_rewrite(ctx.input_model())
     before = Counter(n.op_type for n in model.graph.node)
     fused = fuse(model, flags)  # no transformer flag: optimize{flags} is exactly normalize
     work = ctx.out / ".work"
