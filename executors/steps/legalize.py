@@ -63,6 +63,7 @@ def _outputs_unchanged(ctx: StepContext, before: Any) -> float:
     # numerics only: the input is at the basic fixed point, and ORT 1.32's extended level
     # fails on some graphs its basic level wrote ("Attempt to replace the existing tensor")
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.add_session_config_entry("session.disable_prepacking", "1")  # two models: no packed copies
     old = ort.InferenceSession(str(before), so, providers=["CPUExecutionProvider"])
     new = ort.InferenceSession(str(ctx.out / MODEL), so, providers=["CPUExecutionProvider"])
     for feed in batches(specs, 2, "verify", seed=7):

@@ -13,7 +13,9 @@ from typing import Any
 from executors.artifacts import MODEL, load, save
 from executors.base import StepContext, StepResult
 from executors.samples import Samples, io_specs
-from executors.weights import THRESHOLD
+from executors.weights import THRESHOLD, internalize
+
+OPSET_16BIT = 21  # QuantizeLinear with 16-bit types
 
 
 @contextmanager
@@ -76,7 +78,7 @@ def _qdq(ctx: StepContext) -> StepResult:
             return next(self.it, None)
 
     staged = ctx.out / ".float.onnx"  # the quantizer reads a path; keep it inside the build dir
-    _stage(src, staged)
+    _stage(src, staged, p)
     with quiet_logging():
         config = _config(p, staged, Reader())
         quantize(str(staged), str(ctx.out / MODEL), config)
@@ -91,13 +93,21 @@ def _qdq(ctx: StepContext) -> StepResult:
                                "calibration_data": samples.origin})
 
 
-def _stage(src: Path, staged: Path) -> None:
+def _stage(src: Path, staged: Path, p: dict[str, Any]) -> None:
     """The quantizer's input: a plain copy, weights in one external file (onnx's loader, which
     the quantizer uses, refuses the store's hard-linked blobs; external data has no 2 GB
-    limit, and the quantizer then writes its output with external data too)."""
+    limit, and the quantizer then writes its output with external data too). 16-bit types need
+    opset 21, which the quantizer would reach by converting the whole model in memory (one
+    protobuf: at most 2 GB); the graph alone is converted here instead."""
     import onnx
+    from onnx import version_converter
 
-    onnx.save_model(load(src), str(staged), save_as_external_data=True,
+    model = load(src, external=False)
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    if opset < OPSET_16BIT and "16" in p["activation_type"] + p["weight_type"]:
+        model = version_converter.convert_version(model, OPSET_16BIT)
+    internalize(model, src.parent)
+    onnx.save_model(model, str(staged), save_as_external_data=True,
                     all_tensors_to_one_file=True, location=f"{staged.name}.data",
                     size_threshold=THRESHOLD)
 
