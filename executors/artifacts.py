@@ -47,17 +47,18 @@ def save(model: onnx.ModelProto, path: Path, base: Path | None = None) -> None:
     """Save with model metadata in key order (ORT keeps it in a map, so its order after an
     ORT pass is arbitrary, and the same model must always be the same bytes) and every large
     weight as a content-addressed blob beside it (weights.externalize; external data the model
-    still refers to is found relative to `base`, default `path`'s directory). A tool's single
-    external-data file (`model.onnx.data`) beside it is removed once its tensors are blobs."""
+    still refers to is found relative to `base`, default `path`'s directory). A tool's own
+    external-data files beside it are removed once their tensors are blobs."""
     import onnx
 
     props = sorted((p.key, p.value) for p in model.metadata_props)
     del model.metadata_props[:]
     for key, value in props:
         model.metadata_props.add(key=key, value=value)
-    weights.externalize(model, Path(path), base)
+    read = weights.externalize(model, Path(path), base)
     onnx.save_model(model, str(path))
-    (Path(path).parent / f"{Path(path).name}.data").unlink(missing_ok=True)
+    for stale in read - {Path(path)}:  # a tool's external data beside it, now blobs
+        stale.unlink(missing_ok=True)
 
 
 def set_meta(holder: onnx.ModelProto | onnx.NodeProto, key: str, value: str) -> None:

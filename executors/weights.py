@@ -74,26 +74,33 @@ def tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
     yield from _get_all_tensors(model)
 
 
-def externalize(model: onnx.ModelProto, path: Path, base: Path | None = None) -> None:
+def externalize(model: onnx.ModelProto, path: Path, base: Path | None = None) -> set[Path]:
     """Make `model` (to be saved at `path`) keep each large tensor as a blob beside it; tensors
     that are external data elsewhere (relative to `base`, default path's directory) are read
-    one at a time. The model's tensors are changed in place: their bytes are released."""
+    one at a time. The model's tensors are changed in place: their bytes are released.
+    Returns the other external-data files beside `path` that it read (a tool's own layout:
+    one `model.onnx.data`, or a file per tensor), for the caller to remove once saved."""
     out = path.parent
     base = base or out
+    read: set[Path] = set()
     for tensor in tensors(model):
         if tensor.data_location == EXTERNAL:
             info = {e.key: e.value for e in tensor.external_data}
             digest = blob_digest(info.get("location", ""))
             if digest is None or int(info.get("offset", 0)):
-                data = _read(base / info["location"], int(info.get("offset", 0)),
+                source = _contained(base, info["location"])
+                data = _read(source, int(info.get("offset", 0)),
                              int(info["length"]) if "length" in info else None)
                 _set_data(tensor, data, out)
+                if source.parent.resolve() == out.resolve():
+                    read.add(source)
                 continue
             if not _place(digest, out, base):
                 raise FileNotFoundError(2, f"weight blob {digest[:12]} of tensor {tensor.name!r} "
                                         "is in none of the places it may be", str(base))
         elif tensor.HasField("raw_data") and len(tensor.raw_data) >= THRESHOLD:
             _set_data(tensor, tensor.raw_data, out)
+    return read
 
 
 def _read(path: Path, offset: int, length: int | None) -> bytes:

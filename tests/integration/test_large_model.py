@@ -15,6 +15,8 @@ import pytest
 from tests.integration.conftest import run_json, step
 
 ROOT = Path(__file__).resolve().parents[2]
+ENTRY_FILES = {"model.onnx", "weights", "manifest.json", "result.json",
+               "model_htp_metadata.json", "model_hierarchy.md"}
 SHAPE = {"hidden_size": 1280, "num_hidden_layers": 26, "num_attention_heads": 20,
          "intermediate_size": 5120}
 
@@ -40,10 +42,11 @@ def test_a_bert_over_2gb_builds_with_its_weights_stored_once(tmp_path: Path) -> 
                                  "perf=none", store=store, outputs=outputs, timeout=1800)
     assert code == 0, err
     assert step(record, "verify")["metrics"]["cosine_mean"] > 0.999
-    graphs = {s["id"]: Path(s["path"]) for s in record["steps"]
-              if (Path(s["path"]) / "model.onnx").is_file()}
+    graphs = {s["id"]: Path(s["outputs"]["model.onnx"]).parent for s in record["steps"]
+              if "model.onnx" in s["outputs"]}
     assert set(graphs) >= {"export", "normalize", "optimize", "tag"}
     for where in graphs.values():  # the graph alone is small: the weights are blobs
+        assert {p.name for p in where.iterdir()} <= ENTRY_FILES  # no tool's own data files
         assert (where / "model.onnx").stat().st_size < 50 * 2**20
         assert sum(p.stat().st_size for p in (where / "weights").iterdir()) > 2**31
     kept = {p.name: p.stat().st_ino for p in (graphs["optimize"] / "weights").iterdir()}

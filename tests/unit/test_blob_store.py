@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from executors import weights
@@ -104,12 +105,13 @@ def test_gc_keeps_blobs_an_entry_names_and_drops_the_rest(tmp_path: Path) -> Non
     assert store.lookup("a" * 64)[0] is not None
 
 
-def test_external_data_a_tool_wrote_becomes_blobs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("one_file", [True, False])  # torch writes a file per tensor over 2 GB
+def test_external_data_a_tool_wrote_becomes_blobs(tmp_path: Path, one_file: bool) -> None:
     onnx.save_model(_model(), str(tmp_path / MODEL), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location=f"{MODEL}.data", size_threshold=0)
+                    all_tensors_to_one_file=one_file, location=f"{MODEL}.data", size_threshold=0)
     model = load(tmp_path / MODEL, external=False)
     save(model, tmp_path / MODEL)
-    assert not (tmp_path / f"{MODEL}.data").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [MODEL, WEIGHTS]
     assert [p.stat().st_size for p in _blobs(tmp_path)] == [SIDE * SIDE * 4]
     assert {t.name for t in load(tmp_path / MODEL, external=False).graph.initializer
             if t.data_location != 1} == {"b"}  # the small one is back in the graph
