@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import heapq
 import shutil
 import sys
 import tempfile
@@ -85,7 +86,43 @@ def ort_pass(src: Path, dst: Path) -> None:
     so.add_session_config_entry(
         "session.optimized_model_external_initializers_min_size_in_bytes", str(THRESHOLD))
     ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
-    save(load(dst, external=False), dst)
+    model = load(dst, external=False)
+    canonical_order(model.graph)
+    save(model, dst)
+
+
+def canonical_order(graph: onnx.GraphProto) -> None:
+    """Nodes in one topological order (ties by name), attributes and value_info by name: ORT
+    reorders them each time it writes a model with external data; equal graphs, equal bytes."""
+    infos = sorted(graph.value_info, key=lambda v: v.name)
+    del graph.value_info[:]
+    graph.value_info.extend(infos)
+    known = {v.name for v in graph.input} | {i.name for i in graph.initializer} | {""}
+    nodes = list(graph.node)
+    waiting = {i: {x for x in n.input if x not in known} for i, n in enumerate(nodes)}
+    users: dict[str, list[int]] = {}
+    for i, need in waiting.items():
+        for name in need:
+            users.setdefault(name, []).append(i)
+    ready = [(n.name, i) for i, n in enumerate(nodes) if not waiting[i]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(nodes[i])
+        for out in nodes[i].output:
+            for j in users.pop(out, []):
+                waiting[j].discard(out)
+                if not waiting[j]:
+                    heapq.heappush(ready, (nodes[j].name, j))
+    if len(order) != len(nodes):  # outer-scope names (subgraphs) or a cycle: keep ORT's order
+        return
+    for node in order:
+        attributes = sorted(node.attribute, key=lambda a: a.name)
+        del node.attribute[:]
+        node.attribute.extend(attributes)
+    del graph.node[:]
+    graph.node.extend(order)
 
 
 def basic_fixed_point(model: onnx.ModelProto, work: Path) -> tuple[onnx.ModelProto, int]:
@@ -108,6 +145,7 @@ def basic_fixed_point(model: onnx.ModelProto, work: Path) -> tuple[onnx.ModelPro
         raise StepError(f"ONNX Runtime's basic optimizations did not reach a fixed point in "
                         f"{MAX_PASSES} passes; set optim=none and report this model")
     result = onnx.shape_inference.infer_shapes(load(current, external=False), data_prop=True)
+    canonical_order(result.graph)
     for meta in model.metadata_props:  # keep the model-level metadata ORT may not carry over
         if meta.key not in {p.key for p in result.metadata_props}:
             result.metadata_props.add(key=meta.key, value=meta.value)
