@@ -17,7 +17,7 @@ import pytest
 
 import schemas
 from executors import pieces
-from executors.artifacts import MODEL, problems
+from executors.artifacts import MODEL, load, problems
 from executors.samples import batches, io_specs
 from tests.conftest import run_cli
 from tests.integration.conftest import built, run_json, step
@@ -77,7 +77,7 @@ def test_pieces_pass_the_checker_and_compute_what_the_whole_model_computes(
         cpu: dict[str, Any]) -> None:
     record = cpu["record"]
     entry = Path(step(record, "extract")["outputs"][pieces.PIECES]).parent
-    whole = onnx.load(step(record, "tag")["outputs"][MODEL], load_external_data=False)
+    whole = load(Path(step(record, "tag")["outputs"][MODEL]))  # with its weight blobs
     feed = batches(io_specs(Path(step(record, "tag")["outputs"][MODEL]))[0], 1, "perf")[0]
     for piece_dir in pieces.model_dirs(entry):
         assert problems(piece_dir / MODEL, tagged=True) == []
