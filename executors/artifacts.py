@@ -7,6 +7,8 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from executors import weights
+
 if TYPE_CHECKING:  # imported where used: a fully cached run never loads onnx (nor numpy)
     import onnx
 
@@ -22,23 +24,41 @@ DEPTH_KEY = "winml.hierarchy.depth"
 
 
 def load(path: Path, external: bool = True) -> onnx.ModelProto:
+    """The model at `path`; external=False: the graph only, its large weights left as
+    references to their files (executors/weights.py), which `save` links rather than copies."""
     import onnx
 
-    return onnx.load(str(path), load_external_data=external)
+    weights.remember(Path(path).parent)
+    model = onnx.load(str(path), load_external_data=False)
+    if external:  # read here: onnx's loader refuses blobs that several entries hard-link
+        weights.internalize(model, Path(path).parent)
+    return model
 
 
-def save(model: onnx.ModelProto, path: Path) -> None:
-    """Save with model metadata in key order: ORT keeps it in a map, so its order after an
-    ORT pass is arbitrary, and the same model must always be the same bytes."""
+def load_for_rewrite(path: Path) -> onnx.ModelProto:
+    """The model at `path` with every tensor but the MatMul, Gemm and Conv weights read in:
+    what graph rewrites and shape inference look at, without most of the bytes."""
+    model = load(path, external=False)
+    weights.internalize(model, Path(path).parent, skip=weights.matmul_weights(model))
+    return model
+
+
+def save(model: onnx.ModelProto, path: Path, base: Path | None = None) -> None:
+    """Save with model metadata in key order (ORT keeps it in a map, so its order after an
+    ORT pass is arbitrary, and the same model must always be the same bytes) and every large
+    weight as a content-addressed blob beside it (weights.externalize; external data the model
+    still refers to is found relative to `base`, default `path`'s directory). A tool's own
+    external-data files beside it are removed once their tensors are blobs."""
     import onnx
 
     props = sorted((p.key, p.value) for p in model.metadata_props)
     del model.metadata_props[:]
     for key, value in props:
         model.metadata_props.add(key=key, value=value)
-    large = model.ByteSize() > 1_800_000_000
-    onnx.save_model(model, str(path), save_as_external_data=large,
-                    location=f"{path.name}.data" if large else None)
+    read = weights.externalize(model, Path(path), base)
+    onnx.save_model(model, str(path))
+    for stale in read - {Path(path)}:  # a tool's external data beside it, now blobs
+        stale.unlink(missing_ok=True)
 
 
 def set_meta(holder: onnx.ModelProto | onnx.NodeProto, key: str, value: str) -> None:
@@ -83,16 +103,16 @@ def clear_node_meta(model: onnx.ModelProto) -> None:
 
 
 def problems(path: Path, tagged: bool) -> list[str]:
-    """Everything wrong with an artifact: onnx.checker (full), duplicate metadata keys at
-    model and node level, and untagged nodes once the model is tagged."""
+    """Everything wrong with an artifact: its weight files, onnx.checker (full), duplicate
+    metadata keys at model and node level, and untagged nodes once the model is tagged."""
     import onnx
 
-    found = []
-    try:
-        onnx.checker.check_model(str(path), full_check=True)
+    model = load(path, external=False)
+    found = weights.blob_problems(model, path.parent)
+    try:  # the graph, its weights' files checked above (onnx refuses hard-linked blobs)
+        onnx.checker.check_model(weights.masked(model), full_check=True)
     except Exception as exc:  # noqa: BLE001 - the checker raises several types
         found.append(f"onnx.checker: {str(exc).strip().splitlines()[0]}")
-    model = load(path, external=False)
     dup = [k for k, n in Counter(p.key for p in model.metadata_props).items() if n > 1]
     if dup:
         found.append(f"model metadata key(s) {dup} appear more than once")

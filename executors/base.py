@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executors import child, diskfull, proofs
+from executors import child, diskfull, proofs, weights
 from executors.artifacts import MODEL, SOURCE, problems, read_facts, stamp_file
 from executors.checkers import Artifact, unmet_carried, unmet_ensures
 from executors.monitor import StepMonitor
@@ -46,6 +46,7 @@ class StepContext:
     out: Path                        # write outputs here (a temporary dir of the store)
     progress: Callable[[str], None] = print
     cache_dir: Path | None = None    # for ONNX Runtime's optimized-model cache
+    blobs: Path | None = None        # the store's weight blob pool (executors/weights.py)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -122,10 +123,11 @@ def apply_step(ctx: StepContext) -> StepResult:
             raise ctx.fail(f"its {req.role} input does not have "
                            f"{F.describe_requirement(req, params)}",
                            req.fix or "re-plan: the store holds an input the plan did not expect")
-    result = implementation(op.name)(ctx)
-    if not op.has(Trait.SINK):
-        for out in model_dirs(ctx.out):
-            _observe_and_stamp(ctx, given.get(op.chain_role, {}), out)
+    with weights.blob_pool(ctx.blobs):
+        result = implementation(op.name)(ctx)
+        if not op.has(Trait.SINK):
+            for out in model_dirs(ctx.out):
+                _observe_and_stamp(ctx, given.get(op.chain_role, {}), out)
     (ctx.out / RESULT).write_text(json.dumps({"metrics": result.metrics}, indent=2,
                                              sort_keys=True))
     return result
@@ -223,13 +225,15 @@ def _build(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path]
         base = out_dir or store.root / "tmp" / f"uncached-{uuid.uuid4().hex[:8]}"
         target = base / step["id"]
         target.mkdir(parents=True, exist_ok=True)
-        _apply(StepContext({**step, "key": key}, inputs, target, say, cache_dir), mon)
+        _apply(StepContext({**step, "key": key}, inputs, target, say, cache_dir, store.pool),
+               mon)
         return target, True
     with store.lock(key):
         if store.lookup_locked(key)[0] is not None:  # another process built it meanwhile
             return store.entry_dir(key), False
         with store.building(key, {"step": step["id"], "op": step["op"]}) as tmp:
-            _apply(StepContext({**step, "key": key}, inputs, tmp, say, cache_dir), mon)
+            _apply(StepContext({**step, "key": key}, inputs, tmp, say, cache_dir, store.pool),
+                   mon)
     return store.entry_dir(key), True
 
 
@@ -240,7 +244,8 @@ def _apply(ctx: StepContext, mon: StepMonitor) -> StepResult:
 
 def _describe(path: Path, files: dict[str, str] | None) -> tuple[dict[str, str], dict]:
     names = files.keys() if files is not None else [p.name for p in path.iterdir() if p.is_file()]
-    outputs = {n: str(path / n) for n in sorted(names) if n != RESULT}
+    outputs = {n: str(path / n) for n in sorted(names)
+               if n != RESULT and not weights.blob_digest(n)}  # blobs: in digests
     result = path / RESULT
     metrics = json.loads(result.read_text())["metrics"] if result.is_file() else {}
     return outputs, metrics

@@ -121,7 +121,8 @@ def _fused(a: Artifact, want: Any) -> str | None:
 def _legal_for(a: Artifact, want: Any) -> str | None:
     from executors.steps.legalize import violations
 
-    found = violations(a.needs_graph(), want)
+    a.needs_graph()
+    found = violations(load(a.model_path), want)  # constant values: the weights too
     return f"{found[0]} (+{len(found) - 1} more)" if len(found) > 1 else \
         (found[0] if found else None)
 

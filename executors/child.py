@@ -128,7 +128,8 @@ def apply_in_child(ctx: StepContext, mon: StepMonitor) -> StepResult:
 def spec(ctx: StepContext) -> dict[str, Any]:
     """What the other process needs of a step's context (plain data)."""
     return {"step": ctx.step, "inputs": {r: str(p) for r, p in ctx.inputs.items()},
-            "out": str(ctx.out), "cache_dir": str(ctx.cache_dir) if ctx.cache_dir else None}
+            "out": str(ctx.out), "cache_dir": str(ctx.cache_dir) if ctx.cache_dir else None,
+            "blobs": str(ctx.blobs) if ctx.blobs else None}
 
 
 def result(metrics: dict[str, Any]) -> StepResult:
@@ -248,7 +249,8 @@ def _run(conn: Connection, spec: dict[str, Any]) -> tuple:
 
     ctx = StepContext(spec["step"], {r: Path(p) for r, p in spec["inputs"].items()},
                       Path(spec["out"]), lambda line: conn.send(("progress", line)),
-                      Path(spec["cache_dir"]) if spec["cache_dir"] else None)
+                      Path(spec["cache_dir"]) if spec["cache_dir"] else None,
+                      Path(spec["blobs"]) if spec["blobs"] else None)
     try:
         return ("ok", apply_step(ctx).metrics, _peak_mb())
     except StepError as exc:

@@ -5,14 +5,19 @@ transformer fusions optim.flags name, and the observations the fact checkers mak
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import heapq
+import shutil
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 
 import onnx
 
-from executors.artifacts import load, save
+from executors.artifacts import load, load_for_rewrite, save
+from executors.weights import THRESHOLD, WEIGHTS, has_external, internalize, masked, unmask
 from planner.errors import StepError
 from planner.ops import FUSIONS
 
@@ -26,11 +31,37 @@ FUSION_OPTION = {"gelu": "enable_gelu", "layer_norm": "enable_layer_norm",
 FUSED_OPS = {"gelu": ("Gelu", "FastGelu", "BiasGelu"), "layer_norm": ("LayerNormalization",),
              "skip_layer_norm": ("SkipLayerNormalization",), "bias_gelu": ("BiasGelu",),
              "attention": ("Attention", "MultiHeadAttention"), "matmul_add": ("Gemm",)}
+WEIGHT_FUSIONS = ("attention",)  # fusions that read weight values, not only the graph
 assert set(FUSION_OPTION) == set(FUSED_OPS) == set(FUSIONS)
 _FIXED_POINTS: set[str] = set()  # structure digests this process saw the basic level keep
 # files this process saved a fixed point to, by (path, size, mtime, inode): a fixed point
 # observed once is not observed again while the file is unchanged
 _FIXED_FILES: set[tuple[str, int, int, int]] = set()
+
+
+def graph_digest(model: onnx.ModelProto) -> str:
+    return _unordered_digest(model.graph)
+
+
+def _unordered_digest(graph: onnx.GraphProto) -> str:
+    """A graph's digest with its nodes, and each node's attributes, as sets: ORT orders them
+    differently each time it writes a model with external data (a 2-cycle, ORT 1.32)."""
+    rest = onnx.GraphProto()
+    rest.CopyFrom(graph)
+    del rest.node[:]
+    h = hashlib.sha256(rest.SerializeToString(deterministic=True))
+    for node in sorted(_canonical_node(n) for n in graph.node):
+        h.update(node)
+    return h.hexdigest()
+
+
+def _canonical_node(node: onnx.NodeProto) -> bytes:
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    attributes = sorted(copy.attribute, key=lambda a: a.name)
+    del copy.attribute[:]
+    copy.attribute.extend(attributes)
+    return copy.SerializeToString(deterministic=True)
 
 
 def structure_digest(model: onnx.ModelProto) -> str:
@@ -42,7 +73,7 @@ def structure_digest(model: onnx.ModelProto) -> str:
     for node in graph.node:
         del node.metadata_props[:]
         node.doc_string = ""
-    return hashlib.sha256(graph.SerializeToString(deterministic=True)).hexdigest()
+    return _unordered_digest(graph)
 
 
 def ort_pass(src: Path, dst: Path) -> None:
@@ -52,37 +83,87 @@ def ort_pass(src: Path, dst: Path) -> None:
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     so.optimized_model_filepath = str(dst)
     so.log_severity_level = 3
+    # large initializers as external data (no 2 GB limit), then as blobs: unchanged ones linked
+    so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                f"{dst.name}.data")
+    so.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes", str(THRESHOLD))
     ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    model = load(dst, external=False)
+    canonical_order(model.graph)
+    save(model, dst)
 
 
-def basic_fixed_point(model: onnx.ModelProto, work: Path,
-                      src: Path | None = None) -> tuple[onnx.ModelProto, int]:
-    """Apply ORT basic optimizations until a pass leaves the graph equal to its input.
+def canonical_order(graph: onnx.GraphProto) -> None:
+    """Nodes in one topological order (ties by name), attributes and value_info by name: ORT
+    reorders them each time it writes a model with external data; equal graphs, equal bytes."""
+    infos = sorted(graph.value_info, key=lambda v: v.name)
+    del graph.value_info[:]
+    graph.value_info.extend(infos)
+    known = {v.name for v in graph.input} | {i.name for i in graph.initializer} | {""}
+    nodes = list(graph.node)
+    waiting = {i: {x for x in n.input if x not in known} for i, n in enumerate(nodes)}
+    users: dict[str, list[int]] = {}
+    for i, need in waiting.items():
+        for name in need:
+            users.setdefault(name, []).append(i)
+    ready = [(n.name, i) for i, n in enumerate(nodes) if not waiting[i]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(nodes[i])
+        for out in nodes[i].output:
+            for j in users.pop(out, []):
+                waiting[j].discard(out)
+                if not waiting[j]:
+                    heapq.heappush(ready, (nodes[j].name, j))
+    if len(order) != len(nodes):  # outer-scope names (subgraphs) or a cycle: keep ORT's order
+        return
+    for node in order:
+        attributes = sorted(node.attribute, key=lambda a: a.name)
+        del node.attribute[:]
+        node.attribute.extend(attributes)
+    del graph.node[:]
+    graph.node.extend(order)
+
+
+def basic_fixed_point(model: onnx.ModelProto, work: Path, src: Path | None = None,
+                      internal: bool = True) -> tuple[onnx.ModelProto, int]:
+    """Apply ORT basic optimizations until a pass leaves the graph's digest unchanged.
     Returns the model (with shapes inferred) and the number of passes that changed it.
-    `src`: a file that already holds `model` (the first pass reads it; nothing is saved)."""
+    `src`: a file that already holds `model` (the first pass reads it; nothing is saved).
+    internal=False: the result's weights stay blobs in `work/weights`, for the caller to save
+    with base=work (linked, not read) before it removes `work`."""
     current = src if src is not None else work / "pass_0.onnx"
     if src is None:
         save(model, current)
-    previous, passes = model, 0
+    digest, passes = graph_digest(model), 0
     for i in range(1, MAX_PASSES + 1):
         nxt = work / f"pass_{i}.onnx"
         ort_pass(current, nxt)
-        new = load(nxt)
+        new = load(nxt, external=False)  # weights are blobs, named by content
+        new_digest = graph_digest(new)
         if current != src:
             current.unlink()
         current = nxt
-        if new.graph == previous.graph:  # proto equality: as exact as a digest, and no copy
+        if new_digest == digest:
             break
-        previous, passes = new, i
+        digest, passes = new_digest, i
     else:
         raise StepError(f"ONNX Runtime's basic optimizations did not reach a fixed point in "
                         f"{MAX_PASSES} passes; set optim=none and report this model")
-    del previous
     result = onnx.shape_inference.infer_shapes(new, data_prop=True)
-    current.unlink()
+    del new
+    canonical_order(result.graph)
     for meta in model.metadata_props:  # keep the model-level metadata ORT may not carry over
         if meta.key not in {p.key for p in result.metadata_props}:
             result.metadata_props.add(key=meta.key, value=meta.value)
+    _FIXED_POINTS.add(structure_digest(result))
+    current.unlink()
+    if internal:
+        internalize(result, work)  # the work dir goes, and its blobs with it
+        shutil.rmtree(work / WEIGHTS, ignore_errors=True)
     return result, passes
 
 
@@ -91,10 +172,10 @@ def _file_identity(path: Path) -> tuple[str, int, int, int]:
     return str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino
 
 
-def save_fixed_point(model: onnx.ModelProto, path: Path) -> None:
+def save_fixed_point(model: onnx.ModelProto, path: Path, base: Path | None = None) -> None:
     """Save what basic_fixed_point returned, remembering that the file holds a fixed point (its
     last pass changed nothing), so observing `normalized` on it here costs no pass."""
-    save(model, path)
+    save(model, path, base)
     _FIXED_FILES.add(_file_identity(path))
 
 
@@ -135,8 +216,19 @@ def fuse(model: onnx.ModelProto, flags: list[str]) -> onnx.ModelProto:
     for flag in flags:
         if FUSION_OPTION[flag]:
             setattr(options, FUSION_OPTION[flag], True)
-    return optimize_model(model, model_type="bert", opt_level=0,
-                          optimization_options=options).model
+    graph_only = has_external(model)  # its shape inference checks the graph, not weight files
+    with contextlib.redirect_stdout(sys.stderr):  # it prints; stdout may be `--json` output
+        fused = optimize_model(masked(model) if graph_only else model, model_type="bert",
+                               opt_level=0, optimization_options=options).model
+    if graph_only:
+        unmask(fused)
+    return fused
+
+
+def needs_weights(flags: list[str]) -> bool:
+    """Whether fusing `flags` reads weight values (attention concatenates Q, K and V); the
+    others match node patterns and small constants, which stay in the graph."""
+    return any(f in WEIGHT_FUSIONS for f in flags)
 
 
 def unfused(path: Path, flags: list[str]) -> str | None:
@@ -144,7 +236,7 @@ def unfused(path: Path, flags: list[str]) -> str | None:
     transformer = [f for f in flags if FUSION_OPTION[f]]
     if not transformer:
         return None
-    model = load(path)
+    model = load(path) if needs_weights(transformer) else load_for_rewrite(path)
     before = Counter(n.op_type for n in model.graph.node)
     after = Counter(n.op_type for n in fuse(model, transformer).graph.node)
     left = [f for f in transformer if any(after[kind] > before[kind] for kind in FUSED_OPS[f])]

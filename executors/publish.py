@@ -16,6 +16,7 @@ from typing import Any
 
 from executors.artifacts import ROLE_FILES, SOURCE
 from executors.store import CHUNK
+from executors.weights import WEIGHTS, blob_digest
 from planner.errors import IntegrityError
 from planner.ops import OPS
 from planner.plan import MAIN_GRAPH, graph_of
@@ -54,15 +55,17 @@ def _copy_hashing(src: Path, dst: Path) -> str:
 
 def _published_files(step: dict[str, Any], src: Path, deliverable: str) -> list[Path]:
     if step["id"] == deliverable:
-        return [f for f in sorted(src.iterdir()) if f.is_file() and f.name not in SKIP]
+        return [f for f in sorted(src.iterdir()) if f.is_file() and f.name not in SKIP] + \
+            sorted((src / WEIGHTS).glob("*"))
     names = {n for role in OPS[step["op"]].publish for n in ROLE_FILES[role]}
     return [src / n for n in sorted(names) if (src / n).is_file()]
 
 
 def published_name(step_id: str, name: str) -> str:
-    """A file's name in the outputs: prefixed with its graph when the model has several."""
+    """A file's name in the outputs: prefixed with its graph when the model has several (weight
+    blobs are named by their content: the graphs share `weights/`)."""
     graph = graph_of(step_id)
-    return name if graph == MAIN_GRAPH else f"{graph}_{name}"
+    return name if graph == MAIN_GRAPH or blob_digest(name) else f"{graph}_{name}"
 
 
 def outputs(record: dict[str, Any], out_dirs: dict[str, Path], out_dir: Path) -> None:
@@ -78,8 +81,10 @@ def outputs(record: dict[str, Any], out_dirs: dict[str, Path], out_dir: Path) ->
             if src is None:
                 continue
             for f in _published_files(step, src, deliverable):
-                name = published_name(step["id"], f.name)
-                _copy_if_changed(f, out_dir / name, step["digests"].get(f.name))
+                rel = f.relative_to(src).as_posix()
+                name = published_name(step["id"], rel)
+                (out_dir / name).parent.mkdir(exist_ok=True)
+                _copy_if_changed(f, out_dir / name, step["digests"].get(rel))
                 published[name] = str(out_dir / name)
     record["published"] = published
     for name in before - set(published):  # the folder shows this run only
@@ -95,4 +100,5 @@ def _previously_published(out_dir: Path) -> set[str]:
         names = json.loads((out_dir / "run.json").read_text()).get("published") or {}
     except (OSError, ValueError, AttributeError):
         return set()
-    return {n for n in names if isinstance(n, str) and "/" not in n and n not in SKIP}
+    return {n for n in names if isinstance(n, str) and n not in SKIP
+            and ("/" not in n or blob_digest(n))}

@@ -44,6 +44,12 @@ def _options(optimized_to: Path | None = None, from_cache: bool = False) -> Any:
         so.optimized_model_filepath = str(optimized_to)
         if optimized_to.suffix == ".ort":
             so.add_session_config_entry("session.save_model_format", "ORT")
+        else:  # large weights beside it: a model over 2 GB cannot be one protobuf
+            so.add_session_config_entry(
+                "session.optimized_model_external_initializers_file_name",
+                f"{optimized_to.name}.data")
+            so.add_session_config_entry(
+                "session.optimized_model_external_initializers_min_size_in_bytes", "1048576")
     return so
 
 

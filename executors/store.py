@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from executors.weights import POOL, WEIGHTS, blob_digest, link_or_copy, pool_path, same_file
 from planner.errors import InternalError, StoreError
 from planner.storelayout import MANIFEST, QUARANTINE, SUBDIRS, entry_dir
 
@@ -83,6 +84,11 @@ class Store:
     def entry_dir(self, key: str) -> Path:
         return entry_dir(self.root, key)
 
+    @property
+    def pool(self) -> Path:
+        """The weight blobs of all entries, once each (executors/weights.py)."""
+        return self.root / POOL
+
     def get(self, key: str) -> Entry | None:
         """The complete entry for `key`, or None. Incomplete entries never exist here."""
         path = self.entry_dir(key)
@@ -130,11 +136,18 @@ class Store:
                 problems.append(f"{rel}: {stamp[0]} bytes, {stamps[rel][0]} when stored")
             elif file_sha256(entry.path / rel) != digest:
                 problems.append(f"{rel}: content does not match its digest")
+                self._evict_blob(entry.path / rel)
             else:
                 fresh[rel] = stamp
         if fresh and not problems:
             self._restamp(entry, fresh)
         return problems
+
+    def _evict_blob(self, path: Path) -> None:
+        """A corrupt blob leaves the pool too, so that no rebuild links it again."""
+        digest = blob_digest(f"{path.parent.name}/{path.name}")
+        if digest is not None and same_file(path, pool_path(self.pool, digest)):
+            pool_path(self.pool, digest).unlink(missing_ok=True)
 
     def _restamp(self, entry: Entry, fresh: dict[str, list[int]]) -> None:
         entry.manifest["verified"] = {**entry.manifest.get("verified", {}), **fresh}
@@ -198,7 +211,7 @@ class Store:
 
     def _seal(self, tmp: Path, key: str, meta: dict[str, Any]) -> None:
         paths = {p.relative_to(tmp).as_posix(): p for p in sorted(tmp.rglob("*")) if p.is_file()}
-        files = {rel: file_sha256(p) for rel, p in paths.items()}
+        files = {rel: self._digest(rel, p) for rel, p in paths.items()}
         verified = {rel: file_stamp(p) for rel, p in paths.items()}  # renaming keeps them
         manifest = {"key": key, **meta, "files": files, "verified": verified,
                     "created": time.time()}
@@ -206,6 +219,23 @@ class Store:
         final = self.entry_dir(key)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.rename(tmp, final)  # atomic on one filesystem; the entry appears whole
+
+    def _digest(self, rel: str, path: Path) -> str:
+        """A file's digest. A blob linked from the pool is known by its name (the pool holds
+        only blobs whose content was hashed into their name); a new one joins the pool."""
+        named = blob_digest(rel)
+        if named is not None and same_file(path, pool_path(self.pool, named)):
+            return named
+        digest = file_sha256(path)
+        if named is not None and named != digest:
+            raise InternalError(f"weight blob {rel}: its content does not match its name; this "
+                                "is a modelplan bug: rerun with --debug and report it")
+        if named == digest:
+            pooled = pool_path(self.pool, digest)
+            pooled.parent.mkdir(parents=True, exist_ok=True)
+            with suppress(FileExistsError):
+                link_or_copy(path, pooled)
+        return digest
 
     # -- maintenance ---------------------------------------------------------------------
     def entries(self) -> list[Entry]:
@@ -217,16 +247,47 @@ class Store:
                     out.append(entry)
         return out
 
-    def verify(self, entry: Entry) -> list[str]:
-        """Problems found by re-hashing an entry's files against its manifest."""
-        problems = []
+    def verify(self, entry: Entry, seen: dict[tuple[int, int], str] | None = None) -> list[str]:
+        """Problems found by re-hashing an entry's files against its manifest. `seen` (file
+        identity -> digest) hashes a blob that several entries share once."""
+        problems, seen = [], {} if seen is None else seen
         for rel, digest in entry.files.items():
             p = entry.path / rel
             if not p.is_file():
                 problems.append(f"{rel}: missing")
-            elif file_sha256(p) != digest:
+                continue
+            st = p.stat()
+            ident = (st.st_dev, st.st_ino)
+            if ident not in seen:
+                seen[ident] = file_sha256(p)
+            if seen[ident] != digest:
                 problems.append(f"{rel}: content does not match its digest")
         return problems
+
+    def verify_pool(self, seen: dict[tuple[int, int], str] | None = None) -> list[Path]:
+        """Pool blobs whose content no longer matches the digest they are named by."""
+        seen = {} if seen is None else seen
+        bad = []
+        for p in self.pool.glob("??/*"):
+            st = p.stat()
+            ident = (st.st_dev, st.st_ino)
+            if ident not in seen:
+                seen[ident] = file_sha256(p)
+            if seen[ident] != p.name:
+                bad.append(p)
+        return sorted(bad)
+
+    def drop_unreferenced_blobs(self, dry_run: bool = False) -> tuple[int, int]:
+        """Remove pool blobs that no entry (nor a build under way) names: (count, bytes)."""
+        named = {d for e in self.entries() for rel in e.files if (d := blob_digest(rel))}
+        named |= {p.name for p in (self.root / "tmp").glob(f"*/{WEIGHTS}/*")}
+        count = size = 0
+        for p in self.pool.glob("??/*"):
+            if p.name not in named:
+                count, size = count + 1, size + p.stat().st_size
+                if not dry_run:
+                    p.unlink(missing_ok=True)
+        return count, size
 
     def remove(self, key: str) -> None:
         path = self.entry_dir(key)

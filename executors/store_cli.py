@@ -33,10 +33,10 @@ def ls(store: Store, args: argparse.Namespace) -> int:
 
 
 def verify(store: Store, args: argparse.Namespace) -> int:
-    bad = 0
+    bad, seen = 0, {}
     entries = store.entries()
     for e in entries:
-        found = store.verify(e)
+        found = store.verify(e, seen)
         if found:
             bad += 1
             print(f"corrupt {e.key[:12]} ({e.manifest.get('step', '?')}): {'; '.join(found)}")
@@ -45,6 +45,13 @@ def verify(store: Store, args: argparse.Namespace) -> int:
                 print(f"  removed {e.path}")
             elif args.remove:
                 print(f"  would remove {e.path}")
+    corrupt_blobs = store.verify_pool(seen)
+    for blob in corrupt_blobs:
+        bad += 1
+        print(f"corrupt weight blob {blob.name[:12]} in {store.pool}: content does not match "
+              "its name")
+        if args.remove and not args.dry_run:
+            blob.unlink(missing_ok=True)
     print(f"{len(entries)} entries checked, {bad} corrupt"
           + ("" if not bad or args.remove else "; `modelplan store verify --remove` deletes them"))
     return 1 if bad and (not args.remove or args.dry_run) else 0
@@ -71,9 +78,11 @@ def gc(store: Store, args: argparse.Namespace) -> int:
             for p in stale + quarantined:
                 shutil.rmtree(p, ignore_errors=True)
             shutil.rmtree(store.root / PROOFS, ignore_errors=True)  # re-made by the next check
+        blobs, blob_bytes = store.drop_unreferenced_blobs(args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     print(f"gc {verb} {removed} entries ({human_bytes(freed)}) not used by the last "
-          f"{len(recent)} run(s), {len(stale)} stale temporary dir(s) and {len(quarantined)} "
+          f"{len(recent)} run(s), {blobs} weight blob(s) no entry names "
+          f"({human_bytes(blob_bytes)}), {len(stale)} stale temporary dir(s) and {len(quarantined)} "
           f"quarantined entr{'y' if len(quarantined) == 1 else 'ies'}; kept {held_here} "
           f"entr{'y' if held_here == 1 else 'ies'} held by {holders} running run(s)")
     return 0

@@ -5,20 +5,11 @@ otherwise) with `bundle.json` naming each graph's source step and I/O."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-from pathlib import Path
 
 from executors.artifacts import MODEL
 from executors.base import StepContext, StepResult
 from executors.samples import io_specs
-
-
-def link_or_copy(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
+from executors.weights import WEIGHTS, link_or_copy
 
 
 def run(ctx: StepContext) -> StepResult:
@@ -28,6 +19,10 @@ def run(ctx: StepContext) -> StepResult:
         for f in sorted(src_dir.iterdir()):
             if f.name == MODEL or f.name.startswith(f"{MODEL}."):  # the model and its weights
                 link_or_copy(f, ctx.out / f"{graph}_{f.name}")
+        for blob in sorted((src_dir / WEIGHTS).glob("*")):  # named by content: graphs share them
+            (ctx.out / WEIGHTS).mkdir(exist_ok=True)
+            if not (ctx.out / WEIGHTS / blob.name).exists():
+                link_or_copy(blob, ctx.out / WEIGHTS / blob.name)
         inputs, outputs = io_specs(src_dir / MODEL)
         described[graph] = {"model": f"{graph}_{MODEL}", "from": ctx.step["inputs"][graph],
                             "inputs": inputs, "outputs": outputs}

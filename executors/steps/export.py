@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import gc
 import json
 import sys
 import warnings
@@ -49,7 +50,10 @@ def run(ctx: StepContext) -> StepResult:
     what = f" the {p['graph']}" if p["graph"] else ""
     ctx.progress(f"exporting{what} with {p['exporter']}, opset {p['opset']}")
     _export(ctx, module, args, names, outputs, path)
-    onnx_model = load(path)
+    model_name = type(model).__name__
+    model = module = None  # the torch weights: from here on, the ONNX copy is the only one
+    gc.collect()
+    onnx_model = load(path, external=False)  # metadata only: the weights are read once, by save
     clear_node_meta(onnx_model)  # node metadata is written by tag, after every rewrite
     out_specs = [{"name": n, "dtype": "float32"} for n in outputs]
     set_meta(onnx_model, "winml.io.inputs", json.dumps(specs, sort_keys=True))
@@ -57,7 +61,7 @@ def run(ctx: StepContext) -> StepResult:
     save(onnx_model, path)
     metrics: dict[str, Any] = {"nodes": len(onnx_model.graph.node), "sample": samples.origin}
     if p["hierarchy"]:
-        root = scopes.get("", f"/{type(model).__name__}")
+        root = scopes.get("", f"/{model_name}")
         meta = hierarchy.sidecar([n.name for n in onnx_model.graph.node], scopes,
                                  torchmodel.WRAPPER_PREFIX, root, folded)
         (ctx.out / SIDECAR).write_text(json.dumps(meta, indent=1, sort_keys=True))
@@ -109,7 +113,7 @@ def export_graph(module: Any, args: tuple, names: list[str], outputs: list[str],
         try:
             torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs,
                               opset_version=opset, dynamo=dynamo, do_constant_folding=True,
-                              external_data=False)
+                              external_data=True)  # no 2 GB limit; `save` makes them blobs
         except Exception as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise ExportFailed(f"torch.onnx.export raised {type(exc).__name__}: {first}") \
@@ -136,6 +140,7 @@ def _check_against_torch(ctx: StepContext, path: Path, feed: dict, expected: Any
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.add_session_config_entry("session.disable_prepacking", "1")  # no packed weight copies
     got = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(None, feed)
     want = expected if isinstance(expected, tuple) else (expected,)
     max_abs = max(float(np.max(np.abs(g - w.numpy()))) for g, w in zip(got, want, strict=True))

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import shutil
+
 from executors.artifacts import MODEL, load
 from executors.base import StepContext, StepResult
 from executors.ortopt import basic_fixed_point, save_fixed_point
 
 
 def run(ctx: StepContext) -> StepResult:
-    model = load(ctx.input_model())
+    src = ctx.input_model()
+    model = load(src, external=False)  # ORT reads the weights from their files
     before = len(model.graph.node)
     work = ctx.out / ".work"
     work.mkdir()
-    result, passes = basic_fixed_point(model, work, src=ctx.input_model())
-    work.rmdir()
-    save_fixed_point(result, ctx.out / MODEL)
+    result, passes = basic_fixed_point(model, work, src=src, internal=False)
+    save_fixed_point(result, ctx.out / MODEL, base=work)  # its weights linked, not read
+    shutil.rmtree(work)
     return StepResult(metrics={"nodes_before": before, "nodes_after": len(result.graph.node),
                                "ort_passes_to_fixed_point": passes})

@@ -8,11 +8,20 @@ matmul_add is ORT's MatMulAddFusion, part of the basic level, so normalize alrea
 
 from __future__ import annotations
 
+import shutil
 from collections import Counter
 
 from executors.artifacts import MODEL, load
 from executors.base import StepContext, StepResult
-from executors.ortopt import FUSED_OPS, FUSION_OPTION, basic_fixed_point, fuse, save_fixed_point
+from executors.ortopt import (
+    FUSED_OPS,
+    FUSION_OPTION,
+    basic_fixed_point,
+    fuse,
+    needs_weights,
+    save_fixed_point,
+)
+from executors.weights import internalize, matmul_weights
 from planner.ops import FUSIONS
 
 SHOWN = sorted({kind for kinds in FUSED_OPS.values() for kind in kinds})
@@ -24,19 +33,23 @@ def run(ctx: StepContext) -> StepResult:
     if unknown:
         raise ctx.fail(f"unsupported fusion flag(s) {unknown}",
                        f"use optim.flags from {list(FUSIONS)}")
-    model = load(ctx.input_model())
+    src = ctx.input_model()
+    model = load(src, external=False)  # ORT reads the weights from their files
     nodes_before = len(model.graph.node)
     work = ctx.out / ".work"
     work.mkdir()
-    normalized, first = basic_fixed_point(model, work, src=ctx.input_model())
+    normalized, first = basic_fixed_point(model, work, src=src, internal=False)
     del model
+    # the fusions read the graph and small constants; attention also the Q, K, V weights
+    skip = frozenset() if needs_weights(flags) else matmul_weights(normalized)
+    internalize(normalized, work, skip=skip)
     before = Counter(n.op_type for n in normalized.graph.node)
     fused = fuse(normalized, flags)  # no transformer flag: optimize{flags} is exactly normalize
-    result, passes = basic_fixed_point(fused, work) if any(FUSION_OPTION[f] for f in flags) \
-        else (normalized, 0)
-    work.rmdir()
+    result, passes = basic_fixed_point(fused, work, internal=False) \
+        if any(FUSION_OPTION[f] for f in flags) else (normalized, 0)
     after = Counter(n.op_type for n in result.graph.node)
-    save_fixed_point(result, ctx.out / MODEL)
+    save_fixed_point(result, ctx.out / MODEL, base=work)  # unchanged weights linked, not read
+    shutil.rmtree(work)
     return StepResult(metrics={
         "fused_ops": {kind: after[kind] - before[kind] for kind in SHOWN
                       if after[kind] != before[kind]},

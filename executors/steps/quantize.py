@@ -13,6 +13,9 @@ from typing import Any
 from executors.artifacts import MODEL, load, save
 from executors.base import StepContext, StepResult
 from executors.samples import Samples, io_specs
+from executors.weights import THRESHOLD, internalize
+
+OPSET_16BIT = 21  # QuantizeLinear with 16-bit types
 
 
 @contextmanager
@@ -75,11 +78,12 @@ def _qdq(ctx: StepContext) -> StepResult:
             return next(self.it, None)
 
     staged = ctx.out / ".float.onnx"  # the quantizer reads a path; keep it inside the build dir
-    save(load(src), staged)
+    _stage(src, staged, p)
     with quiet_logging():
         config = _config(p, staged, Reader())
         quantize(str(staged), str(ctx.out / MODEL), config)
     staged.unlink()
+    staged.with_name(f"{staged.name}.data").unlink(missing_ok=True)
     model = load(ctx.out / MODEL, external=False)
     save(model, ctx.out / MODEL)  # metadata in canonical order, as every artifact
     qdq = sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
@@ -87,6 +91,25 @@ def _qdq(ctx: StepContext) -> StepResult:
                                "nodes": len(model.graph.node),
                                "calibration": "random" if samples.random else "real",
                                "calibration_data": samples.origin})
+
+
+def _stage(src: Path, staged: Path, p: dict[str, Any]) -> None:
+    """The quantizer's input: a plain copy, weights in one external file (onnx's loader, which
+    the quantizer uses, refuses the store's hard-linked blobs; external data has no 2 GB
+    limit, and the quantizer then writes its output with external data too). 16-bit types need
+    opset 21, which the quantizer would reach by converting the whole model in memory (one
+    protobuf: at most 2 GB); the graph alone is converted here instead."""
+    import onnx
+    from onnx import version_converter
+
+    model = load(src, external=False)
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    if opset < OPSET_16BIT and "16" in p["activation_type"] + p["weight_type"]:
+        model = version_converter.convert_version(model, OPSET_16BIT)
+    internalize(model, src.parent)
+    onnx.save_model(model, str(staged), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location=f"{staged.name}.data",
+                    size_threshold=THRESHOLD)
 
 
 def _config(p: dict[str, Any], path: Path, reader: Any) -> Any:
@@ -118,6 +141,7 @@ def _generic_config(p: dict[str, Any], path: Path, reader: Any, method: Any, act
     return StaticQuantConfig(
         reader, calibrate_method=method, quant_format=QuantFormat.QDQ,
         activation_type=activations, weight_type=weights, per_channel=p["per_channel"],
+        use_external_data_format=True,
         extra_options={"ActivationSymmetric": p["symmetric"], "WeightSymmetric": p["symmetric"]})
 
 

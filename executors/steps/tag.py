@@ -13,12 +13,12 @@ from executors.base import StepContext, StepResult
 
 def run(ctx: StepContext) -> StepResult:
     meta = json.loads((ctx.inputs["hierarchy"] / SIDECAR).read_text())
-    model = load(ctx.input_model())
+    model = load(ctx.input_model(), external=False)  # tags change no weight: blobs are linked
     assigned = hierarchy.assign(model.graph, meta)
     for node, (tag, _how) in zip(model.graph.node, assigned, strict=True):
         set_meta(node, TAG_KEY, tag)
         set_meta(node, DEPTH_KEY, str(hierarchy.depth(tag)))
-    save(model, ctx.out / MODEL)
+    save(model, ctx.out / MODEL, base=ctx.inputs["model"])
     how = Counter(h for _t, h in assigned)
     total = len(assigned)
     return StepResult(metrics={"nodes": total, "matched": dict(sorted(how.items())),

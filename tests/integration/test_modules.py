@@ -17,7 +17,7 @@ import pytest
 
 import schemas
 from executors import pieces
-from executors.artifacts import MODEL, problems
+from executors.artifacts import MODEL, load, problems
 from executors.samples import batches, io_specs
 from tests.conftest import run_cli
 from tests.integration.conftest import built, run_json, step
@@ -77,11 +77,11 @@ def test_pieces_pass_the_checker_and_compute_what_the_whole_model_computes(
         cpu: dict[str, Any]) -> None:
     record = cpu["record"]
     entry = Path(step(record, "extract")["outputs"][pieces.PIECES]).parent
-    whole = onnx.load(step(record, "tag")["outputs"][MODEL])
+    whole = load(Path(step(record, "tag")["outputs"][MODEL]))  # with its weight blobs
     feed = batches(io_specs(Path(step(record, "tag")["outputs"][MODEL]))[0], 1, "perf")[0]
     for piece_dir in pieces.model_dirs(entry):
         assert problems(piece_dir / MODEL, tagged=True) == []
-        piece = onnx.load(str(piece_dir / MODEL))
+        piece = onnx.load(str(piece_dir / MODEL), load_external_data=False)
         outputs = [o.name for o in piece.graph.output]
         probe = onnx.ModelProto.FromString(whole.SerializeToString())
         for name in outputs:
@@ -214,7 +214,7 @@ def test_htp_pieces_are_compiled_from_the_quantized_graph(htp: dict[str, Any]) -
     dirs = pieces.model_dirs(compiled)
     assert len(dirs) == 2
     for d in dirs:
-        model = onnx.load(str(d / MODEL))
+        model = onnx.load(str(d / MODEL), load_external_data=False)
         assert [n.op_type for n in model.graph.node] == ["EPContext"]
         assert pieces.feeds(d) is not None
     for r in rows(record, "perf_module").values():

@@ -21,6 +21,8 @@ def test_two_onnx_files_never_share_a_folder_silently(cpu_run: dict[str, Any],
                       (second, step(cpu_run["record"], "export")["outputs"]["model.onnx"])):
         path.parent.mkdir()
         shutil.copy(src, path)
+        if (Path(src).parent / "weights").is_dir():  # its external data (blobs) goes with it
+            shutil.copytree(Path(src).parent / "weights", path.parent / "weights")
     store, outputs = cpu_run["store"], tmp_path / "out"
     code, record, err = run_json(*ONNX_RUN, f"model.path={first}", store=store, outputs=outputs)
     assert code == 0, err

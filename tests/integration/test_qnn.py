@@ -44,7 +44,7 @@ def test_pipeline_order_and_metrics(qnn_run: dict[str, Any]) -> None:
 def test_quantized_artifact_is_fully_tagged_with_qdq(qnn_run: dict[str, Any]) -> None:
     tagged = Path(step(qnn_run["record"], "tag")["outputs"]["model.onnx"])
     assert problems(tagged, tagged=True) == []
-    model = onnx.load(str(tagged))
+    model = onnx.load(str(tagged), load_external_data=False)
     qdq = [n for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
     assert qdq and all(TAG_KEY in {p.key for p in n.metadata_props} for n in qdq)
     assert step(qnn_run["record"], "tag")["metrics"]["matched"]["qdq"] == len(qdq)
@@ -53,7 +53,7 @@ def test_quantized_artifact_is_fully_tagged_with_qdq(qnn_run: dict[str, Any]) ->
 
 def test_compiled_model_loads_without_cpu_fallback(qnn_run: dict[str, Any]) -> None:
     compiled = Path(step(qnn_run["record"], "compile")["outputs"]["model.onnx"])
-    model = onnx.load(str(compiled))
+    model = onnx.load(str(compiled), load_external_data=False)
     assert [n.op_type for n in model.graph.node] == ["EPContext"]
     with qnn.native_log():
         sess = qnn.session(compiled, "qnn", "htp", {}, cpu_fallback=False)

@@ -82,7 +82,7 @@ def test_same_keys_digests_and_records_as_the_local_executor(same_plan: dict[str
         assert sorted(b["outputs"]) == sorted(a["outputs"])
         if OPS[a["op"]].has(Trait.ENCAPSULATES):  # QNN's context binary is not deterministic
             assert a["action"] == b["action"] == "run"
-            model = onnx.load(b["outputs"]["model.onnx"])
+            model = onnx.load(b["outputs"]["model.onnx"], load_external_data=False)
             onnx.checker.check_model(model)
             assert [n.op_type for n in model.graph.node] == ["EPContext"]
         else:
@@ -197,12 +197,16 @@ def test_a_proof_that_fails_on_the_real_input_rekeys_step_by_step(local_ray: Any
     store = tmp_path / "store"
     first = ray_run(CPU_RUN, store, tmp_path / "a")
     normalized = Path(step(first, "normalize")["outputs"]["model.onnx"])
-    raw = onnx.load(step(first, "export")["outputs"]["model.onnx"])
-    stamp = {p.key: p.value for p in onnx.load(str(normalized)).metadata_props}[FACTS_KEY]
+    raw = onnx.load(step(first, "export")["outputs"]["model.onnx"], load_external_data=False)
+    graph = onnx.load(str(normalized), load_external_data=False)
+    stamp = {p.key: p.value for p in graph.metadata_props}[FACTS_KEY]
     for prop in raw.metadata_props:
         if prop.key == FACTS_KEY:
             prop.value = stamp
     onnx.save(raw, str(normalized))
+    for blob in (Path(step(first, "export")["outputs"]["model.onnx"]).parent / "weights").iterdir():
+        if not (normalized.parent / "weights" / blob.name).exists():  # the raw graph's weights
+            shutil.copyfile(blob, normalized.parent / "weights" / blob.name)
     _reseal(normalized.parent)
     again = ray_run(CPU_RUN, store, tmp_path / "b")
     assert again["status"] == "ok", again["error"]

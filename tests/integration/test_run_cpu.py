@@ -38,7 +38,7 @@ def test_final_model_is_fully_tagged_and_matches_torch(cpu_run: dict[str, Any]) 
 
     final = Path(cpu_run["record"]["published"]["model.onnx"])
     assert problems(final, tagged=True) == []
-    model = onnx.load(str(final))
+    model = onnx.load(str(final), load_external_data=False)
     assert all(TAG_KEY in {p.key for p in n.metadata_props} for n in model.graph.node)
     assert FACTS_KEY in {p.key for p in model.metadata_props}
     checkpoint = Path(step(cpu_run["record"], "resolve")["outputs"]["source.json"]).parent
@@ -58,7 +58,7 @@ def test_final_model_is_fully_tagged_and_matches_torch(cpu_run: dict[str, Any]) 
 def test_hierarchy_sidecar_covers_every_exported_node(cpu_run: dict[str, Any]) -> None:
     export = step(cpu_run["record"], "export")
     meta = json.loads(Path(export["outputs"]["model_htp_metadata.json"]).read_text())
-    exported = onnx.load(export["outputs"]["model.onnx"])
+    exported = onnx.load(export["outputs"]["model.onnx"], load_external_data=False)
     assert set(meta["nodes"]) == {n.name for n in exported.graph.node}
     assert meta["coverage"]["percent"] == 100.0
     assert meta["coverage"]["direct"] > meta["coverage"]["root"]
