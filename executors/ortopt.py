@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import heapq
+import logging
 import shutil
 import sys
 import tempfile
@@ -217,9 +218,13 @@ def fuse(model: onnx.ModelProto, flags: list[str]) -> onnx.ModelProto:
         if FUSION_OPTION[flag]:
             setattr(options, FUSION_OPTION[flag], True)
     graph_only = has_external(model)  # its shape inference checks the graph, not weight files
-    with contextlib.redirect_stdout(sys.stderr):  # it prints; stdout may be `--json` output
-        fused = optimize_model(masked(model) if graph_only else model, model_type="bert",
-                               opt_level=0, optimization_options=options).model
+    logging.disable(logging.WARNING)  # it warns that an ORT-normalized input's producer is ORT
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # it prints; stdout may be `--json` output
+            fused = optimize_model(masked(model) if graph_only else model, model_type="bert",
+                                   opt_level=0, optimization_options=options).model
+    finally:
+        logging.disable(logging.NOTSET)
     if graph_only:
         unmask(fused)
     return fused
