@@ -17,6 +17,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -32,6 +33,7 @@ LOCAL_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 OBJECT_STORE_BYTES = 128 * 2**20   # tasks pass small outcome dicts; artifacts stay in the store
 PROBE_TIMEOUT_S = 180.0
 CONNECT_TIMEOUT_S = 10.0
+CLIENT_ATTEMPTS = 2                # a Ray Client session that failed to start is tried again
 
 
 def import_ray() -> Any:
@@ -119,7 +121,7 @@ class Cluster:
     def _join(self, address: str) -> None:
         _check_reachable(address)
         try:
-            self.ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+            self._init_joined(address)
         except Exception as exc:
             if _refused_token(exc):
                 raise ConfigError(
@@ -134,6 +136,22 @@ class Cluster:
         nodes = self.alive_nodes()
         cpus = sum(n.total.get("CPU", 0) for n in nodes)
         self.say(f"Ray: joined the cluster at {address} ({len(nodes)} nodes, {cpus:g} CPUs)")
+
+    def _init_joined(self, address: str) -> None:
+        """ray.init on an existing cluster; a Ray Client server that could not start this
+        driver's session in time (a busy head) is asked once more."""
+        for attempt in range(CLIENT_ATTEMPTS):
+            try:
+                self.ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+                return
+            except Exception as exc:
+                if (not address.startswith("ray://") or attempt == CLIENT_ATTEMPTS - 1
+                        or "Initialization failure from server" not in str(exc)):
+                    raise
+                self.say(f"Ray: the client server at {address} could not start a session "
+                         f"({_first_line(exc)}); trying again")
+                with suppress(Exception):  # a half-made client session; nothing to keep
+                    self.ray.shutdown()
 
     def alive_nodes(self) -> list[Node]:
         return sorted((Node(n["NodeID"], n["NodeManagerAddress"], dict(n["Resources"]))
