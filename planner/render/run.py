@@ -63,11 +63,20 @@ def result_summary(record: dict[str, Any]) -> dict[str, Any]:
             **{m: metrics.get(m) for m in names}}
 
 
+def _size(model: Path) -> str:
+    """The graph's size, and its weights' where they are blobs in `weights/` beside it."""
+    blobs = model.parent / "weights"
+    if not blobs.is_dir():
+        return human_bytes(model.stat().st_size)
+    return (f"{human_bytes(model.stat().st_size)} graph, weights/ "
+            f"{human_bytes(sum(f.stat().st_size for f in blobs.iterdir()))}")
+
+
 def _deliverable(record: dict[str, Any]) -> list[str]:
     models = [(n, p) for n, p in record.get("published", {}).items() if n.endswith(".onnx")]
     if not models:
         return []
-    lines = [f"Deliverable: {p} ({human_bytes(Path(p).stat().st_size)})" for _n, p in models]
+    lines = [f"Deliverable: {p} ({_size(Path(p))})" for _n, p in models]
     for s in record["steps"]:
         m, graph = s["metrics"], graph_of(s["id"])
         where = "" if graph == MAIN_GRAPH else f" ({graph})"
