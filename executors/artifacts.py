@@ -36,8 +36,9 @@ def load(path: Path, external: bool = True) -> onnx.ModelProto:
 
 
 def load_for_rewrite(path: Path) -> onnx.ModelProto:
-    """The model at `path` with every tensor but the MatMul, Gemm and Conv weights read in:
-    what graph rewrites and shape inference look at, without most of the bytes."""
+    """The model at `path` with every tensor but the weights (of MatMul, Gemm and Conv nodes,
+    Gather tables) read in: what graph rewrites and shape inference look at, without most of
+    the bytes."""
     model = load(path, external=False)
     weights.internalize(model, Path(path).parent, skip=weights.matmul_weights(model))
     return model

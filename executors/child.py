@@ -18,6 +18,7 @@ step, and dies with the fork server, which exits when the parent does.
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import os
 import signal
@@ -44,7 +45,11 @@ TOOL_MODULES: dict[str, tuple[str, ...]] = {
     "onnxruntime": ("onnxruntime",),
     "onnxruntime-qnn": ("onnxruntime_qnn",),
 }
-_PRELOAD: set[str] = {"executors.base"}
+BASE_PRELOAD = ("executors.base",)
+# what a fresh build's heavy steps use: resolve, export, normalize, optimize, tag
+WARM_TOOLS = ("onnx", "onnxruntime", "torch", "transformers")
+_PRELOAD: set[str] = set(BASE_PRELOAD)
+_warm = False  # the running fork server was started by warm_up, before the plan was known
 _LIVE: dict[int, Any] = {}  # pid -> a running child's or worker's Process
 pool: Any = None  # the run's warm workers (executors/workers.py), within workers()
 
@@ -69,10 +74,52 @@ class ChildError(Exception):
         self.add_note(f"in the step's process:\n{child_traceback}")
 
 
+def warm_up() -> None:
+    """Start the fork server before the plan is made, importing what a fresh build's steps use
+    (torch and transformers take seconds), so that those imports overlap with composing and
+    planning. The plan then decides (`preload`): a plan with torch steps keeps the server; any
+    other plan stops it, so a fully cached run leaves no process behind and a plan of ONNX
+    steps does not wait for torch. Whatever is left is stopped at exit."""
+    global _warm
+    if _server_pid() is not None:  # an earlier run in this process started one
+        return
+    preload(WARM_TOOLS, start=True)
+    _warm = True
+    atexit.register(stop_server)
+
+
+def stop_server() -> None:
+    """Stop the fork server now, even in the middle of its imports (its workers have their own
+    processes); the next `preload(start=True)` starts a new one."""
+    global _warm
+    from multiprocessing import forkserver
+
+    _warm = False
+    _PRELOAD.clear()
+    _PRELOAD.update(BASE_PRELOAD)
+    pid = _server_pid()
+    if pid is None:
+        return
+    with suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    forkserver._forkserver._stop()  # the stdlib has no public stop: it closes its pipe, reaps it
+
+
+def _server_pid() -> int | None:
+    from multiprocessing import forkserver
+
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)
+
+
 def preload(tools: Any, start: bool = False) -> None:
     """Let the fork server import what steps using `tools` need. Only calls made before the
     process's first heavy step count: the server imports once, when it starts. start: start it
-    now, so that its imports overlap with what this process does before its first heavy step."""
+    now, so that its imports overlap with what this process does before its first heavy step.
+    A server `warm_up` started is kept only if `tools` include torch."""
+    global _warm
+    if _warm and "torch" not in tools:
+        stop_server()
+    _warm = False
     for tool in tools:
         _PRELOAD.update(TOOL_MODULES.get(tool, ()))
     if start:

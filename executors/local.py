@@ -65,6 +65,14 @@ class LocalExecutor:
         self.quiet = quiet
         self.debug = debug
 
+    @staticmethod
+    def warm_up() -> None:
+        child.warm_up()
+
+    @staticmethod
+    def cool_down() -> None:
+        child.preload(())  # stops a server warm_up started
+
     def say(self, text: str) -> None:
         if not self.quiet:
             print(text, file=sys.stderr, flush=True)

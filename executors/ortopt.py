@@ -44,21 +44,38 @@ def graph_digest(model: onnx.ModelProto) -> str:
     return _unordered_digest(model.graph)
 
 
-def _unordered_digest(graph: onnx.GraphProto) -> str:
+def _unordered_digest(graph: onnx.GraphProto, bare: bool = False) -> str:
     """A graph's digest with its nodes, and each node's attributes, as sets: ORT orders them
-    differently each time it writes a model with external data (a 2-cycle, ORT 1.32)."""
-    rest = onnx.GraphProto()
-    rest.CopyFrom(graph)
-    del rest.node[:]
-    h = hashlib.sha256(rest.SerializeToString(deterministic=True))
-    for node in sorted(_canonical_node(n) for n in graph.node):
-        h.update(node)
+    differently each time it writes a model with external data (a 2-cycle, ORT 1.32).
+    bare: what optimization acts on only (value_info, doc strings and node metadata left out).
+    No copy of the graph is made: its parts are hashed one field at a time."""
+    h = hashlib.sha256()
+    for name, values in (("initializer", graph.initializer),
+                         ("sparse_initializer", graph.sparse_initializer),
+                         ("input", graph.input), ("output", graph.output),
+                         ("value_info", () if bare else graph.value_info),
+                         ("quantization_annotation", graph.quantization_annotation),
+                         ("metadata_props", graph.metadata_props)):
+        h.update(f"{name}:{len(values)};".encode())
+        for value in values:
+            data = value.SerializeToString(deterministic=True)
+            h.update(len(data).to_bytes(8, "little") + data)
+    h.update(f"name:{graph.name};doc:{'' if bare else graph.doc_string};".encode())
+    for node in sorted(_canonical_node(n, bare) for n in graph.node):
+        h.update(len(node).to_bytes(8, "little") + node)
     return h.hexdigest()
 
 
-def _canonical_node(node: onnx.NodeProto) -> bytes:
+def _canonical_node(node: onnx.NodeProto, bare: bool = False) -> bytes:
+    """A node's bytes with its attributes by name (copied only if they are not in order)."""
+    names = [a.name for a in node.attribute]
+    if names == sorted(names) and not (bare and (node.metadata_props or node.doc_string)):
+        return node.SerializeToString(deterministic=True)
     copy = onnx.NodeProto()
     copy.CopyFrom(node)
+    if bare:
+        del copy.metadata_props[:]
+        copy.doc_string = ""
     attributes = sorted(copy.attribute, key=lambda a: a.name)
     del copy.attribute[:]
     copy.attribute.extend(attributes)
@@ -68,13 +85,7 @@ def _canonical_node(node: onnx.NodeProto) -> bytes:
 def structure_digest(model: onnx.ModelProto) -> str:
     """Digest of what optimization acts on: nodes (without their metadata), initializers,
     inputs and outputs; value_info and doc strings left out."""
-    graph = onnx.GraphProto()
-    graph.CopyFrom(model.graph)
-    del graph.value_info[:]
-    for node in graph.node:
-        del node.metadata_props[:]
-        node.doc_string = ""
-    return _unordered_digest(graph)
+    return _unordered_digest(model.graph, bare=True)
 
 
 def ort_pass(src: Path, dst: Path) -> None:

@@ -245,12 +245,14 @@ def blob_problems(model: onnx.ModelProto, base: Path) -> list[str]:
     return found
 
 
-WEIGHTED = {"MatMul": 1, "Gemm": 1, "Conv": 1, "ConvTranspose": 1}  # op -> its weight input
+# op -> its weight input (Gather's: the table it looks rows up in, an embedding)
+WEIGHTED = {"MatMul": 1, "Gemm": 1, "Conv": 1, "ConvTranspose": 1, "Gather": 0}
 
 
 def matmul_weights(model: onnx.ModelProto) -> frozenset[str]:
-    """The initializers that only feed the weight input of MatMul, Gemm or Conv nodes: most of
-    a model's bytes, and what graph rewrites (fusions, shape inference) never read."""
+    """The initializers that only feed the weight input of MatMul, Gemm or Conv nodes, or the
+    table of a Gather (an embedding): most of a model's bytes, and what graph rewrites
+    (fusions, shape inference) never read."""
     used: dict[str, bool] = {}
     for node in model.graph.node:
         for i, name in enumerate(node.input):

@@ -9,6 +9,8 @@ Hydra finds launchers; nothing under planner/ imports them. An executor class pr
     run(ir, outputs_dir: Path | None, overrides: list[str]) -> run record
     run_sweep(sweep: SweepPlan, sweep_dir: Path) -> sweep summary
     add_commands(subparsers, common_parser) -> None   (optional, static: its CLI commands)
+    warm_up() -> None, cool_down() -> None   (optional, static: start what a run will likely
+        need before the plan is made; stop it when another executor runs the plan)
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from planner.errors import ConfigError, UsageError
 from planner.storelayout import store_root
 
 GROUP = "modelplan.executors"
+DEFAULT_EXECUTOR = "local"  # conf/config.yaml's default
+_warmed: list[type] = []
 
 
 @dataclass
@@ -54,11 +58,29 @@ def executor_class(name: str) -> type:
     return eps[name].load()
 
 
+def warm_up(overrides: list[str]) -> None:
+    """Let the executor the overrides name (else the default) start what a run's steps will
+    likely need while the config is composed and planned; the executor that runs the plan
+    keeps or stops it. An unknown executor name is left for composing to report."""
+    names = [o.split("=", 1)[1] for o in overrides
+             if o.split("=", 1)[0].lstrip("+~") in ("executor", "executor.name") and "=" in o]
+    name = names[-1] if names else DEFAULT_EXECUTOR
+    if name not in _entry_points():
+        return
+    cls = executor_class(name)
+    if hasattr(cls, "warm_up"):
+        cls.warm_up()
+        _warmed.append(cls)
+
+
 def make_executor(config: dict[str, Any], options: RunOptions) -> Any:
     settings = {**config["executor"], **options.executor}
     root = options.store or store_root(config)
-    return executor_class(settings["name"])(root, settings, quiet=options.quiet,
-                                            debug=options.debug)
+    cls = executor_class(settings["name"])
+    for other in [c for c in _warmed if c is not cls]:
+        _warmed.remove(other)
+        other.cool_down()
+    return cls(root, settings, quiet=options.quiet, debug=options.debug)
 
 
 def run_plan(ir: dict[str, Any], outputs_dir: Path | None, overrides: list[str],

@@ -124,6 +124,9 @@ def cmd_config(args: argparse.Namespace) -> int:
 @command
 def cmd_run(args: argparse.Namespace) -> int:
     tree = config_tree(args)
+    from planner.app import warm_up
+
+    warm_up(args.overrides)  # the workers' imports overlap with composing and planning
     if args.multirun:
         return _run_sweep(args)
     from planner.compose import compose_timed

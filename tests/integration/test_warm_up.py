@@ -1,0 +1,112 @@
+"""The fork server started before the plan is made (executors/child.py warm_up): the plan keeps
+it when its steps use torch, stops it otherwise (nothing to build, or ONNX steps only, which
+must not wait for torch's imports), and a run whose config names another executor stops it."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from executors import child
+from executors.local import LocalExecutor
+from planner import app
+from planner.build import plan_for
+from planner.compose import compose
+from tests.integration.conftest import CPU_RUN
+
+
+@pytest.fixture(autouse=True)
+def no_server() -> Iterator[None]:
+    child.stop_server()
+    yield
+    child.stop_server()
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _has_torch() -> bool:
+    import sys
+
+    return "torch" in sys.modules
+
+
+def server_imported_torch() -> bool:
+    """Whether a process the fork server forks has torch imported before it runs anything."""
+    with multiprocessing.get_context("forkserver").Pool(1) as pool:
+        return pool.apply(_has_torch)
+
+
+def test_a_plan_with_torch_steps_keeps_the_warm_server() -> None:
+    child.warm_up()
+    pid = child._server_pid()
+    assert pid is not None and alive(pid)
+    child.preload(["onnx", "torch", "transformers"], start=True)
+    assert child._server_pid() == pid and alive(pid)
+    assert server_imported_torch()
+
+
+def test_a_plan_without_torch_steps_gets_a_server_without_torch() -> None:
+    child.warm_up()
+    warm = child._server_pid()
+    assert warm is not None
+    child.preload(["onnx", "onnxruntime"], start=True)
+    fresh = child._server_pid()
+    assert fresh not in (None, warm)
+    assert not alive(warm)
+    assert not server_imported_torch()
+
+
+def test_a_fully_cached_run_leaves_no_server(tmp_path: Path) -> None:
+    config = compose(list(CPU_RUN))
+    config["store"]["path"] = str(tmp_path / "store")
+    first = LocalExecutor(tmp_path / "store", quiet=True).run(plan_for(config).to_json(), None)
+    assert first["status"] == "ok", first["error"]
+    child.stop_server()
+    child.warm_up()
+    warm = child._server_pid()
+    assert warm is not None
+    cached = plan_for(config).to_json()
+    assert {s["action"] for s in cached["steps"]} <= {"cached", "elided"}
+    again = LocalExecutor(tmp_path / "store", quiet=True).run(cached, None)
+    assert again["status"] == "ok"
+    assert child._server_pid() is None and not alive(warm)
+    assert all(p.pid != warm for p in psutil.Process(os.getpid()).children(recursive=True))
+
+
+def test_warm_up_asks_the_executor_the_overrides_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    class Fake:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def warm_up(self) -> None:
+            calls.append(f"warm {self.name}")
+
+        def cool_down(self) -> None:
+            calls.append(f"cool {self.name}")
+
+        def __call__(self, *args: object, **kwargs: object) -> Fake:  # "instantiate"
+            return self
+
+    fakes = {"local": Fake("local"), "ray": Fake("ray")}
+    monkeypatch.setattr(app, "_entry_points", lambda: fakes)
+    monkeypatch.setattr(app, "executor_class", lambda name: fakes[name])
+    monkeypatch.setattr(app, "_warmed", [])
+    app.warm_up(["quant=none", "executor=ray"])
+    app.warm_up(["executor=nosuch"])  # left for composing to report
+    app.warm_up(["quant=none"])
+    assert calls == ["warm ray", "warm local"]
+    monkeypatch.setattr(app, "store_root", lambda config: Path("/nonexistent"))
+    assert app.make_executor({"executor": {"name": "ray"}}, app.RunOptions()) is fakes["ray"]
+    assert calls == ["warm ray", "warm local", "cool local"]
