@@ -7,7 +7,8 @@ forked by multiprocessing's fork server, which imports the libraries the run's h
 once (`preload`), so a process starts warm: the cost is a fork, not an interpreter start and
 its imports. Within a local run or sweep they are the run's long-lived warm workers, each
 running several steps (executors/workers.py); elsewhere (a Ray task) each step gets a fresh
-child. A fully cached run starts no server and no process.
+child. `modelplan run` starts the server before the plan is made (`warm_up`); the plan keeps
+it only if it has torch steps to run, so a fully cached run stops it and starts no worker.
 
 The process sends progress lines and then the step's outcome over a pipe: its metrics, or its
 error (a StepError's message; any other exception's type, message, errno and traceback), and
