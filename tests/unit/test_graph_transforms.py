@@ -116,3 +116,26 @@ def test_basic_fixed_point_converges_and_is_observed(tmp_path: Path) -> None:
     assert more == 0 and structure_digest(again) == structure_digest(result)
     feed = {"x": np.arange(4, dtype=np.float32)[None]}
     np.testing.assert_allclose(run(result, feed), run(model, feed), rtol=1e-6)
+
+
+def test_the_weights_graph_rewrites_leave_in_their_files_are_tables_and_matmul_weights() -> None:
+    """matmul_weights: what only feeds a MatMul/Gemm/Conv weight input or a Gather's table;
+    an initializer any other input also reads (a shape, indices, a bias) is read in."""
+    from executors.weights import matmul_weights
+
+    def init(name: str, shape: tuple[int, ...], dtype: type = np.float32) -> TensorProto:
+        return numpy_helper.from_array(np.zeros(shape, dtype), name)
+
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 3, 8])
+    inits = [init("table", (100, 8)), init("w", (8, 8)), init("shared", (8, 8)),
+             init("rows", (3,), np.int64), init("bias", (8,))]
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["emb"]),
+             helper.make_node("Gather", ["shared", "rows"], ["picked"]),  # a table...
+             helper.make_node("MatMul", ["emb", "w"], ["h"]),
+             helper.make_node("MatMul", ["h", "shared"], ["h2"]),  # ...and a weight
+             helper.make_node("Add", ["h2", "bias"], ["h3"]),
+             helper.make_node("Add", ["h3", "shared"], ["out"])]  # ...and read by an Add
+    graph = helper.make_graph(nodes, "g", [ids], [out], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert matmul_weights(model) == {"table", "w"}
