@@ -46,9 +46,8 @@ TOOL_MODULES: dict[str, tuple[str, ...]] = {
     "onnxruntime": ("onnxruntime",),
     "onnxruntime-qnn": ("onnxruntime_qnn",),
 }
+SLOW_TOOLS = ("torch",)  # seconds of imports (with transformers' modeling code)
 BASE_PRELOAD = ("executors.base",)
-# what a fresh build's heavy steps use: resolve, export, normalize, optimize, tag
-WARM_TOOLS = ("onnx", "onnxruntime", "torch", "transformers")
 _PRELOAD: set[str] = set(BASE_PRELOAD)
 _warm = False  # the running fork server was started by warm_up, before the plan was known
 _LIVE: dict[int, Any] = {}  # pid -> a running child's or worker's Process
@@ -76,25 +75,34 @@ class ChildError(Exception):
 
 
 def warm_up() -> None:
-    """Start the fork server before the plan is made, importing what a fresh build's steps use
+    """Start the fork server before the plan is made, importing what any heavy step uses
     (torch and transformers take seconds), so that those imports overlap with composing and
-    planning. The plan then decides (`preload`): a plan with torch steps keeps the server; any
-    other plan stops it, so a fully cached run leaves no process behind and a plan of ONNX
-    steps does not wait for torch. Whatever is left is stopped at exit."""
+    planning. The plan then decides (`preload`): a plan with steps using a slow tool keeps the
+    server; any other plan stops it, so a fully cached run leaves no process behind and a plan
+    of ONNX steps does not wait for torch. Whatever is left is stopped at exit. A server that
+    cannot start now (no processes or file descriptors left) is left to the plan to start."""
     global _warm
     if _server_pid() is not None:  # an earlier run in this process started one
         return
-    preload(WARM_TOOLS, start=True)
+    try:
+        preload(sorted({t for op in OPS.values() if op.has(Trait.HEAVY) for t in op.tools}),
+                start=True)
+    except OSError:
+        stop_server()
+        return
     _warm = True
     atexit.register(stop_server)
 
 
 def stop_server() -> None:
-    """Stop the fork server now, even in the middle of its imports (its workers have their own
-    processes); the next `preload(start=True)` starts a new one."""
+    """Stop the fork server now, even in the middle of its imports; the next
+    `preload(start=True)` starts a new one. Not while a worker or child runs (they die with
+    the server): then it is left to exit with this process."""
     global _warm
     from multiprocessing import forkserver
 
+    if pool is not None or _LIVE:
+        return
     _warm = False
     _PRELOAD.clear()
     _PRELOAD.update(BASE_PRELOAD)
@@ -103,7 +111,8 @@ def stop_server() -> None:
         return
     with suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    forkserver._forkserver._stop()  # the stdlib has no public stop: it closes its pipe, reaps it
+    with suppress(ChildProcessError):  # already reaped
+        forkserver._forkserver._stop()  # the stdlib has no public stop: closes its pipe, reaps it
 
 
 def _server_pid() -> int | None:
@@ -116,9 +125,9 @@ def preload(tools: Any, start: bool = False) -> None:
     """Let the fork server import what steps using `tools` need. Only calls made before the
     process's first heavy step count: the server imports once, when it starts. start: start it
     now, so that its imports overlap with what this process does before its first heavy step.
-    A server `warm_up` started is kept only if `tools` include torch."""
+    A server `warm_up` started is kept only if `tools` include a slow one."""
     global _warm
-    if _warm and "torch" not in tools:
+    if _warm and not set(SLOW_TOOLS) & set(tools):
         stop_server()
     _warm = False
     for tool in tools:

@@ -14,6 +14,7 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import onnx
 
@@ -48,19 +49,24 @@ def _unordered_digest(graph: onnx.GraphProto, bare: bool = False) -> str:
     """A graph's digest with its nodes, and each node's attributes, as sets: ORT orders them
     differently each time it writes a model with external data (a 2-cycle, ORT 1.32).
     bare: what optimization acts on only (value_info, doc strings and node metadata left out).
-    No copy of the graph is made: its parts are hashed one field at a time."""
+    No copy of the graph is made: each field is hashed by itself, its parts length-prefixed."""
     h = hashlib.sha256()
-    for name, values in (("initializer", graph.initializer),
-                         ("sparse_initializer", graph.sparse_initializer),
-                         ("input", graph.input), ("output", graph.output),
-                         ("value_info", () if bare else graph.value_info),
-                         ("quantization_annotation", graph.quantization_annotation),
-                         ("metadata_props", graph.metadata_props)):
-        h.update(f"{name}:{len(values)};".encode())
-        for value in values:
-            data = value.SerializeToString(deterministic=True)
-            h.update(len(data).to_bytes(8, "little") + data)
-    h.update(f"name:{graph.name};doc:{'' if bare else graph.doc_string};".encode())
+
+    def part(value: Any) -> None:
+        data = value.SerializeToString(deterministic=True) if hasattr(value, "SerializeToString") \
+            else str(value).encode()
+        h.update(len(data).to_bytes(8, "little") + data)
+
+    left_out = {"node"} | ({"value_info", "doc_string"} if bare else set())
+    for field, value in graph.ListFields():
+        if field.name in left_out:
+            continue
+        items = value if hasattr(value, "__len__") and not isinstance(value, (str, bytes)) \
+            else [value]
+        part(f"{field.name}:{len(items)}")
+        for item in items:
+            part(item)
+    h.update(b"node")
     for node in sorted(_canonical_node(n, bare) for n in graph.node):
         h.update(len(node).to_bytes(8, "little") + node)
     return h.hexdigest()

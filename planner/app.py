@@ -77,9 +77,9 @@ def make_executor(config: dict[str, Any], options: RunOptions) -> Any:
     settings = {**config["executor"], **options.executor}
     root = options.store or store_root(config)
     cls = executor_class(settings["name"])
-    for other in [c for c in _warmed if c is not cls]:
-        _warmed.remove(other)
+    for other in {c for c in _warmed if c is not cls}:
         other.cool_down()
+    _warmed.clear()
     return cls(root, settings, quiet=options.quiet, debug=options.debug)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import gc
+import itertools
 import json
 import sys
 import warnings
@@ -52,7 +53,8 @@ def run(ctx: StepContext) -> StepResult:
     ctx.progress(f"exporting{what} with {p['exporter']}, opset {p['opset']}")
     _export(ctx, module, args, names, outputs, path)
     model_name = type(model).__name__
-    weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    weight_bytes = sum(t.numel() * t.element_size()
+                       for t in itertools.chain(model.parameters(), model.buffers()))
     model = module = None  # the torch weights: from here on, the ONNX copy is the only one
     if weight_bytes >= COLLECT_BYTES:  # a full collection frees them now, at ~0.3 s a time
         gc.collect()

@@ -110,3 +110,19 @@ def test_warm_up_asks_the_executor_the_overrides_name(monkeypatch: pytest.Monkey
     monkeypatch.setattr(app, "store_root", lambda config: Path("/nonexistent"))
     assert app.make_executor({"executor": {"name": "ray"}}, app.RunOptions()) is fakes["ray"]
     assert calls == ["warm ray", "warm local", "cool local"]
+
+
+def test_the_default_warmed_executor_is_the_configs_default() -> None:
+    assert compose([])["executor"]["name"] == app.DEFAULT_EXECUTOR
+
+
+def test_a_server_that_cannot_start_is_left_to_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    from multiprocessing import forkserver
+
+    def no_processes_left() -> None:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(forkserver, "ensure_running", no_processes_left)
+    child.warm_up()  # no error: the run goes on without a warm server
+    assert child._server_pid() is None and not child._warm
+    assert child._PRELOAD == set(child.BASE_PRELOAD)
