@@ -53,15 +53,16 @@ def run(ctx: StepContext) -> StepResult:
     samples = Samples(specs, "verify", source=ctx.inputs.get("source"))
     feeds = samples.feeds(p["samples"])
     reference, _ = cpu_session(ref_path, ctx.cache_dir)
-    candidate = candidate_session(ctx)
     names = [o.name for o in reference.get_outputs()]
+    wanted = [reference.run(names, feed) for feed in feeds]
+    del reference  # one session at a time: two would hold a big model's weights twice
+    candidate = candidate_session(ctx)
     per_output: dict[str, list[float]] = {n: [] for n in names}
     max_abs, silent = 0.0, 0
-    for i, feed in enumerate(feeds, 1):
+    for i, (feed, want_all) in enumerate(zip(feeds, wanted, strict=True), 1):
         ctx.progress(f"  verify sample {i}/{len(feeds)}")
         valid = valid_positions(feed)
-        for name, got, want in zip(names, candidate.run(names, feed), reference.run(names, feed),
-                                   strict=True):
+        for name, got, want in zip(names, candidate.run(names, feed), want_all, strict=True):
             g, w = vectors(got, want, valid)
             per_output[name].extend(cosines(g, w).tolist())
             silent += int(np.sum(~np.any(w != 0, axis=-1)))
