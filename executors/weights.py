@@ -24,10 +24,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from planner.storelayout import WEIGHTS
+
 if TYPE_CHECKING:
     import onnx
 
-WEIGHTS = "weights"                 # an artifact's blob directory
 POOL = "blobs"                      # the store's blob pool
 THRESHOLD = 64 * 1024               # smaller tensors (shapes, biases, norms) stay in the graph
 EXTERNAL = 1                        # onnx.TensorProto.EXTERNAL

@@ -15,6 +15,7 @@ from planner.errors import StoreError
 
 MANIFEST = "manifest.json"
 RESULT = "result.json"        # a step's metrics, beside its outputs
+WEIGHTS = "weights"           # an artifact's weight blobs, beside its graph (executors/weights.py)
 QUARANTINE = "quarantine"     # corrupt or incomplete entries, moved aside for inspection
 SUBDIRS = ("tmp", "locks", "runs", "leases")
 NAME_MAX = 255                # bytes in one file name (Linux, macOS)

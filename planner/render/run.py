@@ -9,6 +9,7 @@ from typing import Any
 from planner.ops import OPS
 from planner.plan import ACTIONS, MAIN_GRAPH, graph_of
 from planner.render import modules
+from planner.storelayout import WEIGHTS
 
 MAIN_OUTPUTS = ("model.onnx", "metrics.json", "source.json")
 
@@ -65,7 +66,7 @@ def result_summary(record: dict[str, Any]) -> dict[str, Any]:
 
 def _size(model: Path) -> str:
     """The graph's size, and its weights' where they are blobs in `weights/` beside it."""
-    blobs = model.parent / "weights"
+    blobs = model.parent / WEIGHTS
     if not blobs.is_dir():
         return human_bytes(model.stat().st_size)
     return (f"{human_bytes(model.stat().st_size)} graph, weights/ "
