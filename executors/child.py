@@ -165,7 +165,7 @@ def apply_in_child(ctx: StepContext, mon: StepMonitor) -> StepResult:
     _LIVE[proc.pid] = proc
     try:
         mon.watch(proc.pid)
-        outcome = _receive(reader, proc, ctx)
+        got = outcome(reader, proc, ctx)
         proc.join()
     finally:
         if proc.exitcode is None:  # interrupted, or the parent failed: the child goes too
@@ -173,9 +173,9 @@ def apply_in_child(ctx: StepContext, mon: StepMonitor) -> StepResult:
             proc.join()
         forget(proc)
         reader.close()
-    if outcome is None:
+    if got is None:
         raise died(ctx, proc.exitcode)
-    status, payload, peak_mb = outcome
+    status, payload, peak_mb = got
     mon.report(peak_mb)
     if status == "ok":
         return result(payload)
@@ -207,11 +207,6 @@ def start_worker(name: str) -> tuple[Any, Connection]:
     return proc, ours
 
 
-def outcome(conn: Connection, proc: Any, ctx: StepContext) -> tuple | None:
-    """Relay a worker's progress lines until its step's outcome; None if it died first."""
-    return _receive(conn, proc, ctx)
-
-
 def forget(proc: Any) -> None:
     _LIVE.pop(proc.pid, None)
 
@@ -240,8 +235,9 @@ def kill_all() -> None:
             pass
 
 
-def _receive(reader: Connection, proc: Any, ctx: StepContext) -> tuple | None:
-    """Relay progress lines until the outcome arrives; None if the child died without one."""
+def outcome(reader: Connection, proc: Any, ctx: StepContext) -> tuple | None:
+    """Relay a child's or worker's progress lines until its step's outcome arrives; None if
+    it died without one."""
     while True:
         ready = wait([reader, proc.sentinel])
         if reader not in ready and not reader.poll():

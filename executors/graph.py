@@ -64,7 +64,7 @@ def longest_path_first(unique: Unique, deps: Deps) -> Callable[[str], tuple[int,
 
     for key in topological(unique, deps)[::-1]:  # sinks first: no deep recursion
         remaining(key)
-    return lambda key: (-length[key], len(unique[key]["jobs"]) * -1, key)
+    return lambda key: (-length[key], *widest_first(unique, key))
 
 
 def topological(unique: Unique, deps: Deps) -> list[str]:

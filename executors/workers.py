@@ -87,11 +87,11 @@ class Pool:
                 worker = self._new()
                 mon.watch(worker.proc.pid, worker.name)
                 worker.conn.send(child.spec(ctx))
-            outcome = child.outcome(worker.conn, worker.proc, ctx)
-            if outcome is None:
+            got = child.outcome(worker.conn, worker.proc, ctx)
+            if got is None:
                 worker.proc.join()
                 raise child.died(ctx, worker.proc.exitcode)
-            status, payload, peak_mb, rss_mb, start_mb = outcome
+            status, payload, peak_mb, rss_mb, start_mb = got
             mon.report(peak_mb)
             worker.built.add(ctx.step["key"])
             worker.tools = frozenset(ctx.op.tools)
