@@ -46,7 +46,7 @@ def run(args: list[str], store: Path, outputs: Path,
     """`modelplan run` of the checkout at `root` (this one, or --baseline's), timed whole."""
     env = {**os.environ, "PYTHONPATH": str(root)}
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "planner.cli", "run", *args, "--store",
+    out = subprocess.run([sys.executable, "-m", "planner.cli.main", "run", *args, "--store",
                           str(store), "--outputs", str(outputs), "--json", "--quiet"],
                          capture_output=True, text=True, cwd=root, env=env, check=False)
     wall = time.perf_counter() - t0

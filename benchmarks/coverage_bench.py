@@ -48,7 +48,7 @@ COMMON = ("model=tiny_random", "verify.samples=2")
 
 def run(args: list[str], store: Path, outputs: Path) -> tuple[dict[str, Any] | None, str, float]:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "planner.cli", "run", *args, "--store",
+    proc = subprocess.run([sys.executable, "-m", "planner.cli.main", "run", *args, "--store",
                            str(store), "--outputs", str(outputs), "--json", "--quiet"],
                           cwd=ROOT, capture_output=True, text=True, check=False,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})

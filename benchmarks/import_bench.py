@@ -27,7 +27,7 @@ BEGIN, END = "<!-- import:begin -->", "<!-- import:end -->"
 FAST = ("verify.samples=2", "perf.iterations=2", "perf.warmup=1")
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "planner.cli", *args], cwd=ROOT, text=True,
+    return subprocess.run([sys.executable, "-m", "planner.cli.main", *args], cwd=ROOT, text=True,
                           capture_output=True, check=False,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
 

@@ -30,7 +30,7 @@ MODULE = "perf.module=BertAttention"
 
 
 def run(args: list[str], store: Path, outputs: Path) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-m", "planner.cli", "run", *args, "--store",
+    out = subprocess.run([sys.executable, "-m", "planner.cli.main", "run", *args, "--store",
                           str(store), "--outputs", str(outputs), "--json", "--quiet"],
                          capture_output=True, text=True, cwd=ROOT, check=False)
     if out.returncode != 0:
@@ -65,8 +65,8 @@ def profile_lines(record: dict[str, Any]) -> list[str]:
 
 
 def alone_lines(record: dict[str, Any]) -> list[str]:
-    from executors import pieces
-    from executors.artifacts import MODEL, problems
+    from executors.onnx import pieces
+    from executors.onnx.artifacts import MODEL, problems
     from planner.render.modules import alone_text, by_step
 
     entry = Path(step(record, "extract")["outputs"][pieces.PIECES]).parent

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def once(store: str) -> tuple[float, dict[str, float]]:
     env = {**os.environ, "MODELPLAN_TIMINGS": "1"}
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "planner.cli", "plan", "--store", store],
+    out = subprocess.run([sys.executable, "-m", "planner.cli.main", "plan", "--store", store],
                          capture_output=True, text=True, env=env, cwd=ROOT, check=True)
     wall = time.perf_counter() - t0
     line = next(ln for ln in out.stderr.splitlines() if ln.startswith("modelplan-timings "))

@@ -55,7 +55,7 @@ def mobilenet_checkpoint(out: Path) -> Path | None:
 
 
 def build(args: list[str], store: Path, outputs: Path) -> dict[str, Any] | str:
-    proc = subprocess.run([sys.executable, "-m", "planner.cli", "run", *args, "--store",
+    proc = subprocess.run([sys.executable, "-m", "planner.cli.main", "run", *args, "--store",
                            str(store), "--outputs", str(outputs), "--json", "--quiet"],
                           cwd=ROOT, capture_output=True, text=True, check=False)
     if proc.stdout.strip().startswith("{"):

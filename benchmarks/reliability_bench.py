@@ -1,6 +1,6 @@
 """What reliability costs:
 
-1. heavy steps in another process (the run's warm worker, executors/workers.py) against the
+1. heavy steps in another process (the run's warm worker, executors/run/workers.py) against the
    same steps in the run's own process, per step, on tiny_bert (CPU) and on the default MiniLM build (QNN HTP), each
    in a fresh store;
 2. a fully cached run (tiny_bert CPU; the MiniLM build without perf, which always runs):
@@ -28,13 +28,13 @@ IN_PROCESS = ("import dataclasses, sys\n"
               "from planner import ops\n"
               "for name, op in list(ops.OPS.items()):\n"
               "    ops.OPS[name] = dataclasses.replace(op, traits=op.traits - {ops.Trait.HEAVY})\n"
-              "from planner.cli import main\n"
+              "from planner.cli.main import main\n"
               "sys.exit(main(sys.argv[1:]))\n")
 
 
 def run(args: list[str], store: Path, outputs: Path, in_process: bool = False,
         ) -> tuple[dict[str, Any], float]:
-    entry = ["-c", IN_PROCESS] if in_process else ["-m", "planner.cli"]
+    entry = ["-c", IN_PROCESS] if in_process else ["-m", "planner.cli.main"]
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, *entry, "run", *args, "--store", str(store),
                           "--outputs", str(outputs), "--json", "--quiet"],

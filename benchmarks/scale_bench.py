@@ -41,7 +41,7 @@ def make_checkpoint(name: str, out: Path, seed: int = 0) -> Path:
     MiniLM's (BERT uncased) tokenizer, in a child process (its memory goes when it ends)."""
     code = f"""
 import sys, torch, transformers
-from planner import sources
+from planner.models import sources
 torch.manual_seed({seed})
 config = transformers.BertConfig(vocab_size=30522, max_position_embeddings=512,
                                  **{SHAPES[name]!r})
@@ -61,7 +61,7 @@ def checkpoint_bytes(path: Path) -> int:
 
 def modelplan_build(ckpt: Path, store: Path, outputs: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "planner.cli", "run", "model=local_hf",
+    proc = subprocess.run([sys.executable, "-m", "planner.cli.main", "run", "model=local_hf",
                            f"model.path={ckpt}", *BUILD, "--store", str(store), "--outputs",
                            str(outputs), "--json", "--quiet"],
                           cwd=ROOT, capture_output=True, text=True, check=False)

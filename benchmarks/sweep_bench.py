@@ -43,7 +43,7 @@ RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": 
 
 def cli(*args: str) -> float:
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "planner.cli", *args], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "planner.cli.main", *args], capture_output=True,
                          text=True, cwd=ROOT, check=False, env={**os.environ, **RAY_ENV})
     if out.returncode != 0:
         sys.exit(f"modelplan {' '.join(args)} failed:\n{out.stderr[-2000:]}")
@@ -128,7 +128,7 @@ def critical_path(steps: dict[str, dict], sweep_dir: Path) -> list[dict]:
 def import_seconds() -> float:
     """A fresh interpreter importing what the fork server preloads for this sweep."""
     code = ("import time; t = time.perf_counter(); import torch, transformers.modeling_utils, "
-            "onnx, onnxruntime, onnxruntime_qnn, executors.base; "
+            "onnx, onnxruntime, onnxruntime_qnn, executors.run.wrapper; "
             "print(time.perf_counter() - t)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          check=True)

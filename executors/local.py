@@ -1,6 +1,6 @@
 """The local executor plugin (`executor=local`): runs a Plan IR's steps in this machine's
 processes against the content-addressed store (DESIGN §5); a sweep runs as one merged DAG on a
-pool of worker processes (executors/sweep.py).
+pool of worker processes (executors/run/sweep.py).
 
 It is found by name through the `modelplan.executors` entry-point group; the planner never
 imports it. It registers the `modelplan store ls|verify|gc` commands.
@@ -16,14 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executors import child, interrupts, publish, records, workers
-from executors.base import execute_step, has_implementation, premises_hold
-from executors.lease import Lease
-from executors.qnn import available_eps
-from executors.store import Store
+from executors.run import forkserver, interrupts, records, workers
+from executors.run.wrapper import execute_step, has_implementation, premises_hold
+from executors.runtime.qnn import available_eps
+from executors.store import publish
+from executors.store.content import Store
+from executors.store.lease import Lease
+from planner.core.keys import content_key
+from planner.core.ops import OPS, Trait
 from planner.errors import PlanError
-from planner.keys import content_key
-from planner.ops import OPS, Trait
 
 
 @dataclass
@@ -67,11 +68,11 @@ class LocalExecutor:
 
     @staticmethod
     def warm_up() -> None:
-        child.warm_up()
+        forkserver.warm_up()
 
     @staticmethod
     def cool_down() -> None:
-        child.preload(())  # stops a server warm_up started
+        forkserver.preload(())  # stops a server warm_up started
 
     def say(self, text: str) -> None:
         if not self.quiet:
@@ -81,11 +82,11 @@ class LocalExecutor:
     def run(self, ir: dict[str, Any], outputs_dir: Path | None,
             overrides: list[str] | None = None) -> dict[str, Any]:
         self.check_runnable(ir)
-        tools = child.heavy_tools(ir["steps"])
-        child.preload(tools, start=bool(tools))
+        tools = forkserver.heavy_tools(ir["steps"])
+        forkserver.preload(tools, start=bool(tools))
         started, t0 = time.time(), time.perf_counter()
         state = RunState()
-        with interrupts.handling(child.kill_all), Lease(self.store.root) as state.lease:
+        with interrupts.handling(forkserver.kill_all), Lease(self.store.root) as state.lease:
             state.lease.hold(s["key"] for s in ir["steps"])  # store gc keeps them
             with workers.workers():  # the plan's chain runs on one warm worker
                 steps, stop = self._steps(ir, state, outputs_dir)
@@ -178,7 +179,7 @@ class LocalExecutor:
 
     # -- a sweep -------------------------------------------------------------------------
     def run_sweep(self, sweep: Any, sweep_dir: Path) -> dict[str, Any]:
-        from executors.sweep import SweepRunner
+        from executors.run.sweep import SweepRunner
 
         for job in sweep.jobs:
             if job.ir is not None:
@@ -189,13 +190,13 @@ class LocalExecutor:
     # -- inspection ----------------------------------------------------------------------
     @staticmethod
     def inspect_hierarchy(described: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-        from executors.inspect import hierarchy_counts
+        from executors.runtime.inspect import hierarchy_counts
 
         return hierarchy_counts(described, config)
 
     # -- commands ------------------------------------------------------------------------
     @staticmethod
     def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-        from executors import store_cli
+        from executors.store import cli
 
-        store_cli.add_command(sub, common)
+        cli.add_command(sub, common)

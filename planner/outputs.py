@@ -10,9 +10,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from planner.core.ops import OPS, Trait
+from planner.core.storelayout import NAME_MAX
 from planner.errors import UsageError
-from planner.ops import OPS, Trait
-from planner.storelayout import NAME_MAX
 
 RUN_RECORD = "run.json"
 

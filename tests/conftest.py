@@ -29,5 +29,5 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
             timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """Run `modelplan ARGS` in a fresh process, as a user would."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "planner.cli", *args], capture_output=True, check=False,
+    return subprocess.run([sys.executable, "-m", "planner.cli.main", *args], capture_output=True, check=False,
                           text=True, env=full_env, cwd=cwd or ROOT, timeout=timeout)

@@ -1,5 +1,5 @@
 """Tiny random-weight checkpoints shaped like a winml-cli recipe's model (for the import tests
-and benchmarks/import_bench.py): the model type's tiny config (planner/tiny.py) with what the
+and benchmarks/import_bench.py): the model type's tiny config (planner/models/tiny.py) with what the
 recipe's input tensors fix (vocabulary, position table, image and audio geometry), and patch
 sizes that keep the sequence short, saved as transformers would save the real checkpoint."""
 
@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from planner import tasks as T
+from planner.models import tasks as T
+from planner.models.tiny import TINY, TINY_PREPROCESSOR
 from planner.recipes import winml
-from planner.tiny import TINY, TINY_PREPROCESSOR
 
 PATCH = 32
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,7 +162,7 @@ def save_checkpoint(model_type: str, task: str, model_class: str | None,
     import torch
     import transformers
 
-    from executors.preprocessors import write_preprocessor
+    from executors.runtime.preprocessors import write_preprocessor
 
     fields, hints = tiny_config(model_type, recipes)
     config = transformers.AutoConfig.for_model(model_type, **fields)

@@ -21,12 +21,12 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Self
 
-from executors.base import has_implementation
 from executors.ray import tasks
-from executors.store import Store
-from planner import resources
+from executors.run.wrapper import has_implementation
+from executors.store.content import Store
+from planner.core import resources
+from planner.core.resources import Request
 from planner.errors import ConfigError, PlanError, StoreError
-from planner.resources import Request
 
 # A Ray of the run's own: Ray binds to 127.0.0.1 only when it is told it has no cluster to join.
 LOCAL_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}

@@ -1,4 +1,4 @@
-"""Run a merged DAG (executors/graph.py) on Ray: one task per unique key, its inputs passed
+"""Run a merged DAG (executors/run/stepdag.py) on Ray: one task per unique key, its inputs passed
 as the object refs of the tasks that build them, so Ray starts each step when its inputs are
 done, on a node that has what the step asks for. Measurements (perf) are submitted once every
 build is done, each on a whole node.
@@ -16,11 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from executors import graph
 from executors.ray import tasks
 from executors.ray.cluster import Cluster
-from executors.store import Store
-from planner import resources
+from executors.run import stepdag
+from executors.store.content import Store
+from planner.core import resources
 
 CANCEL_GRACE_S = 10.0   # a cancelled step gets this long to remove its build dir itself
 
@@ -33,11 +33,11 @@ class RayDag:
         self.remote = self.ray.remote(tasks.run_step)
         self.submitted: dict[str, Any] = {}   # key -> object ref
 
-    def run(self, unique: graph.Unique, deps: graph.Deps,
+    def run(self, unique: stepdag.Unique, deps: stepdag.Deps,
             out_dir: Callable[[str], Path | None]) -> dict[str, dict[str, Any]]:
-        """Every unique key's outcome (see executors/graph.py), with `node` and `ended`."""
-        order = graph.topological(unique, deps)
-        builds = [k for k in order if not graph.measures(unique[k]["step"])]
+        """Every unique key's outcome (see executors/run/stepdag.py), with `node` and `ended`."""
+        order = stepdag.topological(unique, deps)
+        builds = [k for k in order if not stepdag.measures(unique[k]["step"])]
         outcomes: dict[str, dict[str, Any]] = {}
         try:
             for key in builds:
@@ -49,7 +49,7 @@ class RayDag:
                 self._submit(key, unique[key]["step"], deps[key], out_dir(key), turn)
             self._collect(runnable, unique, deps, outcomes)
             for key in measures:
-                outcomes.setdefault(key, {**graph.SKIPPED, "ended": time.time()})
+                outcomes.setdefault(key, {**stepdag.SKIPPED, "ended": time.time()})
         except BaseException:
             self._cancel()
             raise
@@ -69,7 +69,7 @@ class RayDag:
                  self.settings["step_retries"], roles, *[self.submitted[dep_keys[r]] for r in roles])
 
     # -- collecting ----------------------------------------------------------------------
-    def _collect(self, keys: list[str], unique: graph.Unique, deps: graph.Deps,
+    def _collect(self, keys: list[str], unique: stepdag.Unique, deps: stepdag.Deps,
                  outcomes: dict[str, dict[str, Any]]) -> None:
         """Outcomes as tasks finish, inputs before the steps that read them."""
         pending = [self.submitted[k] for k in keys]
@@ -82,7 +82,7 @@ class RayDag:
                                  "ended": time.time()}
                 self._report(unique[key]["step"], outcomes[key], len(outcomes), len(unique))
 
-    def _outcome(self, key: str, ref: Any, step: dict[str, Any], deps: graph.Deps,
+    def _outcome(self, key: str, ref: Any, step: dict[str, Any], deps: stepdag.Deps,
                  outcomes: dict[str, dict[str, Any]]) -> dict[str, Any]:
         from ray import exceptions as rx
 
@@ -90,11 +90,11 @@ class RayDag:
             return self.ray.get(ref)
         except rx.RayError as exc:
             if not self._inputs_ok(key, deps, outcomes):
-                return dict(graph.SKIPPED)  # Ray passed an input's failure on
+                return dict(stepdag.SKIPPED)  # Ray passed an input's failure on
             return {"status": "failed", "action": "run", "error": self._describe(step, exc)}
 
     @staticmethod
-    def _inputs_ok(key: str, deps: graph.Deps, outcomes: dict[str, dict[str, Any]]) -> bool:
+    def _inputs_ok(key: str, deps: stepdag.Deps, outcomes: dict[str, dict[str, Any]]) -> bool:
         return all(outcomes.get(d, {}).get("status") == "ok" for d in deps[key].values())
 
     def _describe(self, step: dict[str, Any], exc: Exception) -> str:

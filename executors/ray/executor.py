@@ -1,9 +1,9 @@
 """The Ray executor plugin (`executor=ray`, from modelplan[ray]): the same plan, the same
 step wrapper and the same content-addressed store as the local executor, with each unique
-step a Ray task placed by the resources it asks for (planner/resources.py).
+step a Ray task placed by the resources it asks for (planner/core/resources.py).
 
 `run` is one plan as a merged DAG of one job; `run_sweep` is every job's plan merged (the
-sweep runner of executors/sweep.py, with Ray as its scheduler). If a proof fails on a real
+sweep runner of executors/run/sweep.py, with Ray as its scheduler). If a proof fails on a real
 input, that plan re-keys what follows it step by step (the local executor's sequential run,
 each step still a Ray task).
 """
@@ -18,14 +18,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from executors import graph
 from executors.local import LocalExecutor, check_runnable
 from executors.ray import tasks
 from executors.ray.cluster import Cluster
 from executors.ray.dag import CANCEL_GRACE_S, RayDag
-from executors.store import Store
-from executors.sweep import SweepRunner, job_record
-from planner import resources
+from executors.run import stepdag
+from executors.run.sweep import SweepRunner, job_record
+from executors.store.content import Store
+from planner.core import resources
 
 DEFAULTS = {"address": None, "num_cpus": None, "retries": 3, "step_retries": 0, "resources": {}}
 
@@ -66,9 +66,9 @@ class RayExecutor:
             overrides: list[str] | None = None) -> dict[str, Any]:
         with self.session([ir]) as cluster:
             started = time.time()
-            unique, ids = graph.single(ir)
+            unique, ids = stepdag.single(ir)
             dag = RayDag(cluster, self.store, self.options, self.say)
-            outcomes = dag.run(unique, graph.dependencies(unique, ids), lambda _k: outputs_dir)
+            outcomes = dag.run(unique, stepdag.dependencies(unique, ids), lambda _k: outputs_dir)
             if any(o["status"] == "unelided" for o in outcomes.values()):
                 self.say("a proof did not hold on the real input: re-keying this plan's steps")
                 return _Sequential(self, cluster).run(ir, outputs_dir, overrides)
@@ -93,7 +93,7 @@ class _RaySweep(SweepRunner):
         super().__init__(executor)  # type: ignore[arg-type]
         self.cluster = cluster
 
-    def run_dag(self, unique: graph.Unique, deps: graph.Deps,
+    def run_dag(self, unique: stepdag.Unique, deps: stepdag.Deps,
                 sweep_dir: Path) -> dict[str, dict]:
         dag = RayDag(self.cluster, self.store, self.executor.options, self.say)
         return dag.run(unique, deps, lambda key: sweep_dir / ".shared" / key[:12])

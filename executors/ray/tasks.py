@@ -2,7 +2,7 @@
 the shared store), and the probe every node answers before a run starts.
 
 These are plain functions; the driver wraps them with `ray.remote(...).options(...)` per step,
-so each step asks for its own resources (planner/resources.py).
+so each step asks for its own resources (planner/core/resources.py).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from executors import graph
-from executors.base import execute_step
-from executors.qnn import available_eps
-from executors.store import Store
+from executors.run import stepdag
+from executors.run.wrapper import execute_step
+from executors.runtime.qnn import available_eps
+from executors.store.content import Store
 
 
 def node_identity() -> dict[str, str]:
@@ -30,7 +30,7 @@ def run_step(store_root: str, step: dict[str, Any], key: str, out_dir: str | Non
     order; Ray hands them over once those tasks are done (the DAG's edges are Ray's)."""
     by_role = dict(zip(roles, inputs, strict=True))
     where = Path(out_dir) if out_dir else None
-    return _retried(lambda: graph.unique_step(Store(Path(store_root)), step, key, by_role,
+    return _retried(lambda: stepdag.unique_step(Store(Path(store_root)), step, key, by_role,
                                               where), step_retries)
 
 

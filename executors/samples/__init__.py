@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from executors.artifacts import SOURCE, load, model_meta
+from executors.onnx.artifacts import SOURCE, load, model_meta
 from executors.samples import media, text
 
 DTYPES = {"int64": np.int64, "int32": np.int32, "float32": np.float32, "float16": np.float16,

@@ -122,7 +122,7 @@ def decoder_feeds(wanted: dict[str, dict[str, Any]], n: int, split: str, source:
     (computed with the torch model: what the exported encoder gives, before quantization)."""
     import torch
 
-    from executors import torchmodel
+    from executors.runtime import torchmodel
     from executors.samples import media
 
     ids_spec, states_spec = wanted["decoder_ids"], wanted["encoder_hidden_states"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-from executors.artifacts import MODEL
-from executors.base import StepContext, StepResult
+from executors.onnx.artifacts import MODEL
+from executors.run.wrapper import StepContext, StepResult
 from executors.samples import io_specs
-from executors.weights import WEIGHTS, link_or_copy
+from executors.store.weights import WEIGHTS, link_or_copy
 
 
 def run(ctx: StepContext) -> StepResult:

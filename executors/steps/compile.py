@@ -13,10 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from executors import pieces, qnn
-from executors.artifacts import MODEL, load, save, set_meta
-from executors.base import StepContext, StepResult
-from executors.breakdown import write_node_tags
+from executors.onnx import pieces
+from executors.onnx.artifacts import MODEL, load, save, set_meta
+from executors.run.wrapper import StepContext, StepResult
+from executors.runtime import qnn
+from executors.runtime.breakdown import write_node_tags
 from executors.samples import batches, io_specs
 
 

@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from executors import hierarchy, torchmodel
-from executors.artifacts import MODEL, REPORT, SIDECAR, clear_node_meta, load, save, set_meta
-from executors.base import StepContext, StepResult
+from executors.onnx import hierarchy
+from executors.onnx.artifacts import MODEL, REPORT, SIDECAR, clear_node_meta, load, save, set_meta
+from executors.run.wrapper import StepContext, StepResult
+from executors.runtime import torchmodel
 from executors.samples import Samples
-from planner.compose import did_you_mean
+from planner.config.compose import did_you_mean
 
 TOLERANCE = 1e-4
 COLLECT_BYTES = 256 * 2**20  # weights from which export collects garbage to free them at once

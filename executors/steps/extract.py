@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import onnx
 
-from executors import pieces, subgraph
-from executors.artifacts import MODEL, SIDECAR, load, save
-from executors.base import StepContext, StepResult
-from executors.hierarchy import prefixes
+from executors.onnx import pieces, subgraph
+from executors.onnx.artifacts import MODEL, SIDECAR, load, save
+from executors.onnx.hierarchy import prefixes
+from executors.run.wrapper import StepContext, StepResult
 from executors.samples import batches, io_specs
-from planner.compose import did_you_mean
+from planner.config.compose import did_you_mean
 
 
 def run(ctx: StepContext) -> StepResult:

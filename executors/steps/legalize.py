@@ -1,4 +1,4 @@
-"""legalize{target}: rewrite what QNN HTP rejects or computes wrongly (executors/htp_rewrites.py:
+"""legalize{target}: rewrite what QNN HTP rejects or computes wrongly (executors/onnx/htp_rewrites.py:
 mask constants floored, Wheres made arithmetic, the Erf GELU folded, ReduceL2 and Einsum
 replaced, shared weights unshared, batch-1 constants tiled), then check nothing it rejects
 is left. The fp32 outputs on real (non-padding) tokens must not change."""
@@ -10,13 +10,13 @@ from typing import Any
 import numpy as np
 import onnx
 
-from executors import htp_rewrites
-from executors.artifacts import MODEL, load, save
-from executors.base import StepContext, StepResult
+from executors.onnx import htp_rewrites
+from executors.onnx.artifacts import MODEL, load, save
+from executors.run.wrapper import StepContext, StepResult
 from executors.samples import batches, io_specs, valid_positions
 
 TOLERANCE = 1e-4
-HTP_TARGETS = ("qnn_htp",)  # targets whose backend needs executors/htp_rewrites.py
+HTP_TARGETS = ("qnn_htp",)  # targets whose backend needs executors/onnx/htp_rewrites.py
 
 
 def violations(model: onnx.ModelProto, target: str) -> list[str]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import shutil
 
-from executors.artifacts import MODEL, load
-from executors.base import StepContext, StepResult
-from executors.ortopt import basic_fixed_point, save_fixed_point
+from executors.onnx.artifacts import MODEL, load
+from executors.onnx.ortopt import basic_fixed_point, save_fixed_point
+from executors.run.wrapper import StepContext, StepResult
 
 
 def run(ctx: StepContext) -> StepResult:

@@ -1,19 +1,18 @@
 """optimize{flags}: the normalize fixed point, the named ONNX Runtime transformer fusions, then
 the normalize fixed point again. Normalizing first is what the op declares it prepares on its
-input (planner/ops.py), so a normalize step before it is elided (absorbed-elision); on an
+input (planner/core/ops.py), so a normalize step before it is elided (absorbed-elision); on an
 already normalized input the first fixed point costs one pass that changes nothing.
 
 matmul_add is ORT's MatMulAddFusion, part of the basic level, so normalize already applies it
-(executors/ortopt.py holds the fusions and what each creates)."""
+(executors/onnx/ortopt.py holds the fusions and what each creates)."""
 
 from __future__ import annotations
 
 import shutil
 from collections import Counter
 
-from executors.artifacts import MODEL, load
-from executors.base import StepContext, StepResult
-from executors.ortopt import (
+from executors.onnx.artifacts import MODEL, load
+from executors.onnx.ortopt import (
     FUSED_OPS,
     FUSION_OPTION,
     basic_fixed_point,
@@ -21,8 +20,9 @@ from executors.ortopt import (
     needs_weights,
     save_fixed_point,
 )
-from executors.weights import internalize, matmul_weights
-from planner.ops import FUSIONS
+from executors.run.wrapper import StepContext, StepResult
+from executors.store.weights import internalize, matmul_weights
+from planner.core.ops import FUSIONS
 
 SHOWN = sorted({kind for kinds in FUSED_OPS.values() for kind in kinds})
 

@@ -1,5 +1,5 @@
 """perf: session time, latency (median, p90) after warm-up, the EP each node ran on, and where
-the time goes per module (executors/profiling.py). A set of pieces (perf.module) is timed
+the time goes per module (executors/runtime/profiling.py). A set of pieces (perf.module) is timed
 piece by piece, each alone on the inputs it had in the whole model: one row per module."""
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from executors import pieces, qnn
-from executors.artifacts import METRICS, MODEL
-from executors.base import StepContext, StepResult
-from executors.hierarchy import depth
-from executors.profiling import profile
+from executors.onnx import pieces
+from executors.onnx.artifacts import METRICS, MODEL
+from executors.onnx.hierarchy import depth
+from executors.run.wrapper import StepContext, StepResult
+from executors.runtime import qnn
+from executors.runtime.profiling import profile
+from executors.runtime.session_cache import cpu_session
 from executors.samples import batches, io_specs
-from executors.session_cache import cpu_session
 
 
 def _session(ctx: StepContext, path: Path) -> tuple[Any, str]:

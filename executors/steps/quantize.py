@@ -10,10 +10,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from executors.artifacts import MODEL, load, save
-from executors.base import StepContext, StepResult
+from executors.onnx.artifacts import MODEL, load, save
+from executors.run.wrapper import StepContext, StepResult
 from executors.samples import Samples, io_specs
-from executors.weights import THRESHOLD, internalize
+from executors.store.weights import THRESHOLD, internalize
 
 OPSET_16BIT = 21  # QuantizeLinear with 16-bit types
 

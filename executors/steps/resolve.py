@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from executors.artifacts import SOURCE
-from executors.base import StepContext, StepResult
-from planner import sources
+from executors.onnx.artifacts import SOURCE
+from executors.run.wrapper import StepContext, StepResult
+from planner.models import sources
 
 TOKEN_IDS = {"pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
              "sep_token_id", "cls_token_id"}
@@ -57,8 +57,8 @@ def _random_init(ctx: StepContext) -> Path:
     import torch
     import transformers
 
-    from executors import torchmodel
-    from executors.preprocessors import settle_batchnorm, write_preprocessor
+    from executors.runtime import torchmodel
+    from executors.runtime.preprocessors import settle_batchnorm, write_preprocessor
 
     ri = ctx.params["random_init"]
     if ri["model_type"] not in transformers.CONFIG_MAPPING:
@@ -105,7 +105,7 @@ def tower_config(cls: type, config: object) -> object:
 
 
 def _onnx_file(ctx: StepContext) -> StepResult:
-    from executors.artifacts import MODEL, load, save
+    from executors.onnx.artifacts import MODEL, load, save
 
     src = Path(ctx.params["path"])
     digest = sources.DigestMemo(None).tree_digest(src)

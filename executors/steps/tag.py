@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from executors import hierarchy
-from executors.artifacts import DEPTH_KEY, MODEL, SIDECAR, TAG_KEY, load, save, set_meta
-from executors.base import StepContext, StepResult
+from executors.onnx import hierarchy
+from executors.onnx.artifacts import DEPTH_KEY, MODEL, SIDECAR, TAG_KEY, load, save, set_meta
+from executors.run.wrapper import StepContext, StepResult
 
 
 def run(ctx: StepContext) -> StepResult:

@@ -7,11 +7,11 @@ import json
 
 import numpy as np
 
-from executors import qnn
-from executors.artifacts import METRICS
-from executors.base import StepContext, StepResult
+from executors.onnx.artifacts import METRICS
+from executors.run.wrapper import StepContext, StepResult
+from executors.runtime import qnn
+from executors.runtime.session_cache import cpu_session
 from executors.samples import Samples, io_specs, valid_positions
-from executors.session_cache import cpu_session
 
 HINT = ("use quant=w8a16_pc (w8a16 per-channel keeps transformers accurate), or lower "
         "verify.threshold if this accuracy is acceptable")

@@ -41,9 +41,9 @@ class ModelplanLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
-        from planner.app import RunOptions, run_sweep
-        from planner.conftree import from_hydra
-        from planner.sweep import plan_jobs
+        from planner.cli.app import RunOptions, run_sweep
+        from planner.config.conftree import from_hydra
+        from planner.core.sweep import plan_jobs
 
         assert self.config is not None
         sweep_dir = Path(self.config.hydra.sweep.dir).resolve()

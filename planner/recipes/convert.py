@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.ops import bits
+from planner.core.ops import bits
 from planner.recipes.draft import Context, Draft
 from planner.recipes.export import map_export
 from planner.recipes.layout import RecipeFile, config_name

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from planner import tasks as T
+from planner.models import tasks as T
 from planner.recipes import winml
 from planner.recipes.draft import Context
 from planner.recipes.layout import RecipeFile, model_id_from_folder
@@ -78,7 +78,7 @@ def _model_type(cx: Context, name: object) -> str:
     base, tower = winml.TYPE_ALIASES.get(name, (name, ""))
     mt = T.MODEL_TYPES.get(base)
     if mt is None:
-        note = (f"{base!r} is not in modelplan's catalogue (planner/tasks.py): it plans only if "
+        note = (f"{base!r} is not in modelplan's catalogue (planner/models/tasks.py): it plans only if "
                 "its config.json shows text, image or audio inputs modelplan derives")
     else:
         note = f"modelplan reads the type from config.json ({base}: {mt.modality})"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.ops import FUSIONS
+from planner.core.ops import FUSIONS
 from planner.recipes import winml
 from planner.recipes.draft import Context, Draft
 from planner.recipes.ledger import BadField

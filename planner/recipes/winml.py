@@ -77,7 +77,7 @@ CAPABILITIES = frozenset({
     "remove_isnan_in_attention_mask", "untie_constant_batched_matmul",
 })
 
-# winml-cli capabilities that are modelplan's legalize rewrites (executors/htp_rewrites.py).
+# winml-cli capabilities that are modelplan's legalize rewrites (executors/onnx/htp_rewrites.py).
 LEGALIZE = {
     "clamp_constant_values": "floors -inf/float-min mask constants (to -100)",
     "remove_isnan_in_attention_mask": "drops the IsNaN guards of attention masks",

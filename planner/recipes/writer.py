@@ -77,9 +77,9 @@ def _generated(path: Path) -> bool:
 def check(tree_dir: Path, name: str) -> dict[str, Any]:
     """Compose `name` from `tree_dir` on the packaged groups and validate it, as `modelplan
     plan` would; the composed config."""
-    from planner.compose import compose
-    from planner.conftree import ConfigTree
-    from planner.validate import check_config
+    from planner.config.compose import compose
+    from planner.config.conftree import ConfigTree
+    from planner.config.validate import check_config
 
     config = compose([], ConfigTree((tree_dir.resolve(),), name))
     check_config(config)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.plan import ACTIONS
+from planner.core.plan import ACTIONS
 
 MARK = dict(zip(ACTIONS, "+=-", strict=True))  # run, cached, elided
 GROUP_KEYS = ("model", "optim", "quant", "target", "verify", "perf")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner import resources
-from planner.ops import OPS
+from planner.core import resources
+from planner.core.ops import OPS
 from planner.render import origin
 from planner.render.common import (
     headline,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner import diff as plan_diff
 from planner.render import mermaid
 from planner.render.common import SYMBOLIC
+from planner.review import diff as plan_diff
 
 
 def title(data: dict[str, Any]) -> str:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from planner.ops import OPS
-from planner.plan import ACTIONS, MAIN_GRAPH, graph_of
+from planner.core.ops import OPS
+from planner.core.plan import ACTIONS, MAIN_GRAPH, graph_of
+from planner.core.storelayout import WEIGHTS
 from planner.render import modules
-from planner.storelayout import WEIGHTS
 
 MAIN_OUTPUTS = ("model.onnx", "metrics.json", "source.json")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner import resources
+from planner.core import resources
 from planner.render import origin
 from planner.render.common import (
     MARK,

@@ -13,8 +13,8 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
+from planner.core.plan import Plan, Rewrite
 from planner.errors import InternalError, PlanError
-from planner.plan import Plan, Rewrite
 
 MAX_ROUNDS = 100
 

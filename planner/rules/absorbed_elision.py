@@ -6,9 +6,9 @@ normalize step before it is redundant: the fixed point it reaches is the one opt
 
 from __future__ import annotations
 
-from planner import facts as F
-from planner.ops import Trait
-from planner.plan import Plan, Rewrite, Step
+from planner.core import facts as F
+from planner.core.ops import Trait
+from planner.core.plan import Plan, Rewrite, Step
 from planner.rules.idempotent_elision import label
 
 NAME = "absorbed-elision"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from planner.plan import Plan, Rewrite
+from planner.core.plan import Plan, Rewrite
 
 NAME = "dead-step"
 ORDER = 40

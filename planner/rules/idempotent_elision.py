@@ -3,9 +3,9 @@ the identity there, so it is elided and its consumers read its input."""
 
 from __future__ import annotations
 
-from planner import facts as F
-from planner.ops import Trait
-from planner.plan import Plan, Rewrite, Step
+from planner.core import facts as F
+from planner.core.ops import Trait
+from planner.core.plan import Plan, Rewrite, Step
 
 NAME = "idempotent-elision"
 ORDER = 10

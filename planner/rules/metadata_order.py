@@ -3,8 +3,8 @@ chain that drops node metadata, so the tags reach the deliverable."""
 
 from __future__ import annotations
 
-from planner.ops import Trait
-from planner.plan import Plan, Rewrite
+from planner.core.ops import Trait
+from planner.core.plan import Plan, Rewrite
 
 NAME = "metadata-order"
 ORDER = 20

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner import facts as F
-from planner.plan import Plan, Rewrite
+from planner.core import facts as F
+from planner.core.plan import Plan, Rewrite
 
 NAME = "reject"
 ORDER = 90

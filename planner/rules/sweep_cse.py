@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.plan import Rewrite
+from planner.core.plan import Rewrite
 
 NAME = "sweep-CSE"
 ORDER = 10

@@ -3,9 +3,9 @@ for QNN HTP) gets the legalizing op inserted after the last step that can undo l
 
 from __future__ import annotations
 
-from planner import facts as F
-from planner.ops import OPS, Op, Param, Trait
-from planner.plan import Plan, Rewrite, Step
+from planner.core import facts as F
+from planner.core.ops import OPS, Op, Param, Trait
+from planner.core.plan import Plan, Rewrite, Step
 
 NAME = "target-legalize"
 ORDER = 30

@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 def start(*args: str, store: Path, outputs: Path | None = None) -> subprocess.Popen[str]:
     """`modelplan run ARGS --store STORE [--outputs OUTPUTS] --json`, started."""
     extra = ["--outputs", str(outputs)] if outputs is not None else []
-    return subprocess.Popen([sys.executable, "-m", "planner.cli", "run", *args, "--store",
+    return subprocess.Popen([sys.executable, "-m", "planner.cli.main", "run", *args, "--store",
                              str(store), *extra, "--json"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

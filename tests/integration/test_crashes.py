@@ -38,7 +38,7 @@ def test_a_step_killed_by_a_signal_is_reported_and_the_rerun_is_clean(tmp_path: 
 
 def test_a_crash_in_one_sweep_job_leaves_the_others_running(tmp_path: Path) -> None:
     store, sweep_dir = tmp_path / "store", tmp_path / "sweep"
-    run = subprocess.Popen([sys.executable, "-m", "planner.cli", "run", "-m", *SWEEP, "-j", "1",
+    run = subprocess.Popen([sys.executable, "-m", "planner.cli.main", "run", "-m", *SWEEP, "-j", "1",
                             "--store", str(store), "--sweep-dir", str(sweep_dir), "--json"],
                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     step_process(run, "export").send_signal(signal.SIGKILL)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from planner.storelayout import entry_complete
+from planner.core.storelayout import entry_complete
 from tests.conftest import run_cli
 from tests.integration.conftest import CPU_RUN, run_json, step
 from tests.integration.processes import assert_clean, start, step_process

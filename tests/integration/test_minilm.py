@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from executors import pieces
-from executors.artifacts import MODEL, problems
+from executors.onnx import pieces
+from executors.onnx.artifacts import MODEL, problems
 from tests.integration.conftest import run_json, step
 
 

@@ -16,8 +16,8 @@ import onnxruntime as ort
 import pytest
 
 import schemas
-from executors import pieces
-from executors.artifacts import MODEL, load, problems
+from executors.onnx import pieces
+from executors.onnx.artifacts import MODEL, load, problems
 from executors.samples import batches, io_specs
 from tests.conftest import run_cli
 from tests.integration.conftest import built, run_json, step

@@ -11,8 +11,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from executors import qnn
-from executors.artifacts import TAG_KEY, problems
+from executors.onnx.artifacts import TAG_KEY, problems
+from executors.runtime import qnn
 from tests.conftest import run_cli
 from tests.integration.conftest import built, run_json, step
 

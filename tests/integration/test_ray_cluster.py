@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from planner.ops import OPS, Trait
+from planner.core.ops import OPS, Trait
 from tests.conftest import ROOT
 from tests.integration.raycluster import TwoNodes, ray_env
 from tests.integration.test_qnn import QNN_RUN
@@ -45,7 +45,7 @@ def in_cluster(nodes: TwoNodes, *args: str) -> subprocess.CompletedProcess[str]:
 
 def ray_run(nodes: TwoNodes, store: Path, outputs: Path, *extra: str,
             address: str | None = None) -> subprocess.CompletedProcess[str]:
-    return in_cluster(nodes, "-m", "planner.cli", "run", *QNN_RUN, "executor=ray",
+    return in_cluster(nodes, "-m", "planner.cli.main", "run", *QNN_RUN, "executor=ray",
                       f"executor.address={address or nodes.address}", *extra, "--store",
                       str(store), "--outputs", str(outputs), "--json")
 
@@ -103,7 +103,7 @@ def test_ctrl_c_cancels_the_tasks_and_leaves_the_store_clean(tmp_path: Path) -> 
     as from a terminal, while a step is mid-build."""
     store = tmp_path / "store"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "planner.cli", "run", *QNN_RUN, "executor=ray", "--store",
+        [sys.executable, "-m", "planner.cli.main", "run", *QNN_RUN, "executor=ray", "--store",
          str(store), "--outputs", str(tmp_path / "out")],
         cwd=ROOT, env={**os.environ, **ray_env()}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, start_new_session=True)

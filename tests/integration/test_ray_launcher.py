@@ -23,7 +23,7 @@ def test_hydra_ray_launcher_runs_jobs_as_ray_tasks_sharing_the_store(tmp_path: P
     store, temp = tmp_path / "store", short_tmp("mpray-")
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "planner.hydra_app", "-m", "model=tiny_bert", "quant=none",
+            [sys.executable, "-m", "planner.cli.hydra_app", "-m", "model=tiny_bert", "quant=none",
              "target=cpu", "verify=none", "perf=none", "export.shapes.sequence_length=16,32",
              "hydra/launcher=ray", f"store.path={store}",
              f"hydra.sweep.dir={tmp_path / 'multirun'}",

@@ -19,12 +19,12 @@ import onnx
 import psutil
 import pytest
 
-from executors.artifacts import FACTS_KEY
-from executors.store import Store
-from planner.app import RunOptions, run_plan, run_sweep
-from planner.build import plan_from_overrides
-from planner.ops import OPS, Trait
-from planner.sweep import plan_sweep
+from executors.onnx.artifacts import FACTS_KEY
+from executors.store.content import Store
+from planner.cli.app import RunOptions, run_plan, run_sweep
+from planner.core.ops import OPS, Trait
+from planner.core.sweep import plan_sweep
+from planner.planning import plan_from_overrides
 from tests.conftest import run_cli
 from tests.integration.conftest import CPU_RUN, built, step
 from tests.integration.raycluster import local_ray_env, short_tmp

@@ -12,7 +12,7 @@ import onnx
 import onnxruntime as ort
 
 import schemas
-from executors.artifacts import FACTS_KEY, TAG_KEY, problems
+from executors.onnx.artifacts import FACTS_KEY, TAG_KEY, problems
 from tests.conftest import run_cli
 from tests.integration.conftest import CPU_RUN, run_json, step
 

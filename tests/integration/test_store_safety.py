@@ -16,14 +16,14 @@ from typing import Any
 
 import onnx
 
-from executors.artifacts import FACTS_KEY
-from executors.store import file_sha256, file_stamp
+from executors.onnx.artifacts import FACTS_KEY
+from executors.store.content import file_sha256, file_stamp
 from tests.conftest import ROOT, run_cli
 from tests.integration.conftest import CPU_RUN, run_json, step
 
 
 def start_run(store: Path, outputs: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "planner.cli", "run", *CPU_RUN, *extra,
+    return subprocess.Popen([sys.executable, "-m", "planner.cli.main", "run", *CPU_RUN, *extra,
                              "--store", str(store), "--outputs", str(outputs), "--json"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

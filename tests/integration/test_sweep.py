@@ -83,7 +83,7 @@ def test_cached_rerun_and_one_failing_job(sweep: dict[str, Any], tmp_path: Path)
 
 def _job(launcher: str, store: Path, sweep_dir: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "planner.hydra_app", "-m", "model=tiny_bert", "quant=none",
+        [sys.executable, "-m", "planner.cli.hydra_app", "-m", "model=tiny_bert", "quant=none",
          "target=cpu", "verify=none", "perf=none", "export.shapes.sequence_length=16,32",
          f"hydra/launcher={launcher}", f"store.path={store}", f"hydra.sweep.dir={sweep_dir}"],
         capture_output=True, text=True, cwd=ROOT, timeout=900, check=False)
@@ -114,7 +114,7 @@ def test_modelplan_launcher_with_a_user_config_dir(tmp_path: Path) -> None:
     conf = write_team_conf(tmp_path)
     store = tmp_path / "store"
     result = subprocess.run(
-        [sys.executable, "-m", "planner.hydra_app", "-m", "--config-dir", str(conf),
+        [sys.executable, "-m", "planner.cli.hydra_app", "-m", "--config-dir", str(conf),
          "model=our_plain,our_model", "quant=none", "target=cpu", "verify=none", "perf=none",
          "export.shapes.sequence_length=16", "hydra/launcher=modelplan", f"store.path={store}",
          f"hydra.sweep.dir={tmp_path / 'multirun'}"],

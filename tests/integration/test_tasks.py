@@ -12,7 +12,7 @@ from typing import Any
 import onnx
 import pytest
 
-from executors.artifacts import TAG_KEY
+from executors.onnx.artifacts import TAG_KEY
 from tests.conftest import run_cli
 from tests.integration.conftest import run_json, step
 

@@ -1,4 +1,4 @@
-"""The fork server started before the plan is made (executors/child.py warm_up): the plan keeps
+"""The fork server started before the plan is made (executors/run/forkserver.py warm_up): the plan keeps
 it when its steps use torch, stops it otherwise (nothing to build, or ONNX steps only, which
 must not wait for torch's imports), and a run whose config names another executor stops it."""
 
@@ -12,19 +12,19 @@ from pathlib import Path
 import psutil
 import pytest
 
-from executors import child
 from executors.local import LocalExecutor
-from planner import app
-from planner.build import plan_for
-from planner.compose import compose
+from executors.run import forkserver
+from planner.cli import app
+from planner.config.compose import compose
+from planner.planning import plan_for
 from tests.integration.conftest import CPU_RUN
 
 
 @pytest.fixture(autouse=True)
 def no_server() -> Iterator[None]:
-    child.stop_server()
+    forkserver.stop_server()
     yield
-    child.stop_server()
+    forkserver.stop_server()
 
 
 def alive(pid: int) -> bool:
@@ -47,20 +47,20 @@ def server_imported_torch() -> bool:
 
 
 def test_a_plan_with_torch_steps_keeps_the_warm_server() -> None:
-    child.warm_up()
-    pid = child._server_pid()
+    forkserver.warm_up()
+    pid = forkserver._server_pid()
     assert pid is not None and alive(pid)
-    child.preload(["onnx", "torch", "transformers"], start=True)
-    assert child._server_pid() == pid and alive(pid)
+    forkserver.preload(["onnx", "torch", "transformers"], start=True)
+    assert forkserver._server_pid() == pid and alive(pid)
     assert server_imported_torch()
 
 
 def test_a_plan_without_torch_steps_gets_a_server_without_torch() -> None:
-    child.warm_up()
-    warm = child._server_pid()
+    forkserver.warm_up()
+    warm = forkserver._server_pid()
     assert warm is not None
-    child.preload(["onnx", "onnxruntime"], start=True)
-    fresh = child._server_pid()
+    forkserver.preload(["onnx", "onnxruntime"], start=True)
+    fresh = forkserver._server_pid()
     assert fresh not in (None, warm)
     assert not alive(warm)
     assert not server_imported_torch()
@@ -71,15 +71,15 @@ def test_a_fully_cached_run_leaves_no_server(tmp_path: Path) -> None:
     config["store"]["path"] = str(tmp_path / "store")
     first = LocalExecutor(tmp_path / "store", quiet=True).run(plan_for(config).to_json(), None)
     assert first["status"] == "ok", first["error"]
-    child.stop_server()
-    child.warm_up()
-    warm = child._server_pid()
+    forkserver.stop_server()
+    forkserver.warm_up()
+    warm = forkserver._server_pid()
     assert warm is not None
     cached = plan_for(config).to_json()
     assert {s["action"] for s in cached["steps"]} <= {"cached", "elided"}
     again = LocalExecutor(tmp_path / "store", quiet=True).run(cached, None)
     assert again["status"] == "ok"
-    assert child._server_pid() is None and not alive(warm)
+    assert forkserver._server_pid() is None and not alive(warm)
     assert all(p.pid != warm for p in psutil.Process(os.getpid()).children(recursive=True))
 
 
@@ -123,6 +123,6 @@ def test_a_server_that_cannot_start_is_left_to_the_plan(monkeypatch: pytest.Monk
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
     monkeypatch.setattr(forkserver, "ensure_running", no_processes_left)
-    child.warm_up()  # no error: the run goes on without a warm server
-    assert child._server_pid() is None and not child._warm
-    assert child._PRELOAD == set(child.BASE_PRELOAD)
+    forkserver.warm_up()  # no error: the run goes on without a warm server
+    assert forkserver._server_pid() is None and not forkserver._warm
+    assert forkserver._PRELOAD == set(forkserver.BASE_PRELOAD)

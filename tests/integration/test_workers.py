@@ -1,4 +1,4 @@
-"""Warm workers (executors/workers.py) on real runs of tiny_bert: a chain of heavy steps stays
+"""Warm workers (executors/run/workers.py) on real runs of tiny_bert: a chain of heavy steps stays
 on one worker, records say when each step began and where it ran, a worker that grew past the
 limit is replaced, and a crash in a chained step ends that step only."""
 
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from executors import workers
 from executors.local import LocalExecutor
-from planner.build import plan_for
-from planner.compose import compose
-from planner.ops import OPS, Trait
+from executors.run import workers
+from planner.config.compose import compose
+from planner.core.ops import OPS, Trait
+from planner.planning import plan_for
 from tests.conftest import ROOT
 from tests.integration.conftest import CPU_RUN, run_json, step
 from tests.integration.processes import assert_clean, step_process
@@ -58,7 +58,7 @@ def test_a_crash_in_a_chained_sweep_step_ends_that_step_only(tmp_path: Path) -> 
     store, sweep_dir = tmp_path / "store", tmp_path / "sweep"
     sweep = ("model=tiny_bert", "quant=none", "target=cpu", "verify=none", "perf=none",
              "export.shapes.sequence_length=16,32")
-    run = subprocess.Popen([sys.executable, "-m", "planner.cli", "run", "-m", *sweep, "-j", "1",
+    run = subprocess.Popen([sys.executable, "-m", "planner.cli.main", "run", "-m", *sweep, "-j", "1",
                             "--store", str(store), "--sweep-dir", str(sweep_dir), "--json"],
                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     step_process(run, "normalize").send_signal(signal.SIGKILL)  # on the worker export used

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from planner.compose import compose
-from planner.lower import lower
-from planner.plan import Plan, Step
+from planner.config.compose import compose
+from planner.core.lower import lower
+from planner.core.plan import Plan, Step
 
 
 def lowered(*overrides: str, store: str | None = None) -> Plan:

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 
-from planner.ghcomment import LIMIT, fit
+from planner.review.ghcomment import LIMIT, fit
 from tests.conftest import ROOT, run_cli
 from tests.teamconf import review_repo
 

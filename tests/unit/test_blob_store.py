@@ -13,10 +13,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from executors import weights
-from executors.artifacts import MODEL, load, problems, save
-from executors.store import Store
-from executors.weights import THRESHOLD, WEIGHTS, blob_digest, pool_path
+from executors.onnx.artifacts import MODEL, load, problems, save
+from executors.store import weights
+from executors.store.content import Store
+from executors.store.weights import THRESHOLD, WEIGHTS, blob_digest, pool_path
 
 SIDE = 160  # 160 x 160 float32 = 100 KB: over the blob threshold
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from onnx import TensorProto, helper
 
-from executors import breakdown as B
-from executors import profiling as P
-from executors.artifacts import TAG_KEY
+from executors.onnx.artifacts import TAG_KEY
+from executors.runtime import breakdown as B
+from executors.runtime import profiling as P
 
 TAGS = {"emb": "/M/Emb", "q": "/M/Layer.0/Attn", "k": "/M/Layer.0/Attn", "out": "/M/Layer.0",
         "/model/layer.0/ffn/MatMul": "/M/Layer.0/Ffn"}
@@ -136,7 +136,7 @@ def test_kernel_times_are_averaged_over_the_runs_after_warm_up() -> None:
 
 
 def test_rows_move_to_the_record_and_shared_metrics_stay_whole() -> None:
-    from executors.records import lift_modules, step_record
+    from executors.run.records import lift_modules, step_record
 
     shared = {"latency_ms_median": 1.0, "modules": [{"tag": "/M", "depth": 1, "nodes": 2,
                                                      "ms": 1.0}]}

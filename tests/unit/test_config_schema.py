@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from planner.compose import GROUPS, compose, group_options
+from planner.config.compose import GROUPS, compose, group_options
+from planner.config.validate import check_config
 from planner.errors import ConfigError
-from planner.validate import check_config
 
 NEEDS_PATH = {"local_hf", "onnx_file", "hub_cache"}
 

@@ -6,9 +6,9 @@ import json
 import re
 from pathlib import Path
 
-from planner.build import plan_from_overrides
-from planner.diff import diff, render_md, render_text
+from planner.planning import plan_from_overrides
 from planner.render import render
+from planner.review.diff import diff, render_md, render_text
 from tests.conftest import run_cli
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from executors.diskfull import disk_full_error, is_disk_full
-from executors.lease import Lease, gc_lock, held_keys
-from executors.store import Store
+from executors.store.content import Store
+from executors.store.diskfull import disk_full_error, is_disk_full
+from executors.store.lease import Lease, gc_lock, held_keys
 
 
 def raised_from(cause: BaseException) -> BaseException:

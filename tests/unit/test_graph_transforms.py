@@ -10,14 +10,14 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from executors import hierarchy
-from executors.htp_rewrites import (
+from executors.onnx import hierarchy
+from executors.onnx.htp_rewrites import (
     FLOOR,
     clamp_constants,
     mask_wheres,
     rewrite_mask_wheres,
 )
-from executors.ortopt import basic_fixed_point, basic_pass_changes, structure_digest
+from executors.onnx.ortopt import basic_fixed_point, basic_pass_changes, structure_digest
 from executors.steps.legalize import violations
 
 FMIN = float(np.finfo(np.float32).min)
@@ -121,7 +121,7 @@ def test_basic_fixed_point_converges_and_is_observed(tmp_path: Path) -> None:
 def test_the_weights_graph_rewrites_leave_in_their_files_are_tables_and_matmul_weights() -> None:
     """matmul_weights: what only feeds a MatMul/Gemm/Conv weight input or a Gather's table;
     an initializer any other input also reads (a shape, indices, a bias) is read in."""
-    from executors.weights import matmul_weights
+    from executors.store.weights import matmul_weights
 
     def init(name: str, shape: tuple[int, ...], dtype: type = np.float32) -> TensorProto:
         return numpy_helper.from_array(np.zeros(shape, dtype), name)

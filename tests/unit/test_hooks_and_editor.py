@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
-from planner.compose import CONF_DIR, GROUPS
+from planner.config.compose import CONF_DIR, GROUPS
 from tests.conftest import ROOT, run_cli
 from tests.teamconf import FILES, write_team_conf
 

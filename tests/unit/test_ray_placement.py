@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from executors.ray.cluster import Cluster, Node
-from planner import resources
+from planner.core import resources
 from planner.errors import PlanError
 
 SETTINGS = {"address": "auto", "retries": 3, "step_retries": 0, "resources": {}}

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import schemas
-from planner import resources
-from planner.build import plan_from_overrides
-from planner.ops import OPS, Trait
+from planner.core import resources
+from planner.core.ops import OPS, Trait
+from planner.planning import plan_from_overrides
 from tests.conftest import ROOT, run_cli
 
 TINY = ("model=tiny_bert", "export.shapes.sequence_length=32")
@@ -117,7 +117,7 @@ def test_no_planner_module_imports_ray() -> None:
 
 
 def test_planning_for_ray_does_not_import_it(session_store: Path) -> None:
-    code = ("import sys\nfrom planner.build import plan_from_overrides\n"
+    code = ("import sys\nfrom planner.planning import plan_from_overrides\n"
             "from planner.render import render\n"
             f"render(plan_from_overrides(['executor=ray'], store={str(session_store)!r})"
             ".to_json(), 'text')\nprint(json.dumps('ray' in sys.modules))\n")
@@ -147,7 +147,7 @@ def test_a_cluster_that_is_not_there_fails_in_seconds(tmp_path: Path) -> None:
 
 
 def test_without_ray_installed_plans_work_and_runs_say_what_to_install(tmp_path: Path) -> None:
-    code = ("import sys\nsys.modules['ray'] = None\nfrom planner.cli import main\n"
+    code = ("import sys\nsys.modules['ray'] = None\nfrom planner.cli.main import main\n"
             "sys.exit(main(sys.argv[1:]))\n")
     args = [*TINY, "target=cpu", "executor=ray", "--store", str(tmp_path / "store")]
     import subprocess

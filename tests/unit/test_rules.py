@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from planner import rules
+from planner.core.plan import Step
 from planner.errors import PlanError
-from planner.plan import Step
 from planner.rules import (
     absorbed_elision,
     dead_step,

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from executors import session_cache as sc
+from executors.runtime import session_cache as sc
 
 
 @pytest.fixture()

@@ -13,12 +13,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from executors import base
-from executors.artifacts import FACTS_KEY, MODEL, SIDECAR, model_meta, save
-from executors.base import StepContext, StepResult, apply_step
-from executors.checkers import Artifact, check, observed_precision
+from executors.onnx.artifacts import FACTS_KEY, MODEL, SIDECAR, model_meta, save
+from executors.run import wrapper
+from executors.run.checkers import Artifact, check, observed_precision
+from executors.run.wrapper import StepContext, StepResult, apply_step
+from planner.core.ops import FactName
 from planner.errors import StepError
-from planner.ops import FactName
 
 
 def tiny_model(extra_nodes: list[onnx.NodeProto] = (), inits: list = (),
@@ -59,7 +59,7 @@ def test_a_step_that_breaks_its_ensures_fails_naming_the_fact_and_node(
         save(onnx.load(str(ctx.input_model())), ctx.out / MODEL)
         return StepResult()
 
-    monkeypatch.setattr(base, "implementation", lambda _name: lazy_tag)
+    monkeypatch.setattr(wrapper, "implementation", lambda _name: lazy_tag)
     ctx = ctx_for("tag", {}, {"model": src, "hierarchy": src}, tmp_path / "out")
     with pytest.raises(StepError) as err:
         apply_step(ctx)
@@ -70,7 +70,7 @@ def test_a_step_that_breaks_its_ensures_fails_naming_the_fact_and_node(
 def test_requires_are_checked_on_the_input_before_the_step_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = stamped_dir(tmp_path / "in", tiny_model(), {"format": "onnx"})  # not normalized
-    monkeypatch.setattr(base, "implementation",
+    monkeypatch.setattr(wrapper, "implementation",
                         lambda _name: pytest.fail("the step must not run"))
     ctx = ctx_for("quantize", {}, {"model": src, "source": src}, tmp_path / "out")
     with pytest.raises(StepError, match="its model input does not have normalized"):
@@ -100,7 +100,7 @@ def test_a_carried_fact_the_output_lost_fails_the_step(
         save(model, ctx.out / MODEL)
         return StepResult()
 
-    monkeypatch.setattr(base, "implementation", lambda _name: bump_opset)
+    monkeypatch.setattr(wrapper, "implementation", lambda _name: bump_opset)
     ctx = ctx_for("legalize", {"target": "qnn_htp"}, {"model": src}, tmp_path / "out")
     with pytest.raises(StepError, match="no longer has opset .its default-domain opset is 18"):
         apply_step(ctx)

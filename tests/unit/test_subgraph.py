@@ -9,8 +9,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from executors import subgraph as sg
-from executors.artifacts import TAG_KEY
+from executors.onnx import subgraph as sg
+from executors.onnx.artifacts import TAG_KEY
 
 F = TensorProto.FLOAT
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.compose import compose
+from planner.config.compose import compose
+from planner.core.sweep import Composer, expand, plan_sweep
 from planner.errors import ConfigError
-from planner.sweep import Composer, expand, plan_sweep
 from tests.conftest import run_cli
 
 VALUES = {
@@ -95,16 +95,16 @@ def test_plan_m_cli_text_and_json(tmp_path: Path) -> None:
 
 
 def test_ready_steps_start_longest_remaining_path_first(tmp_path: Path) -> None:
-    from executors import graph
+    from executors.run import stepdag
 
     sweep = plan_sweep(["model=tiny_bert", "quant=w8a16", "target=cpu,qnn_htp"],
                        store=str(tmp_path))
     unique = sweep.unique
     ids = {j.index: {s["id"]: s["key"] for s in j.ir["steps"]} for j in sweep.jobs}
-    deps = graph.dependencies(unique, ids)
-    first = graph.longest_path_first(unique, deps)
+    deps = stepdag.dependencies(unique, ids)
+    first = stepdag.longest_path_first(unique, deps)
     builds = [k for k, v in unique.items()
-              if v["step"]["action"] == "run" and not graph.measures(v["step"])]
+              if v["step"]["action"] == "run" and not stepdag.measures(v["step"])]
     for key in builds:  # a step comes before everything it feeds
         for consumer, inputs in deps.items():
             if key in inputs.values() and consumer in builds:

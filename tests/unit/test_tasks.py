@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from planner import tasks as T
-from planner.build import plan_from_overrides
 from planner.errors import ConfigError
+from planner.models import tasks as T
+from planner.planning import plan_from_overrides
 from tests.conftest import run_cli
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from planner.core.keys import content_key
+from planner.core.planfile import Trust, load_plan
 from planner.errors import PlanFileError
-from planner.keys import content_key
-from planner.planfile import Trust, load_plan
 from tests.conftest import run_cli
 from tests.unit.test_bad_input import one_error
 

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.compose import compose
-from planner.conftree import from_cli
+from planner.config.compose import compose
+from planner.config.conftree import from_cli
+from planner.core.sweep import Composer
 from planner.errors import ConfigError
-from planner.sweep import Composer
 from tests.conftest import ROOT, run_cli
 from tests.teamconf import write_team_conf
 
@@ -108,7 +108,7 @@ def test_tree_mistakes_are_one_clear_line(conf: Path, tmp_path: Path) -> None:
 def test_modelplan_job_names_the_file_too(tmp_path: Path) -> None:
     write_team_conf(tmp_path, {"model/bad.yaml": "defaults:\n  - tiny_bert\n  - _self_\n"
                                                  "random_init:\n  seed: -1\n"})
-    result = subprocess.run([sys.executable, "-m", "planner.hydra_app", "--config-dir", "conf",
+    result = subprocess.run([sys.executable, "-m", "planner.cli.hydra_app", "--config-dir", "conf",
                              "model=bad", "hydra.run.dir=out"], capture_output=True, text=True,
                             cwd=tmp_path, timeout=300, check=False,
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import schemas
-from planner.compose import compose
+from planner.config.compose import compose
 from schemas.validator import SchemaKeywordError, validate
 
 BASE = compose(["model=tiny_bert"])

@@ -1,0 +1,1 @@
+"""ONNX graph tooling: artifacts and fact stamps, ONNX Runtime passes, HTP rewrites, hierarchy tags, subgraphs and module pieces."""

@@ -1,0 +1,252 @@
+"""The step wrapper every executor runs every step through, and what a step gets and returns.
+
+`apply_step` does for each op what onnx-ir's `PassBase.__call__` does for a pass: check the
+op's `requires` on its inputs, run the step (which only transforms and reports metrics), then
+observe every fact the op `ensures` on the real output with the checkers of
+executors/run/checkers.py, stamp the facts it observed into the artifact, and validate it.
+A stamp is evidence, never a copy of the plan's claim.
+
+`execute_step` makes a step's output exist: from the store, or built under the key's lock
+into a temporary directory that becomes the entry only when complete.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from executors.onnx.artifacts import MODEL, SOURCE, problems, read_facts, stamp_file
+from executors.onnx.pieces import model_dirs
+from executors.run import forkserver, proofs
+from executors.run.checkers import Artifact, unmet_carried, unmet_ensures
+from executors.run.monitor import StepMonitor
+from executors.store import diskfull, weights
+from executors.store.content import Store
+from planner import rules
+from planner.core import facts as F
+from planner.core.ops import OPS, FactName, Op, Trait
+from planner.core.storelayout import RESULT
+from planner.errors import StepError
+
+BUG = "this is a modelplan bug for this model; rerun with --debug and report it"
+
+
+@dataclass
+class StepContext:
+    """One step's view of the world: its plan entry, its inputs' store entries, its output dir."""
+
+    step: dict[str, Any]             # the plan's step, with the key it is built under
+    inputs: dict[str, Path]          # role -> the input step's output directory
+    out: Path                        # write outputs here (a temporary dir of the store)
+    progress: Callable[[str], None] = print
+    cache_dir: Path | None = None    # for ONNX Runtime's optimized-model cache
+    blobs: Path | None = None        # the store's weight blob pool (executors/store/weights.py)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.step["params"]
+
+    @property
+    def id(self) -> str:
+        return self.step["id"]
+
+    @property
+    def op(self) -> Op:
+        return OPS[self.step["op"]]
+
+    def input_model(self, role: str = "model") -> Path:
+        return self.inputs[role] / MODEL
+
+    def fail(self, cause: str, fix: str, where: str | None = None) -> StepError:
+        """A StepError naming the step, the input, the cause and a fix."""
+        src = where or ", ".join(str(p) for p in self.inputs.values()) or "no input"
+        return StepError(f"step {self.id} ({self.step['op']}) failed on {src}: {cause}; {fix}")
+
+
+@dataclass
+class StepResult:
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def module_name(name: str) -> str:
+    return f"executors.steps.{name}"
+
+
+def has_implementation(name: str) -> bool:
+    return name in OPS and importlib.util.find_spec(module_name(name)) is not None
+
+
+def implementation(name: str) -> Callable[[StepContext], StepResult]:
+    if name not in OPS:  # never import a module a plan names unless it is a declared op
+        raise StepError(f"op '{name}' is not a modelplan op; re-plan with this version")
+    return importlib.import_module(module_name(name)).run
+
+
+def stamped_facts(path: Path) -> F.Facts:
+    """The facts stamped into a step's output (its model, or its source description; for a
+    set of pieces, the first piece: the step wrapper stamps them alike)."""
+    path = model_dirs(path)[0]
+    raw = read_facts(path / MODEL) if (path / MODEL).is_file() else \
+        json.loads((path / SOURCE).read_text()).get("facts") if (path / SOURCE).is_file() \
+        else None
+    return {FactName(k): F.Fact(v["value"], v["by"]) for k, v in (raw or {}).items()}
+
+
+def premises_hold(step: dict[str, Any], src_dir: Path, src: str) -> tuple[bool, str]:
+    """Re-check an elision on the real input: every fact the elided op would ensure must
+    already hold there, as the checkers observe it (once per input content: proofs.py)."""
+    if not rules.observed_on_input(step["proof"]["rule"]):
+        return True, ("its readers establish what it ensures on their own inputs (declared; "
+                      "observed on their outputs)")
+    memo = proofs.memo_path(step, src_dir)
+    if proofs.held_before(memo):
+        return True, "premises hold on the real input (observed on this content before)"
+    unmet = unmet_ensures(OPS[step["op"]], step["params"], Artifact(src_dir))
+    if unmet:
+        return False, f"not on the real input ({src}): {'; '.join(unmet)}"
+    proofs.remember(memo, "premises hold on the real input")
+    return True, "premises hold on the real input"
+
+
+def apply_step(ctx: StepContext) -> StepResult:
+    """Check requires, run, observe ensures, stamp, validate (see the module docstring)."""
+    op, params = ctx.op, ctx.params
+    given = {role: stamped_facts(path) for role, path in ctx.inputs.items()}
+    for req in op.requires:
+        if not F.requirement_holds(given.get(req.role, {}), req, params):
+            raise ctx.fail(f"its {req.role} input does not have "
+                           f"{F.describe_requirement(req, params)}",
+                           req.fix or "re-plan: the store holds an input the plan did not expect")
+    with weights.blob_pool(ctx.blobs):
+        result = implementation(op.name)(ctx)
+        if not op.has(Trait.SINK):
+            for out in model_dirs(ctx.out):
+                _observe_and_stamp(ctx, given.get(op.chain_role, {}), out)
+    (ctx.out / RESULT).write_text(json.dumps({"metrics": result.metrics}, indent=2,
+                                             sort_keys=True))
+    return result
+
+
+def _observe_and_stamp(ctx: StepContext, given: F.Facts, out: Path) -> None:
+    op, params = ctx.op, ctx.params
+    artifact = Artifact(out)
+    unmet = unmet_ensures(op, params, artifact)
+    if unmet:
+        raise ctx.fail(f"its output does not satisfy {unmet[0]}", BUG)
+    facts = F.apply(given, op, params, ctx.id)  # carried facts, and the ensured ones observed
+    carried = {k: v for k, v in facts.items() if v.by != ctx.id}
+    lost = unmet_carried(carried, artifact)
+    if lost:
+        raise ctx.fail(f"its output no longer has {lost[0]}, which {op.name} is declared to "
+                       "keep from its input", BUG)
+    stamp_file(out, F.to_json(facts), ctx.id, ctx.step["key"])
+    model = out / MODEL
+    if model.is_file():
+        found = problems(model, tagged=False)  # tags were observed above
+        if found:
+            user_file = op.has(Trait.SOURCE)
+            what = "its output" if out == ctx.out else f"its output {out.name}"
+            raise ctx.fail(
+                f"{'the ONNX file' if user_file else what} fails validation: {found[0]}"
+                + (f" (+{len(found) - 1} more)" if len(found) > 1 else ""),
+                "fix or re-export the ONNX file" if user_file else BUG,
+                where=params.get("path") if user_file else None)
+
+
+def execute_step(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path],
+                 out_dir: Path | None, say: Callable[[str], None], label: str = "",
+                 quiet: bool = False, debug: bool = False) -> dict[str, Any]:
+    """Make one step's outputs exist (from the store, or by building them) and describe them:
+    action, wall_s, peak_rss_mb, outputs, metrics, digests, path; or status=failed, error."""
+    try:
+        return _execute(store, step, key, inputs, out_dir, say, label, quiet)
+    except Exception as exc:  # noqa: BLE001 - a bug or library error: still one clear line
+        if diskfull.is_disk_full(exc):
+            cacheable = not OPS[step["op"]].has(Trait.NOT_CACHEABLE)
+            where, what = (store.root, "the store") if cacheable or out_dir is None else \
+                (out_dir, "the outputs directory")
+            exc = diskfull.disk_full_error(where, what, step, inputs)
+        if isinstance(exc, StepError):
+            return {"status": "failed", "action": "run", "error": str(exc)}
+        if debug:
+            traceback.print_exc()
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        kind = getattr(exc, "type_name", type(exc).__name__)
+        return {"status": "failed", "action": "run",
+                "error": f"step {step['id']} ({step['op']}) failed: {kind}: "
+                         f"{cause}; rerun with --debug for the traceback"}
+
+
+def _execute(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path],
+             out_dir: Path | None, say: Callable[[str], None], label: str,
+             quiet: bool) -> dict[str, Any]:
+    cacheable = not OPS[step["op"]].has(Trait.NOT_CACHEABLE)
+    entry, repair = store.lookup(key) if cacheable else (None, None)  # verified on use
+    rec: dict[str, Any] = {"status": "ok"}
+    if repair is not None:
+        rec["quarantined"] = repair.record()
+        say(f"{label} {step['id']:<10} corrupt in the store ({'; '.join(repair.problems)}); "
+            f"moved to {repair.moved_to}; rebuilding")
+    if entry is not None:
+        rec["action"], path = "cached", entry.path
+        say(f"{label} {step['id']:<10} cached")
+    else:
+        say(f"{label} {step['id']:<10} running")
+        with StepMonitor(step["id"], quiet) as mon:
+            path, built = _build(store, step, key, inputs, cacheable, out_dir, say, mon)
+        if built:
+            rec.update(action="run", wall_s=round(mon.wall, 3), peak_rss_mb=round(mon.peak, 1),
+                       started=mon.started, **({"worker": mon.worker} if mon.worker else {}))
+            say(f"      {step['id']} done in {mon.wall:.1f} s")
+        else:
+            rec["action"] = "cached"
+            say(f"      {step['id']} was built meanwhile by another run: cached")
+    entry = store.get(key) if cacheable else None
+    files = entry.files if entry is not None else None
+    rec["outputs"], rec["metrics"] = _describe(path, files)
+    rec["digests"] = {k: v for k, v in (files or {}).items() if k != RESULT}
+    rec["path"] = str(path)
+    return rec
+
+
+def _build(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path],
+           cacheable: bool, out_dir: Path | None, say: Callable[[str], None],
+           mon: StepMonitor) -> tuple[Path, bool]:
+    """Build a step's outputs into the store, or (not cacheable) into the run's outputs.
+    Returns where they are and whether this call built them."""
+    cache_dir = store.root / "session_cache"
+    if not cacheable:
+        base = out_dir or store.root / "tmp" / f"uncached-{uuid.uuid4().hex[:8]}"
+        target = base / step["id"]
+        target.mkdir(parents=True, exist_ok=True)
+        _apply(StepContext({**step, "key": key}, inputs, target, say, cache_dir, store.pool),
+               mon)
+        return target, True
+    with store.lock(key):
+        if store.lookup_locked(key)[0] is not None:  # another process built it meanwhile
+            return store.entry_dir(key), False
+        with store.building(key, {"step": step["id"], "op": step["op"]}) as tmp:
+            _apply(StepContext({**step, "key": key}, inputs, tmp, say, cache_dir, store.pool),
+                   mon)
+    return store.entry_dir(key), True
+
+
+def _apply(ctx: StepContext, mon: StepMonitor) -> StepResult:
+    """apply_step, in a child process for ops declared HEAVY (executors/run/forkserver.py)."""
+    return forkserver.apply_in_child(ctx, mon) if ctx.op.has(Trait.HEAVY) else apply_step(ctx)
+
+
+def _describe(path: Path, files: dict[str, str] | None) -> tuple[dict[str, str], dict]:
+    names = files.keys() if files is not None else [p.name for p in path.iterdir() if p.is_file()]
+    outputs = {n: str(path / n) for n in sorted(names)
+               if n != RESULT and not weights.blob_digest(n)}  # blobs: in digests
+    result = path / RESULT
+    metrics = json.loads(result.read_text())["metrics"] if result.is_file() else {}
+    return outputs, metrics

@@ -1,0 +1,71 @@
+"""The module hierarchy of a model from a random-weight trace: what `modelplan inspect
+--hierarchy` prints. The model is built from its config (no weights are read), each graph is
+traced and exported to a temporary file exactly as the export step does, and the nodes are
+counted per hierarchy tag."""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from executors.onnx import hierarchy
+from executors.runtime import torchmodel
+from executors.samples import Samples
+from executors.steps.export import export_graph
+
+
+def _random_model(described: dict[str, Any], model: dict[str, Any]) -> Any:
+    import torch
+    import transformers
+
+    if model["source"] == "random_init":
+        from planner.models.sources import random_init
+
+        ri = random_init(model)
+        config = transformers.AutoConfig.for_model(ri["model_type"], **ri["config"])
+    else:
+        config = transformers.AutoConfig.from_pretrained(
+            described["path"], local_files_only=True,
+            trust_remote_code=model["trust_remote_code"])
+    cls = torchmodel.model_class({"model_class": described["model_class"],
+                                  "task": described["task"]})
+    torch.manual_seed(0)
+    try:  # the attention the export loads with
+        built = cls.from_config(config, attn_implementation="eager") \
+            if cls.__name__.startswith("Auto") else cls._from_config(config,
+                                                                     attn_implementation="eager")
+    except (TypeError, ValueError):
+        built = cls.from_config(config) if cls.__name__.startswith("Auto") else cls(config)
+    return built.eval()
+
+
+def hierarchy_counts(described: dict[str, Any], config: dict[str, Any]) -> dict[str, dict]:
+    """{graph: {hierarchy tag: nodes}} for every graph the build exports."""
+    import torch
+
+    model = _random_model(described, config["model"])
+    ex = config["export"]
+    out: dict[str, dict[str, int]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for graph, spec in described["graphs"].items():
+            names = [s["name"] for s in spec["inputs"]]
+            module = torchmodel.graph_module(model, None if graph == "model" else graph, names,
+                                             spec["outputs"])
+            feed = Samples(spec["inputs"], "verify").feeds(1)[0]  # as the export traces
+            args = tuple(torch.from_numpy(feed[n]) for n in names)
+            with torch.no_grad():
+                scopes, folded = hierarchy.executed_modules(
+                    model, lambda m=module, a=args: m(*a), frozenset(ex["torch_modules"]))
+                scopes = hierarchy.rebase(
+                    scopes, torchmodel.traced_base(model, None if graph == "model" else graph))
+            path = Path(tmp) / f"{graph}.onnx"
+            export_graph(module, args, names, spec["outputs"], path, ex["exporter"], ex["opset"])
+            import onnx
+
+            nodes = [n.name for n in onnx.load(str(path), load_external_data=False).graph.node]
+            root = scopes.get("", f"/{type(model).__name__}")
+            meta = hierarchy.sidecar(nodes, scopes, torchmodel.WRAPPER_PREFIX, root, folded)
+            out[graph] = dict(sorted(Counter(v["tag"] for v in meta["nodes"].values()).items()))
+    return out

@@ -1,0 +1,111 @@
+"""The torch side of a build: load the resolved checkpoint with the class its task needs, and
+the module each exported graph traces (the whole model, its encoder, or its decoder with the
+encoder's states as an input), with an explicit positional forward as TorchScript needs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from executors.onnx.artifacts import SOURCE
+from planner.models.tasks import TASKS
+
+WRAPPER_PREFIX = "model"  # the wrapper's attribute holding the HF model (node name scope)
+
+
+def source_info(source: Path) -> dict[str, Any]:
+    info = json.loads((source / SOURCE).read_text())
+    ckpt = Path(info["checkpoint"]) if info.get("checkpoint") else None
+    info["checkpoint_dir"] = None if ckpt is None else ckpt if ckpt.is_absolute() else source / ckpt
+    return info
+
+
+def model_class(info: dict[str, Any]) -> Any:
+    """The checkpoint's class for its task: the planned class, else the task's Auto class."""
+    import transformers
+
+    name = info.get("model_class") or TASKS[info["task"]].auto_class
+    cls = getattr(transformers, name or "", None)
+    if cls is None:
+        raise LookupError(f"transformers {transformers.__version__} has no class {name!r} for "
+                          f"task {info['task']}")
+    return cls
+
+
+def load(source: Path) -> tuple[Any, dict[str, Any]]:
+    """The resolved checkpoint as a torch model in eval mode, and its source description."""
+    info = source_info(source)
+    cls = model_class(info)
+    kwargs = {"local_files_only": True, "trust_remote_code": bool(info.get("trust_remote_code"))}
+    try:
+        model = cls.from_pretrained(str(info["checkpoint_dir"]), attn_implementation="eager",
+                                    **kwargs)
+    except (TypeError, ValueError) as exc:
+        if "attn_implementation" not in str(exc) and "eager" not in str(exc):
+            raise
+        model = cls.from_pretrained(str(info["checkpoint_dir"]), **kwargs)  # no attention
+    return model.eval(), info
+
+
+def pick(out: Any, name: str, feed: dict[str, Any]) -> Any:
+    """One named output of a forward pass; `sentence_embedding` is the mean of the token
+    states over the attention mask, L2-normalized (what sentence similarity compares)."""
+    import torch
+
+    if name == "sentence_embedding":
+        states = out["last_hidden_state"]
+        mask = feed["attention_mask"].unsqueeze(-1).to(states.dtype)
+        mean = (states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(mean, p=2, dim=-1)
+    value = out[name]
+    return value[0] if isinstance(value, tuple) else value
+
+
+def traced_base(model: Any, graph: str | None) -> str:
+    """The attribute path (in `model`) of the module a graph's wrapper holds: the encoder's for
+    an encoder graph (its node names are relative to it), else the whole model's ("")."""
+    if graph != "encoder":
+        return ""
+    encoder = model.get_encoder()
+    return next(name for name, module in model.named_modules() if module is encoder)
+
+
+def graph_module(model: Any, graph: str | None, input_names: list[str],
+                 output_names: list[str]) -> Any:
+    """The module to trace for one graph: the model ("model"/None), its encoder, or its decoder
+    (reading the encoder's states), taking positional inputs and returning a tensor tuple.
+    The wrapper holds the module whose forward it calls, so node names carry its scopes."""
+    import torch
+
+    held = model.get_encoder() if graph == "encoder" else model
+
+    class Graph(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = held  # attribute name == WRAPPER_PREFIX
+
+        def forward(self, *args: Any) -> Any:
+            feed = dict(zip(input_names, args, strict=True))
+            out = self.run(feed)
+            values = tuple(pick(out, name, feed) for name in output_names)
+            return values[0] if len(values) == 1 else values
+
+        def run(self, feed: dict[str, Any]) -> Any:
+            if graph == "encoder":
+                return self.model(**feed, return_dict=True)
+            if graph == "decoder":
+                return decoder_forward(self.model, feed)
+            return self.model(**feed, return_dict=True)
+
+    return Graph().eval()
+
+
+def decoder_forward(model: Any, feed: dict[str, Any]) -> Any:
+    """The decoder of an encoder-decoder model on given encoder states (no past key values:
+    the static-shape variant, which recomputes the whole prefix each step)."""
+    kwargs = {"encoder_outputs": (feed["encoder_hidden_states"],),
+              "decoder_input_ids": feed["input_ids"], "use_cache": False, "return_dict": True}
+    if "encoder_attention_mask" in feed:
+        kwargs["attention_mask"] = feed["encoder_attention_mask"]
+    return model(**kwargs)

@@ -1,0 +1,1 @@
+"""The `modelplan` command line: argument parsing and printing only (main, read, review, importing), the one application function that runs a plan or a sweep (app), and the Hydra job entry point (hydra_app)."""

@@ -1,0 +1,167 @@
+"""Compose a Hydra config from conf/ with command-line overrides, with clear errors."""
+
+from __future__ import annotations
+
+import difflib
+import time
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from planner.config.conftree import (
+    CONF_DIR,  # noqa: F401 (importers find it here, as before)
+    PACKAGED,
+    ConfigTree,
+    hydra_for,
+)
+from planner.errors import ConfigError
+
+GROUPS = ("model", "export", "optim", "quant", "target", "verify", "perf", "executor")
+MISSING = "???"
+TIMINGS: dict[str, float] = {}
+
+
+def group_options(group: str, tree: ConfigTree = PACKAGED) -> tuple[str, ...]:
+    """Names of the configs in a group (conf/<group>/*.yaml and the tree's own), sorted."""
+    return tree.options(group)
+
+
+def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def compose(overrides: list[str] | tuple[str, ...] = (),
+            tree: ConfigTree = PACKAGED) -> dict[str, Any]:
+    """Compose the tree's primary config (conf/config.yaml) with Hydra overrides into a plain
+    dict (values resolved). With user config dirs the result is validated here, so that an
+    error names the user's file that set the bad value."""
+    from omegaconf import OmegaConf
+
+    check_overrides(parse_overrides(overrides), tree)
+    cfg = compose_config(list(overrides), tree)
+    try:
+        config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    except Exception as exc:
+        raise ConfigError(f"config: {first_line(exc)}") from exc
+    assert isinstance(config, dict)
+    if not tree.packaged_only:
+        from planner.config.provenance import check_with_files
+
+        check_with_files(config, tree, list(overrides))
+    return config
+
+
+def compose_config(overrides: list[str], tree: ConfigTree = PACKAGED) -> Any:
+    """Hydra compose of the tree's primary config: the DictConfig, before resolution."""
+    from hydra import compose as hydra_compose
+
+    try:
+        with hydra_for(tree):
+            return hydra_compose(config_name=tree.config_name, overrides=overrides)
+    except Exception as exc:
+        if yaml_mark(exc) is not None:
+            raise ConfigError(yaml_error(exc, tree)) from exc
+        hint = "; to sweep over values add -m" if "Ambiguous value" in str(exc) else ""
+        raise ConfigError(f"config: {first_line(exc)}{hint}") from exc
+
+
+def yaml_mark(exc: BaseException) -> Any:
+    """Where PyYAML says a syntax error is (None for other errors)."""
+    return getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+
+
+def yaml_error(exc: BaseException, tree: ConfigTree) -> str:
+    """A YAML syntax error as `FILE:LINE:COLUMN: what` (PyYAML's marks count from 0)."""
+    mark = yaml_mark(exc)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or "bad YAML"
+    context = getattr(exc, "context", None)
+    where = f"{tree.display(Path(mark.name))}:{mark.line + 1}:{mark.column + 1}"
+    return (f"{where}: not valid YAML: {problem}" + (f" ({context})" if context != problem
+                                                      and context else "") + "; fix the file")
+
+
+def compose_timed(overrides: list[str] | tuple[str, ...] = (), store: str | None = None,
+                  tree: ConfigTree = PACKAGED) -> dict[str, Any]:
+    """compose(), timed into TIMINGS["compose_s"], with an optional store dir applied."""
+    t0 = time.perf_counter()
+    config = compose(overrides, tree)
+    TIMINGS["compose_s"] = time.perf_counter() - t0
+    if store:
+        from planner.core.storelayout import checked_store_path
+
+        config["store"]["path"] = str(checked_store_path(store))
+    return config
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, plus Hydra's fix line when it gives one."""
+    lines = [ln.strip() for ln in (str(exc).strip() or type(exc).__name__).splitlines()]
+    fix = [ln for ln in lines[1:] if ln.startswith("To append to your config use")]
+    return " ".join(lines[:1] + fix)
+
+
+def parse_overrides(overrides: list[str] | tuple[str, ...]) -> list[Any]:
+    return [_parse_one(text) for text in overrides]
+
+
+@cache
+def _parse_one(text: str) -> Any:
+    """One override, parsed by Hydra's grammar (memoised: sweeps repeat the same strings)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        (parsed,) = OverridesParser.create().parse_overrides([text])
+    except Exception as exc:
+        raise ConfigError(
+            f"override '{text}': cannot parse ({first_line(exc)}); "
+            "write key=value, e.g. quant=w8a8 or export.opset=17"
+        ) from exc
+    return parsed
+
+
+def check_overrides(parsed: list[Any], tree: ConfigTree = PACKAGED) -> None:
+    """Reject overrides that name an unknown group option or key, with a did-you-mean."""
+    from planner.config.validate import known_paths
+
+    errors: list[str] = []
+    paths = known_paths()
+    for ov in parsed:
+        key = ov.key_or_group
+        if not key:
+            errors.append(f"override '{ov.input_line}': no key before '='; write key=value")
+            continue
+        if ov.is_add() and "." not in key and tree.has_group(key):
+            errors.extend(_check_group_choice(key, ov, tree))  # +experiment=NAME
+            continue
+        if ov.is_add() or ov.is_delete() or key.startswith("hydra"):
+            continue
+        if key in GROUPS:
+            errors.extend(_check_group_choice(key, ov, tree))
+        elif key not in paths:
+            errors.append(f"{key}: unknown key{did_you_mean(key, _siblings(key, paths))}; "
+                          "see `modelplan config` for the keys this config has")
+    if errors:
+        raise ConfigError(*errors)
+
+
+def _check_group_choice(group: str, ov: Any, tree: ConfigTree) -> list[str]:
+    options = group_options(group, tree)
+    values = ov.sweep_string_iterator() if ov.is_sweep_override() else [ov.value()]
+    where = f"conf/{group}/" if tree.packaged_only else tree.where(group)
+    errors = []
+    for value in values:
+        if not isinstance(value, str) or value not in options:
+            errors.append(f"{group}: '{value}' is not one of {', '.join(options)}"
+                          f"{did_you_mean(str(value), options)} (configs in {where})")
+    return errors
+
+
+def _siblings(key: str, paths: frozenset[str]) -> list[str]:
+    """Known keys with the same parent as `key` (the top-level keys for an unknown parent)."""
+    parent = key.rpartition(".")[0]
+    while parent and parent not in paths:
+        parent = parent.rpartition(".")[0]
+    prefix = parent + "." if parent else ""
+    depth = prefix.count(".")
+    return sorted(p for p in paths if p.startswith(prefix) and p.count(".") == depth)

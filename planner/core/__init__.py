@@ -1,0 +1,1 @@
+"""The compiler core: ops and facts declared as data, targets, lowering a config to steps, content keys, the Plan IR, merging a sweep's plans, and reading a plan file. Pure: no I/O beyond what it is given."""

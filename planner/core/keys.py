@@ -1,0 +1,72 @@
+"""Content keys (DESIGN §4): sha256 over op, op version, params, input keys and tool versions."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+from functools import cache
+from typing import Any
+
+from planner.core.ops import OPS
+from planner.core.plan import Plan, Step
+from planner.models.sources import canonical_json
+
+NOT_INSTALLED = "not-installed"
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+@cache
+def installed_versions() -> dict[str, str]:
+    """Installed distributions by normalized name, read from *.dist-info folder names.
+
+    importlib.metadata gives the same answer but costs more than the whole plan."""
+    found: dict[str, str] = {}
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".dist-info") and "-" in name:
+                dist, _, version = name[: -len(".dist-info")].partition("-")
+                found.setdefault(_normalize(dist), version)
+    return found
+
+
+def tool_version(dist: str) -> str:
+    return installed_versions().get(_normalize(dist), NOT_INSTALLED)
+
+
+def tool_versions(names: tuple[str, ...] | list[str]) -> dict[str, str]:
+    return {n: tool_version(n) for n in sorted(set(names))}
+
+
+def content_key(op: str, params: dict[str, Any], input_keys: dict[str, str],
+                tools: dict[str, str]) -> str:
+    decl = OPS[op]
+    keyed = {k: v for k, v in params.items() if k not in decl.unkeyed}
+    payload = {"op": op, "op_version": decl.version, "params": keyed,
+               "inputs": dict(sorted(input_keys.items())),
+               "tools": {t: tools[t] for t in sorted(decl.tools)}}
+    return hashlib.sha256(canonical_json(payload)).hexdigest()
+
+
+def step_key(step: Step, keys: dict[str, str], tools: dict[str, str]) -> str:
+    return content_key(step.op, step.params, {r: keys[src] for r, src in step.inputs.items()}, tools)
+
+
+def assign_keys(plan: Plan) -> None:
+    """Key every step in run order; record the tool versions the keys used."""
+    plan.tools = tool_versions([t for s in plan.steps for t in s.decl.tools])
+    keys: dict[str, str] = {}
+    for s in plan.steps:
+        s.key = keys[s.id] = step_key(s, keys, plan.tools)
+
+
+def config_digest(config: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(config)).hexdigest()

@@ -1,0 +1,171 @@
+"""Lower a validated config into steps: the pipeline as the user asked for it, before any proof.
+
+One chain per graph the model exports: a single graph ("model"), or an encoder and a decoder
+that share `resolve` and meet again in a `bundle` step, the pair being the deliverable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.core import module_perf
+from planner.core.keys import config_digest
+from planner.core.plan import Plan, Step, graph_step_id
+from planner.core.storelayout import store_root
+from planner.models import sources, specs
+from planner.models import tasks as T
+
+SYMBOLIC = "<from the checkpoint>"  # specs of a source that could not be read here
+
+
+def target_id(target: dict[str, Any]) -> str:
+    """What legality and compilation are for: the EP and its backend (e.g. qnn_htp)."""
+    return "_".join(p for p in (target["ep"], target["backend"]) if p)
+
+
+def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any]:
+    """What the planner knows of the model before any step: where it is, its task, its class,
+    its modality and the specs of every graph it exports (what `modelplan inspect` shows).
+    symbolic: a source that cannot be read here gets a symbolic digest and symbolic specs
+    (see sources.read_source)."""
+    model = config["model"]
+    memo = sources.DigestMemo(store_root(config) / "digests.json")
+    src = sources.read_source(model, memo, symbolic)
+    where, info = src.where, src.info
+    out: dict[str, Any] = {"where": where, "info": info, "task": model["task"],
+                           "model_class": model["model_class"], "modality": None,
+                           "graphs": {"model": None}, "digest": src.digest,
+                           "symbolic": src.symbolic}
+    memo.save()
+    ex = config["export"]
+    if src.symbolic and model["source"] != "onnx_file":
+        out["graphs"] = {"model": {"inputs": ex["inputs"] or SYMBOLIC,
+                                   "outputs": ex["outputs"] or SYMBOLIC}}
+    elif model["source"] != "onnx_file":
+        task, model_class = T.detect(model, info, sources.checkpoint_files(where))
+        modality = T.task_modality(task, info, model_class)
+        if modality in T.GRAPHS and (ex["inputs"] or ex["outputs"]):
+            raise _custom_io_for_pair(modality, "inputs" if ex["inputs"] else "outputs")
+        if ex["inputs"]:
+            graphs = {"model": {"inputs": ex["inputs"], "outputs": T.task_outputs(task, info)}}
+        else:
+            graphs = specs.graph_specs(info, sources.preprocessor_info(model, where), task,
+                                       modality, ex["shapes"])
+        if ex["outputs"]:
+            graphs["model"]["outputs"] = list(ex["outputs"])
+        out.update(task=task, model_class=model_class, modality=modality, graphs=graphs)
+    return out
+
+
+def _custom_io_for_pair(modality: str, which: str) -> Exception:
+    from planner.errors import ConfigError
+
+    return ConfigError(f"export.{which}: a {modality} model exports an encoder and a decoder "
+                       f"graph, whose {which} are derived; use export.shapes.* instead")
+
+
+def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
+    """Steps in the order a user would write them: export, tag, normalize, optimize, quantize,
+    compile, verify, perf. Rules then move, insert and elide steps, each with its proof.
+    symbolic: a source that cannot be read gets a symbolic key (see sources.read_source)."""
+    model = config["model"]
+    known = build_facts(config, symbolic)
+    random_init = sources.random_init(model) if model["source"] == "random_init" else None
+    path = str(known["where"]) if known["where"] else model["path"] if known["symbolic"] \
+        else None
+    resolve = Step("resolve", "resolve", {
+        **{k: model[k] for k in ("source", "package", "hub_id", "trust_remote_code")},
+        "random_init": random_init, "path": path, "task": known["task"],
+        "model_class": known["model_class"], "digest": known["digest"]})
+    steps = [resolve]
+    finals: dict[str, str] = {}
+    for graph, spec in known["graphs"].items():
+        chain, finals[graph] = _chain(config, graph, spec)
+        steps += chain
+    if len(finals) > 1:
+        bundle = Step("bundle", "bundle", {"graphs": list(finals)}, dict(finals))
+        steps.append(bundle)
+        deliverable_id = bundle.id
+    else:
+        deliverable_id = next(iter(finals.values()))
+    symbolic_sources = [{"step": resolve.id, "reason": known["symbolic"]}] \
+        if known["symbolic"] else []
+    return Plan(config=config, config_digest=config_digest(config), steps=steps,
+                deliverable=deliverable_id, symbolic_sources=symbolic_sources)
+
+
+def _chain(config: dict[str, Any], graph: str,
+           spec: dict[str, Any] | None) -> tuple[list[Step], str]:
+    """One graph's steps (export and tag for a torch source, normalize, optimize, quantize,
+    compile, the verify and perf sinks, perf.module's steps) and its deliverable's id."""
+    def sid(op: str) -> str:
+        return graph_step_id(graph, op)
+
+    steps: list[Step] = []
+    chain = "resolve"
+    if spec is not None:
+        ex = config["export"]
+        steps.append(Step(sid("export"), "export", {
+            "exporter": ex["exporter"], "opset": ex["opset"],
+            "graph": None if graph == "model" else graph, "inputs": spec["inputs"],
+            "outputs": spec["outputs"], "hierarchy": ex["hierarchy"], "report": ex["report"],
+            "torch_modules": sorted(ex["torch_modules"])},
+            {"model": "resolve"}))
+        chain = sid("export")
+        if ex["hierarchy"]:
+            steps.append(Step(sid("tag"), "tag", {}, {"model": chain, "hierarchy": chain}))
+            chain = sid("tag")
+    steps.append(Step(sid("normalize"), "normalize", {}, {"model": chain}))
+    steps.append(Step(sid("optimize"), "optimize", {"flags": sorted(config["optim"]["flags"])},
+                      {"model": sid("normalize")}))
+    fp32 = chain = sid("optimize")
+    steps += _quantize_and_compile(config, chain, sid)
+    deliverable = steps[-1].id
+    steps += _sinks(config, deliverable, fp32, sid)
+    return steps + module_perf.steps(config, steps, deliverable, sid), deliverable
+
+
+def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any) -> list[Step]:
+    quant, target = config["quant"], config["target"]
+    steps = []
+    if quant["kind"] != "none":
+        steps.append(Step(sid("quantize"), "quantize", {
+            **{k: quant[k] for k in ("kind", "weight_type", "activation_type", "per_channel",
+                                     "symmetric", "calibration")},
+            "profile": target_id(target) if target["ep"] != "cpu" else "cpu"},
+            {"model": chain, "source": "resolve"}))
+        chain = sid("quantize")
+    if target["ep"] != "cpu":
+        steps.append(Step(sid("compile"), "compile", {
+            "target": target_id(target), "ep": target["ep"], "backend": target["backend"],
+            "embed_context": target["embed_context"], "cpu_fallback": target["cpu_fallback"],
+            "provider_options": provider_options(config)},
+            {"model": chain}))
+    return steps
+
+
+def provider_options(config: dict[str, Any]) -> dict[str, Any]:
+    """The target's provider options, plus what the precision needs on it (fp16 on HTP needs
+    enable_htp_fp16_precision with a soc_model, measured)."""
+    target, quant = config["target"], config["quant"]
+    options = dict(target["provider_options"])
+    if quant["kind"] == "fp16":
+        options = {**target.get("fp16_provider_options", {}), **options}
+    return dict(sorted(options.items()))
+
+
+def _sinks(config: dict[str, Any], deliverable: str, fp32: str, sid: Any) -> list[Step]:
+    verify, perf, target = config["verify"], config["perf"], config["target"]
+    ep = {"ep": target["ep"], "backend": target["backend"],
+          "provider_options": provider_options(config)}
+    steps = []
+    if verify["metric"] != "none":
+        steps.append(Step(sid("verify"), "verify", {
+            **{k: verify[k] for k in ("metric", "reference", "threshold", "samples")}, **ep},
+            {"candidate": deliverable, "reference": fp32, "source": "resolve"}))
+    if perf["iterations"] > 0:
+        steps.append(Step(sid("perf"), "perf", {"iterations": perf["iterations"],
+                                                "warmup": perf["warmup"],
+                                                "profile_runs": perf["profile_runs"], **ep},
+                          {"model": deliverable}))
+    return steps

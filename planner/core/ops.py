@@ -1,0 +1,229 @@
+"""Op declarations: what each op takes, requires, ensures and is (DESIGN §2), as data.
+
+Rules reason over these declarations only, and executors read them to decide what to check,
+publish, report and where a step can run. Behaviour is declared from measurement on ONNX
+Runtime 1.32: every ORT graph optimization and `quantize_static` drop all node
+metadata_props; legalize and tag keep them.
+
+To add an op: declare it in OPS below and write `executors/steps/<name>.py`; rules and
+executors pick it up from the declaration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class Trait(StrEnum):
+    SOURCE = "source"                            # takes no model input
+    IDEMPOTENT = "idempotent"                    # applying it twice equals applying it once
+    FOLDS_CONSTANTS = "folds_constants"          # may re-create constants legalize removed
+    DROPS_NODE_METADATA = "drops_node_metadata"  # node metadata_props do not survive it
+    WRITES_NODE_METADATA = "writes_node_metadata"
+    NEEDS_EP = "needs_ep"                        # needs the execution provider its `ep` names
+    CHANGES_OPSET = "changes_opset"              # may raise the opset (16-bit Q/DQ: opset 21)
+    ENCAPSULATES = "encapsulates"                # wraps the graph in an opaque EP context
+    SINK = "sink"                                # produces results, not a model
+    NOT_CACHEABLE = "not_cacheable"              # measures this machine: always runs
+    CUTS_GRAPH = "cuts_graph"                    # keeps a part of the graph: new inputs, outputs
+    HEAVY = "heavy"                              # runs native runtimes that can crash or take
+                                                 # much memory: runs in a child process
+
+
+class FactName(StrEnum):
+    """Every fact an op can require or ensure (planner/core/facts.py says how each compares)."""
+
+    FORMAT = "format"
+    SOURCE_DIGEST = "source_digest"
+    TASK = "task"
+    MODEL_CLASS = "model_class"
+    OPSET = "opset"
+    IO_SPECS = "io_specs"
+    HIERARCHY_MAP = "hierarchy_map"
+    NORMALIZED = "normalized"
+    FUSED = "fused"
+    LEGAL_FOR = "legal_for"
+    PRECISION = "precision"
+    TAGGED = "tagged"
+    COMPILED = "compiled"
+
+
+# The ONNX Runtime fusions optim.flags can name (the config schema's enum is tested against it).
+FUSIONS = ("attention", "bias_gelu", "gelu", "layer_norm", "matmul_add", "skip_layer_norm")
+
+
+@dataclass(frozen=True)
+class Param:
+    """A fact value taken from the step's parameter `name`."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A fact value computed from the step's params by a pure function."""
+
+    describe: str
+    fn: Callable[[dict[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class Ensure:
+    fact: FactName
+    value: Any = True  # literal, Param or Derived
+
+
+@dataclass(frozen=True)
+class Require:
+    """A fact the op's input `role` must carry. test: present | eq | not_in."""
+
+    fact: FactName
+    test: str = "present"
+    value: Any = None  # literal or Param
+    role: str = "model"
+    config_path: str = ""
+    fix: str = ""
+    need: str = ""     # what is required, in words ({param} placeholders are filled in)
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    version: int
+    summary: str                   # one line, shown in plans
+    params: tuple[str, ...]        # exactly the keys of a step's params (plan files checked)
+    inputs: tuple[str, ...]        # exactly the roles of a step's inputs
+    requires: tuple[Require, ...] = ()
+    ensures: tuple[Ensure, ...] = ()
+    traits: frozenset[Trait] = frozenset()
+    tools: tuple[str, ...] = ()
+    unkeyed: tuple[str, ...] = ()  # params that locate content but are not content (paths)
+    outputs: tuple[str, ...] = ("model",)
+    chain_role: str = "model"      # the input a pipeline step is threaded through
+    publish: tuple[str, ...] = ()  # outputs copied beside the deliverable (e.g. hierarchy)
+    headline: tuple[str, ...] = () # the metrics a run summary shows, most telling first
+    # Facts the op first establishes on its own input, by the transformation of the op that
+    # ensures them (so a step ensuring only these just before it changes nothing it delivers)
+    prepares: tuple[Ensure, ...] = ()
+
+    def has(self, trait: Trait) -> bool:
+        return trait in self.traits
+
+
+def bits(dtype: str | None) -> int:
+    return {"uint8": 8, "int8": 8, "uint16": 16, "int16": 16}.get(dtype or "", 32)
+
+
+def precision(params: dict[str, Any]) -> str:
+    if params["kind"] == "fp16":
+        return "fp16"
+    return f"w{bits(params['weight_type'])}a{bits(params['activation_type'])}"
+
+
+def source_format(params: dict[str, Any]) -> str:
+    return "onnx" if params["source"] == "onnx_file" else "torch"
+
+
+T = Trait
+N = FactName
+_GRAPH_REWRITER = frozenset({T.IDEMPOTENT, T.FOLDS_CONSTANTS, T.DROPS_NODE_METADATA, T.HEAVY})
+
+OPS: dict[str, Op] = {op.name: op for op in (
+    Op("resolve", 2, "load the model source and digest its files",
+       params=("source", "package", "path", "hub_id", "task", "model_class",
+               "trust_remote_code", "random_init", "digest"),
+       inputs=(),
+       ensures=(Ensure(N.FORMAT, Derived("torch, or onnx for an ONNX file", source_format)),
+                Ensure(N.SOURCE_DIGEST, Param("digest")), Ensure(N.TASK, Param("task")),
+                Ensure(N.MODEL_CLASS, Param("model_class"))),
+       traits=frozenset({T.SOURCE, T.HEAVY}),
+       tools=("torch", "transformers"), unkeyed=("path",), outputs=("source",)),
+    Op("export", 5, "export one graph to ONNX and record the module hierarchy",
+       params=("exporter", "opset", "graph", "inputs", "outputs", "hierarchy", "report",
+               "torch_modules"),
+       inputs=("model",),
+       requires=(Require(N.FORMAT, "eq", "torch", config_path="model",
+                         fix="export needs a torch model; an ONNX file is used as it is"),),
+       ensures=(Ensure(N.FORMAT, "onnx"), Ensure(N.OPSET, Param("opset")),
+                Ensure(N.IO_SPECS), Ensure(N.HIERARCHY_MAP, Param("hierarchy"))),
+       traits=frozenset({T.HEAVY}),
+       tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy"),
+       publish=("hierarchy",)),
+    Op("normalize", 2, "shape inference and ONNX Runtime basic optimizations",
+       params=(), inputs=("model",),
+       requires=(Require(N.FORMAT, "eq", "onnx"),),
+       # measured: ORT's basic level includes MatMulAddFusion
+       ensures=(Ensure(N.NORMALIZED), Ensure(N.FUSED, ("matmul_add",))),
+       traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime")),
+    Op("optimize", 4, "normalize, ONNX Runtime fusions named by flags, normalize again "
+       "(optimize{} is normalize)",
+       params=("flags",), inputs=("model",),
+       # measured: the fusions need an ONNX graph, nothing more (they infer shapes themselves)
+       requires=(Require(N.FORMAT, "eq", "onnx"),),
+       ensures=(Ensure(N.NORMALIZED), Ensure(N.FUSED, Param("flags"))),
+       prepares=(Ensure(N.NORMALIZED), Ensure(N.FUSED, ("matmul_add",))),
+       traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime")),
+    Op("legalize", 3, "rewrite what the target rejects (mask constants, mask Where, Erf GELU)",
+       params=("target",), inputs=("model",),
+       requires=(Require(N.FORMAT, "eq", "onnx"),),
+       ensures=(Ensure(N.LEGAL_FOR, Param("target")),),
+       traits=frozenset({T.IDEMPOTENT, T.HEAVY}),
+       tools=("onnx", "onnxruntime")),
+    Op("tag", 2, "write hierarchy tags into every node's metadata",
+       params=(), inputs=("model", "hierarchy"),
+       requires=(Require(N.FORMAT, "eq", "onnx"), Require(N.HIERARCHY_MAP, role="hierarchy")),
+       ensures=(Ensure(N.TAGGED),),
+       traits=frozenset({T.IDEMPOTENT, T.WRITES_NODE_METADATA}),
+       tools=("onnx",)),
+    Op("quantize", 2, "QDQ static quantization (or float16 conversion)",
+       params=("kind", "weight_type", "activation_type", "per_channel", "symmetric",
+               "calibration", "profile"),
+       inputs=("model", "source"),
+       requires=(Require(N.NORMALIZED, config_path="optim"),),
+       ensures=(Ensure(N.PRECISION, Derived("w<bits>a<bits>, or fp16", precision)),),
+       traits=frozenset({T.DROPS_NODE_METADATA, T.CHANGES_OPSET, T.HEAVY}),
+       tools=("onnx", "onnxruntime", "transformers")),
+    Op("compile", 3, "compile to an EPContext model on the target's execution provider",
+       params=("target", "ep", "backend", "embed_context", "cpu_fallback", "provider_options"),
+       inputs=("model",),
+       requires=(Require(N.PRECISION, "not_in", ["fp32"], config_path="quant",
+                         fix="set quant=w8a16_pc (or quant=fp16), or target=cpu",
+                         need="compile for {target} needs a quantized or fp16 model"),
+                 Require(N.LEGAL_FOR, "eq", Param("target"), config_path="target")),
+       ensures=(Ensure(N.COMPILED, Param("target")),),
+       traits=frozenset({T.NEEDS_EP, T.ENCAPSULATES, T.HEAVY}),
+       tools=("onnx", "onnxruntime", "onnxruntime-qnn")),
+    Op("verify", 1, "compare the candidate with the fp32 reference on real inputs",
+       params=("metric", "reference", "threshold", "samples", "ep", "backend",
+               "provider_options"),
+       inputs=("candidate", "reference", "source"),
+       requires=(Require(N.FORMAT, "eq", "onnx", role="candidate"),
+                 Require(N.FORMAT, "eq", "onnx", role="reference")),
+       traits=frozenset({T.SINK, T.NEEDS_EP, T.HEAVY}),
+       tools=("onnxruntime", "onnxruntime-qnn", "transformers"),
+       outputs=("metrics",), chain_role="candidate", headline=("cosine_mean", "cosine_min")),
+    Op("extract", 1, "cut out the subgraph of each module the name or tag path matches",
+       params=("module",), inputs=("model", "hierarchy"),
+       requires=(Require(N.FORMAT, "eq", "onnx"),
+                 Require(N.TAGGED, config_path="perf.module",
+                         fix="perf.module needs a model exported with hierarchy tags"),
+                 Require(N.HIERARCHY_MAP, role="hierarchy")),
+       traits=frozenset({T.CUTS_GRAPH}),
+       tools=("onnx", "onnxruntime")),
+    Op("perf", 2, "session time, latency and where the time goes, per module, on the target's "
+       "execution provider",
+       params=("ep", "backend", "iterations", "warmup", "profile_runs", "provider_options"),
+       inputs=("model",),
+       requires=(Require(N.FORMAT, "eq", "onnx"),),
+       traits=frozenset({T.SINK, T.NEEDS_EP, T.NOT_CACHEABLE, T.HEAVY}),
+       tools=("onnxruntime", "onnxruntime-qnn"), outputs=("metrics",),
+       headline=("latency_ms_median", "latency_ms_p90", "ep")),
+    Op("bundle", 1, "deliver the graphs of an encoder-decoder model together",
+       params=("graphs",), inputs=("encoder", "decoder"),
+       requires=(Require(N.FORMAT, "eq", "onnx", role="encoder"),
+                 Require(N.FORMAT, "eq", "onnx", role="decoder")),
+       tools=("onnx",), outputs=("models",), chain_role="decoder"),
+)}

@@ -1,0 +1,186 @@
+"""Input and output specs of the graphs a build exports, derived at plan time (so they are in
+the keys) from config.json, preprocessor_config.json and `export.shapes`.
+
+A spec is {name, dtype, shape, min, max, kind}; `kind` says what real data feeds it (token ids,
+a mask, pixels, a waveform...), which calibration and verification read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.errors import ConfigError
+from planner.models import tasks as T
+
+DEFAULT_SEQUENCE = 128
+DEFAULT_DECODER_SEQUENCE = 32
+DEFAULT_QUERIES = 2          # text queries per image for zero-shot detection
+DEFAULT_RATE = 16000
+
+
+def _spec(name: str, dtype: str, shape: list[int], lo: float, hi: float,
+          kind: str) -> dict[str, Any]:
+    return {"name": name, "dtype": dtype, "shape": shape, "min": lo, "max": hi, "kind": kind}
+
+
+def position_limit(info: dict[str, Any], mt: T.ModelType | None) -> int | None:
+    """The longest token sequence the model's position table takes (offsets counted)."""
+    if mt is not None and not mt.absolute_positions:
+        return None
+    table = info.get("max_position_embeddings")
+    if not isinstance(table, int):
+        return None
+    return table - (mt.position_offset if mt else 0)
+
+
+def sequence_length(shapes: dict[str, Any], limit: int | None, key: str = "sequence_length",
+                    default: int = DEFAULT_SEQUENCE) -> int:
+    asked = shapes.get(key)
+    if asked is None:
+        return min(default, limit) if limit else default
+    if limit is not None and asked > limit:
+        raise ConfigError(f"export.shapes.{key}: {asked} is longer than the model's position "
+                          f"table allows ({limit} tokens); set export.shapes.{key}={limit} "
+                          "or less")
+    return asked
+
+
+def text_inputs(info: dict[str, Any], mt: T.ModelType | None, batch: int,
+                seq: int) -> list[dict[str, Any]]:
+    vocab = info.get("vocab_size")
+    if not vocab:
+        raise ConfigError(f"export.inputs: cannot derive text inputs for model_type "
+                          f"{info.get('model_type')!r} (config.json has no vocab_size); set "
+                          "export.inputs to a list of {name, dtype, shape, min, max}")
+    names = mt.text_inputs if mt else ("input_ids", "attention_mask")
+    types = info.get("type_vocab_size") or 0
+    out = []
+    for name in names:
+        if name == "input_ids":
+            out.append(_spec(name, "int64", [batch, seq], 0, vocab - 1, "token_ids"))
+        elif name == "attention_mask":
+            out.append(_spec(name, "int64", [batch, seq], 0, 1, "attention_mask"))
+        elif name == "token_type_ids" and types >= 1:
+            out.append(_spec(name, "int64", [batch, seq], 0, max(types, 1) - 1, "token_types"))
+        elif name == "bbox":
+            out.append(_spec(name, "int64", [batch, seq, 4], 0, 1000, "boxes"))
+    return out
+
+
+def image_size(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType | None,
+               shapes: dict[str, Any]) -> tuple[int, int]:
+    """(height, width): export.shapes.image_size, else the image processor's, else config.json's,
+    else the model type's usual size."""
+    asked = shapes.get("image_size")
+    if asked is not None:
+        return (asked, asked) if isinstance(asked, int) else (asked[0], asked[1])
+    for key in ("crop_size", "size"):
+        size = preproc.get(key)
+        if key == "crop_size" and not preproc.get("do_center_crop", True):
+            continue
+        if isinstance(size, dict):
+            if "height" in size and "width" in size:
+                return size["height"], size["width"]
+            if "shortest_edge" in size and key == "crop_size":
+                return size["shortest_edge"], size["shortest_edge"]
+        elif isinstance(size, int) and key == "crop_size":
+            return size, size
+    for source in (info, info.get("vision_config") or {}, info.get("encoder") or {},
+                   info.get("backbone_config") or {}):
+        got = source.get("image_size")
+        if isinstance(got, int):
+            return got, got
+        if isinstance(got, list | tuple) and len(got) == 2:
+            return int(got[0]), int(got[1])
+    size = preproc.get("size")
+    if isinstance(size, dict) and "shortest_edge" in size:
+        return size["shortest_edge"], size["shortest_edge"]
+    if mt is not None and mt.image_size:
+        return mt.image_size, mt.image_size
+    raise ConfigError(f"export.shapes.image_size: the checkpoint says no image size (model_type "
+                      f"{info.get('model_type')!r}); set export.shapes.image_size=<pixels>")
+
+
+def pixel_inputs(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType | None,
+                 shapes: dict[str, Any], batch: int) -> list[dict[str, Any]]:
+    h, w = image_size(info, preproc, mt, shapes)
+    vision = info.get("vision_config") or info.get("encoder") or info
+    channels = vision.get("num_channels") or 3
+    return [_spec("pixel_values", "float32", [batch, channels, h, w], -3.0, 3.0, "pixels")]
+
+
+def audio_inputs(info: dict[str, Any], preproc: dict[str, Any], shapes: dict[str, Any],
+                 batch: int) -> list[dict[str, Any]]:
+    if info.get("model_type") == "audio-spectrogram-transformer" or "num_mel_bins" in info:
+        frames = preproc.get("max_length") or info.get("max_length") or 1024
+        mels = preproc.get("num_mel_bins") or info.get("num_mel_bins") or 128
+        return [_spec("input_values", "float32", [batch, frames, mels], -2.0, 2.0,
+                      "spectrogram")]
+    rate = preproc.get("sampling_rate") or DEFAULT_RATE
+    samples = shapes.get("audio_samples") or rate
+    return [_spec("input_values", "float32", [batch, samples], -1.0, 1.0, "waveform")]
+
+
+def graph_specs(info: dict[str, Any], preproc: dict[str, Any], task: str, modality: str,
+                shapes: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """graph name -> {"inputs": [...], "outputs": [...]}: one graph ("model"), or the encoder
+    and decoder of a sequence-to-sequence model."""
+    mt = T.model_type_of(info)
+    batch = shapes.get("batch_size") or 1
+    outputs = T.task_outputs(task, info)
+    if modality == T.TEXT:
+        text = info.get("text_config") or info if info.get("model_type") == "clip" else info
+        seq = sequence_length(shapes, position_limit(text, mt))
+        return {"model": {"inputs": text_inputs(text, mt, batch, seq), "outputs": outputs}}
+    if modality == T.IMAGE:
+        return {"model": {"inputs": pixel_inputs(info, preproc, mt, shapes, batch),
+                          "outputs": outputs}}
+    if modality == T.AUDIO:
+        return {"model": {"inputs": audio_inputs(info, preproc, shapes, batch),
+                          "outputs": outputs}}
+    if modality == T.TEXT_IMAGE:
+        return {"model": {"inputs": _text_image_inputs(info, preproc, mt, task, shapes, batch),
+                          "outputs": outputs}}
+    return _encoder_decoder(info, preproc, mt, modality, shapes, batch, outputs)
+
+
+def _text_image_inputs(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType | None,
+                       task: str, shapes: dict[str, Any], batch: int) -> list[dict[str, Any]]:
+    text = info.get("text_config") or {}
+    seq = sequence_length(shapes, position_limit(text, mt))
+    queries = batch * (shapes.get("text_queries") or DEFAULT_QUERIES) \
+        if task == "zero-shot-object-detection" else batch * (shapes.get("text_queries") or 1)
+    ids = text_inputs({"vocab_size": text.get("vocab_size", 49408)}, None, queries, seq)
+    return ids + pixel_inputs(info, preproc, mt, shapes, batch)
+
+
+def _encoder_decoder(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType | None,
+                     modality: str, shapes: dict[str, Any], batch: int,
+                     outputs: list[str]) -> dict[str, dict[str, Any]]:
+    decoder_info = info.get("decoder") or info
+    vocab = decoder_info.get("vocab_size")
+    dec_seq = sequence_length(shapes, position_limit(decoder_info, mt),
+                              "decoder_sequence_length", DEFAULT_DECODER_SEQUENCE)
+    if modality == T.TEXT2TEXT:
+        enc_seq = sequence_length(shapes, position_limit(info, mt))
+        encoder = text_inputs(info, None, batch, enc_seq)
+        width = info.get("d_model") or info.get("hidden_size")
+        cross = [_spec("encoder_attention_mask", "int64", [batch, enc_seq], 0, 1,
+                       "encoder_attention_mask")]
+    else:
+        encoder = pixel_inputs(info, preproc, mt, shapes, batch)
+        enc = info.get("encoder") or {}
+        _, _, h, w = encoder[0]["shape"]
+        patch = enc.get("patch_size") or 16
+        enc_seq = (h // patch) * (w // patch) + 1
+        width = enc.get("hidden_size")
+        cross = []
+    if not vocab or not width:
+        raise ConfigError(f"export.inputs: cannot derive the decoder's inputs for model_type "
+                          f"{info.get('model_type')!r} (no vocab_size or hidden size in "
+                          "config.json); set export.inputs")
+    decoder = [_spec("input_ids", "int64", [batch, dec_seq], 0, vocab - 1, "decoder_ids"),
+               _spec("encoder_hidden_states", "float32", [batch, enc_seq, width], -3.0, 3.0,
+                     "encoder_hidden_states"), *cross]
+    return {"encoder": {"inputs": encoder, "outputs": list(T.ENCODER_OUTPUTS)},
+            "decoder": {"inputs": decoder, "outputs": outputs}}

@@ -1,0 +1,280 @@
+"""Tasks and model types, as data: what a checkpoint's config.json says it is, which task it
+builds for, which transformers class loads it, and which graphs it exports.
+
+Pure: the planner detects a task and derives input and output specs (planner/models/specs.py) from
+config.json and preprocessor_config.json without importing transformers. Class names are
+those of transformers 5.x; `None` means the task's Auto class resolves the class at run time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.errors import ConfigError
+
+# Modalities: what a graph takes. text2text and image2text models export an encoder and a
+# decoder graph.
+TEXT, IMAGE, AUDIO, TEXT_IMAGE, TEXT2TEXT, IMAGE2TEXT = (
+    "text", "image", "audio", "text+image", "text2text", "image2text")
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    auto_class: str | None         # the transformers Auto class that loads it
+    outputs: tuple[str, ...]       # the graph's outputs, in order
+    modalities: tuple[str, ...]    # the modalities it exists for
+
+
+TASKS: dict[str, Task] = {t.name: t for t in (
+    Task("feature-extraction", "AutoModel", ("last_hidden_state",), (TEXT, AUDIO)),
+    Task("sentence-similarity", "AutoModel", ("last_hidden_state", "sentence_embedding"),
+         (TEXT,)),
+    Task("text-classification", "AutoModelForSequenceClassification", ("logits",), (TEXT,)),
+    Task("zero-shot-classification", "AutoModelForSequenceClassification", ("logits",),
+         (TEXT,)),
+    Task("token-classification", "AutoModelForTokenClassification", ("logits",), (TEXT,)),
+    Task("question-answering", "AutoModelForQuestionAnswering", ("start_logits", "end_logits"),
+         (TEXT,)),
+    Task("fill-mask", "AutoModelForMaskedLM", ("logits",), (TEXT,)),
+    Task("image-classification", "AutoModelForImageClassification", ("logits",), (IMAGE,)),
+    Task("image-feature-extraction", "AutoModel", ("last_hidden_state",), (IMAGE,)),
+    Task("image-segmentation", "AutoModelForSemanticSegmentation", ("logits",), (IMAGE,)),
+    Task("depth-estimation", "AutoModelForDepthEstimation", ("predicted_depth",), (IMAGE,)),
+    Task("object-detection", "AutoModelForObjectDetection", ("logits", "pred_boxes"), (IMAGE,)),
+    Task("zero-shot-object-detection", "AutoModelForZeroShotObjectDetection",
+         ("logits", "pred_boxes"), (TEXT_IMAGE,)),
+    Task("zero-shot-image-classification", "AutoModelForZeroShotImageClassification",
+         ("logits_per_image", "text_embeds", "image_embeds"), (TEXT_IMAGE,)),
+    Task("keypoint-detection", None, ("heatmaps",), (IMAGE,)),
+    Task("audio-classification", "AutoModelForAudioClassification", ("logits",), (AUDIO,)),
+    Task("automatic-speech-recognition", "AutoModelForCTC", ("logits",), (AUDIO,)),
+    Task("text2text-generation", "AutoModelForSeq2SeqLM", ("logits",), (TEXT2TEXT,)),
+    Task("image-to-text", "VisionEncoderDecoderModel", ("logits",), (IMAGE2TEXT,)),
+)}
+
+# The graphs a modality exports, and the outputs of the encoder graph (the decoder's are the
+# task's outputs).
+GRAPHS = {TEXT2TEXT: ("encoder", "decoder"), IMAGE2TEXT: ("encoder", "decoder")}
+ENCODER_OUTPUTS = ("last_hidden_state",)
+
+
+@dataclass(frozen=True)
+class ModelType:
+    name: str
+    modality: str
+    tasks: tuple[str, ...]                       # what it builds for; first = a bare model's
+    text_inputs: tuple[str, ...] = ("input_ids", "attention_mask")
+    position_offset: int = 0                     # positions taken before the first token
+    absolute_positions: bool = True              # False: rotary/relative, no position table
+    classes: dict[str, str] = field(default_factory=dict)  # task -> class no Auto class loads
+    outputs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # task -> other outputs
+    image_size: int | None = None                # when config.json does not say
+
+
+_TEXT_TASKS = ("feature-extraction", "fill-mask", "text-classification",
+               "token-classification", "question-answering", "sentence-similarity",
+               "zero-shot-classification")
+_TYPES_IDS = ("input_ids", "attention_mask", "token_type_ids")
+_IMAGE_TASKS = ("image-feature-extraction", "image-classification")
+
+MODEL_TYPES: dict[str, ModelType] = {m.name: m for m in (
+    ModelType("bert", TEXT, _TEXT_TASKS, _TYPES_IDS),
+    ModelType("roberta", TEXT, _TEXT_TASKS, position_offset=2),
+    ModelType("xlm-roberta", TEXT, _TEXT_TASKS, position_offset=2),
+    ModelType("camembert", TEXT, _TEXT_TASKS, position_offset=2),
+    ModelType("distilbert", TEXT, _TEXT_TASKS),
+    ModelType("mpnet", TEXT, _TEXT_TASKS, position_offset=2),
+    ModelType("electra", TEXT, _TEXT_TASKS, _TYPES_IDS),
+    ModelType("deberta-v2", TEXT, _TEXT_TASKS, absolute_positions=False),
+    ModelType("modernbert", TEXT, _TEXT_TASKS, absolute_positions=False),
+    ModelType("layoutlm", TEXT, _TEXT_TASKS[:5],
+              ("input_ids", "bbox", "attention_mask", "token_type_ids")),
+    ModelType("layoutlmv3", TEXT, _TEXT_TASKS[:5], ("input_ids", "bbox", "attention_mask"),
+              position_offset=2),
+    ModelType("vit", IMAGE, _IMAGE_TASKS, image_size=224),
+    ModelType("deit", IMAGE, _IMAGE_TASKS, image_size=224),
+    ModelType("dinov2", IMAGE, _IMAGE_TASKS, image_size=224),
+    ModelType("beit", IMAGE, (*_IMAGE_TASKS, "image-segmentation"), image_size=224),
+    ModelType("swin", IMAGE, _IMAGE_TASKS, image_size=224),
+    ModelType("swinv2", IMAGE, _IMAGE_TASKS, image_size=224),
+    ModelType("convnext", IMAGE, _IMAGE_TASKS, image_size=224),
+    ModelType("resnet", IMAGE, _IMAGE_TASKS, image_size=224),
+    ModelType("mobilevit", IMAGE, (*_IMAGE_TASKS, "image-segmentation"), image_size=256),
+    ModelType("segformer", IMAGE, ("image-segmentation", *_IMAGE_TASKS), image_size=512),
+    ModelType("dpt", IMAGE, ("depth-estimation", "image-segmentation",
+                             "image-feature-extraction"), image_size=384),
+    ModelType("depth_anything", IMAGE, ("depth-estimation",), image_size=518),
+    ModelType("yolos", IMAGE, ("object-detection", "image-feature-extraction"), image_size=512),
+    ModelType("rt_detr", IMAGE, ("object-detection",), image_size=640),
+    ModelType("detr", IMAGE, ("object-detection",), image_size=800),
+    ModelType("vitpose", IMAGE, ("keypoint-detection",),
+              classes={"keypoint-detection": "VitPoseForPoseEstimation"}, image_size=256),
+    ModelType("owlvit", TEXT_IMAGE, ("zero-shot-object-detection",), image_size=768),
+    ModelType("owlv2", TEXT_IMAGE, ("zero-shot-object-detection",), image_size=960),
+    ModelType("clip", TEXT_IMAGE, ("zero-shot-image-classification",
+                                   "feature-extraction", "image-feature-extraction"),
+              classes={"feature-extraction": "CLIPTextModelWithProjection",
+                       "image-feature-extraction": "CLIPVisionModelWithProjection"},
+              outputs={"feature-extraction": ("text_embeds",),
+                       "image-feature-extraction": ("image_embeds",)},
+              image_size=224),
+    ModelType("wav2vec2", AUDIO, ("feature-extraction", "audio-classification",
+                                  "automatic-speech-recognition")),
+    ModelType("hubert", AUDIO, ("feature-extraction", "audio-classification",
+                                "automatic-speech-recognition")),
+    ModelType("audio-spectrogram-transformer", AUDIO, ("audio-classification",
+                                                       "feature-extraction")),
+    ModelType("marian", TEXT2TEXT, ("text2text-generation",)),
+    ModelType("bart", TEXT2TEXT, ("text2text-generation",), position_offset=2),
+    ModelType("vision-encoder-decoder", IMAGE2TEXT, ("image-to-text",), image_size=224),
+)}
+
+# A checkpoint's class name -> task, by what the class name ends with, per modality.
+SUFFIXES: tuple[tuple[str, dict[str, str]], ...] = (
+    ("ForMaskedLM", {TEXT: "fill-mask"}),
+    ("ForSequenceClassification", {TEXT: "text-classification",
+                                   AUDIO: "audio-classification"}),
+    ("ForAudioClassification", {AUDIO: "audio-classification"}),
+    ("ForTokenClassification", {TEXT: "token-classification"}),
+    ("ForQuestionAnswering", {TEXT: "question-answering"}),
+    ("ForImageClassificationWithTeacher", {IMAGE: "image-classification"}),
+    ("ForImageClassification", {IMAGE: "image-classification"}),
+    ("ForSemanticSegmentation", {IMAGE: "image-segmentation"}),
+    ("ForDepthEstimation", {IMAGE: "depth-estimation"}),
+    ("ForObjectDetection", {IMAGE: "object-detection",
+                            TEXT_IMAGE: "zero-shot-object-detection"}),
+    ("ForPoseEstimation", {IMAGE: "keypoint-detection"}),
+    ("ForCTC", {AUDIO: "automatic-speech-recognition"}),
+    ("ForConditionalGeneration", {TEXT2TEXT: "text2text-generation"}),
+    ("MTModel", {TEXT2TEXT: "text2text-generation"}),
+    ("TextModelWithProjection", {TEXT_IMAGE: "feature-extraction"}),
+    ("VisionModelWithProjection", {TEXT_IMAGE: "image-feature-extraction"}),
+    ("EncoderDecoderModel", {IMAGE2TEXT: "image-to-text"}),
+    ("Model", {TEXT: "feature-extraction", IMAGE: "image-feature-extraction",
+               AUDIO: "feature-extraction", TEXT_IMAGE: "zero-shot-image-classification"}),
+)
+SENTENCE_TRANSFORMER_FILES = ("modules.json", "sentence_bert_config.json")
+
+
+def model_type_of(info: dict[str, Any]) -> ModelType | None:
+    """The catalogue's entry for a checkpoint's model_type, or a generic entry for a model type
+    it does not list but whose config says its modality (other BERT-likes, ViT-likes...)."""
+    name = str(info.get("model_type", ""))
+    if name in MODEL_TYPES:
+        return MODEL_TYPES[name]
+    modality = guess_modality(info)
+    if modality is None:
+        return None
+    tasks = tuple(t.name for t in TASKS.values() if modality in t.modalities)
+    inputs = _TYPES_IDS if (info.get("type_vocab_size") or 0) >= 2 else ("input_ids",
+                                                                          "attention_mask")
+    return ModelType(name or "unknown", modality, tasks, inputs)
+
+
+def guess_modality(info: dict[str, Any]) -> str | None:
+    """What a config.json of a model type the catalogue does not list takes, from its fields."""
+    if "vision_config" in info and "text_config" in info:
+        return TEXT_IMAGE
+    if info.get("is_encoder_decoder") or ("encoder" in info and "decoder" in info):
+        return IMAGE2TEXT if "image_size" in (info.get("encoder") or {}) else TEXT2TEXT
+    if any(k in info for k in ("num_mel_bins", "conv_dim", "feat_extract_norm")):
+        return AUDIO
+    if "image_size" in info or "num_channels" in info:
+        return IMAGE
+    if "vocab_size" in info:
+        return TEXT
+    return None
+
+
+def task_outputs(task: str, info: dict[str, Any]) -> list[str]:
+    mt = model_type_of(info)
+    return list((mt.outputs.get(task) if mt else None) or TASKS[task].outputs)
+
+
+def modality_of(info: dict[str, Any], model_class: str | None) -> str | None:
+    """A checkpoint's modality: its model type's, refined by a tower class (CLIP's towers)."""
+    mt = model_type_of(info)
+    if model_class and mt and mt.modality == TEXT_IMAGE:
+        if model_class.endswith("TextModelWithProjection") or "TextModel" in model_class:
+            return TEXT
+        if model_class.endswith("VisionModelWithProjection") or "VisionModel" in model_class:
+            return IMAGE
+    return mt.modality if mt else None
+
+
+def task_from_class(cls: str, modality: str | None, info: dict[str, Any]) -> str | None:
+    for suffix, by_modality in SUFFIXES:
+        if cls.endswith(suffix) and modality in by_modality:
+            task = by_modality[modality]
+            if task == "text-classification" and _is_nli(info):
+                return "zero-shot-classification"
+            return task
+    return None
+
+
+def _is_nli(info: dict[str, Any]) -> bool:
+    """An NLI head (labels include entailment) is what zero-shot classification runs on."""
+    labels = {str(v).lower() for v in (info.get("id2label") or {}).values()}
+    return "entailment" in labels
+
+
+def detect(model: dict[str, Any], info: dict[str, Any],
+           files: tuple[str, ...] = ()) -> tuple[str, str | None]:
+    """(task, model class) from config.json, with model.task / model.model_class overriding.
+    The class is None when the task's Auto class picks it at run time."""
+    found_type = info.get("model_type")
+    mt = model_type_of(info)
+    arch = (info.get("architectures") or [None])[0]
+    cls = model["model_class"] or arch
+    task = model["task"]
+    if task is None and cls:
+        task = task_from_class(cls, modality_of(info, cls), info)
+        if task == "feature-extraction" and any(f in files for f in SENTENCE_TRANSFORMER_FILES):
+            task = "sentence-similarity"
+    if task is None:
+        candidates = mt.tasks if mt else ()
+        if len(candidates) == 1:
+            task = candidates[0]
+        else:
+            raise ConfigError(
+                f"model.task: cannot detect the task (config.json has model_type "
+                f"{found_type!r}, architectures {info.get('architectures') or 'none'}); set "
+                f"model.task to one of: {', '.join(candidates or TASKS)}")
+    if task not in TASKS:
+        raise ConfigError(f"model.task: {task!r} is not a task modelplan builds; choose one of: "
+                          f"{', '.join(TASKS)}")
+    if mt is not None and task not in mt.tasks:
+        raise ConfigError(f"model.task: {task!r} is not a task modelplan builds for model_type "
+                          f"{mt.name!r}; choose one of: {', '.join(mt.tasks)}")
+    return task, class_for(task, cls, mt, info)
+
+
+def class_for(task: str, cls: str | None, mt: ModelType | None,
+              info: dict[str, Any]) -> str | None:
+    """The class to load: the checkpoint's own when it is a class for this task, else the
+    model type's class for the task (towers, pose models), else None (the Auto class)."""
+    if cls and task_from_class(cls, modality_of(info, cls), info) in (task, _NLI_PARENT.get(task)):
+        return cls
+    if cls and task == "sentence-similarity" and cls.endswith("Model"):
+        return cls
+    return mt.classes.get(task) if mt else None
+
+
+_NLI_PARENT = {"zero-shot-classification": "text-classification",
+               "text-classification": "zero-shot-classification"}
+
+
+def task_modality(task: str, info: dict[str, Any], model_class: str | None) -> str:
+    """The modality the graphs of this build take."""
+    modality = modality_of(info, model_class)
+    allowed = TASKS[task].modalities
+    if modality in allowed:
+        return modality  # type: ignore[return-value]
+    if modality is None and len(allowed) == 1:
+        return allowed[0]
+    raise ConfigError(f"model.task: {task!r} takes {' or '.join(allowed)} input, but "
+                      f"model_type {info.get('model_type')!r} is "
+                      f"{modality or 'of no known modality'}; set model.task or "
+                      "model.model_class to match the checkpoint")
