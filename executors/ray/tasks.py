@@ -1,5 +1,5 @@
-"""What runs inside Ray's worker processes: one unique step (through the one step wrapper and
-the shared store), and the probe every node answers before a run starts.
+"""What runs inside Ray's worker processes: one step (through the one step wrapper and the
+shared store), and the probe every node answers before a run starts.
 
 These are plain functions; the driver wraps them with `ray.remote(...).options(...)` per step,
 so each step asks for its own resources (planner/core/resources.py).
@@ -12,7 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from executors.run import stepdag
+from executors.run import forkserver
+from executors.run.outcome import FAILED, StepOutcome
 from executors.run.wrapper import execute_step
 from executors.runtime.qnn import available_eps
 from executors.store.content import Store
@@ -24,34 +25,28 @@ def node_identity() -> dict[str, str]:
     return {"id": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address()}
 
 
-def run_step(store_root: str, step: dict[str, Any], key: str, out_dir: str | None,
-             step_retries: int, roles: list[str], *inputs: dict[str, Any]) -> dict[str, Any]:
-    """One unique step of a DAG. `inputs` are the outcomes of the steps it reads, in `roles`
-    order; Ray hands them over once those tasks are done (the DAG's edges are Ray's)."""
-    by_role = dict(zip(roles, inputs, strict=True))
-    where = Path(out_dir) if out_dir else None
-    return _retried(lambda: stepdag.unique_step(Store(Path(store_root)), step, key, by_role,
-                                              where), step_retries)
-
-
 def build_step(store_root: str, step: dict[str, Any], key: str, inputs: dict[str, str],
-               out_dir: str | None, step_retries: int) -> dict[str, Any]:
-    """Build one step from its inputs' directories (a run that re-keys step by step)."""
+               out_dir: str | None, step_retries: int) -> StepOutcome:
+    """One step, from its inputs' directories, through the step wrapper; a heavy step in a
+    fresh child process of this worker."""
     paths = {r: Path(p) for r, p in inputs.items()}
     where = Path(out_dir) if out_dir else None
     return _retried(lambda: execute_step(Store(Path(store_root)), step, key, paths, where,
-                                         lambda _m: None, quiet=True), step_retries)
+                                         lambda _m: None, forkserver.apply_in_child,
+                                         quiet=True), step_retries)
 
 
-def _retried(attempt: Callable[[], dict[str, Any]], step_retries: int) -> dict[str, Any]:
+def _retried(attempt: Callable[[], StepOutcome], step_retries: int) -> StepOutcome:
     """Run a step again while it fails for its own reason, at most `step_retries` times."""
     for tries in range(1, step_retries + 2):
         outcome = attempt()
-        if outcome["status"] != "failed":
+        if outcome.status != FAILED:
             break
-    if outcome["status"] == "failed" and tries > 1:
-        outcome["error"] += f" (failed {tries} times: executor.step_retries={step_retries})"
-    return {**outcome, "node": node_identity()}
+    if outcome.status == FAILED and tries > 1:
+        outcome.error = f"{outcome.error} (failed {tries} times: executor.step_retries=" \
+            f"{step_retries})"
+    outcome.node = node_identity()
+    return outcome
 
 
 def probe(store_root: str, token: str) -> dict[str, Any]:

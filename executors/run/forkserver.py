@@ -5,9 +5,8 @@ signal N` naming the step, removes its temporary output and goes on.
 Which steps run there is declared: ops with `Trait.HEAVY` (planner/core/ops.py). The processes are
 forked by multiprocessing's fork server, which imports the libraries the run's heavy steps use
 once (`preload`), so a process starts warm: the cost is a fork, not an interpreter start and
-its imports. Within a local run or sweep they are the run's long-lived warm workers, each
-running several steps (executors/run/workers.py); elsewhere (a Ray task) each step gets a fresh
-child. `modelplan run` starts the server before the plan is made (`warm_up`); the plan keeps
+its imports. The local runner's are long-lived warm workers, each running several steps
+(executors/run/workers.py); a Ray task gives each step a fresh child (`apply_in_child`). `modelplan run` starts the server before the plan is made (`warm_up`); the plan keeps
 it only if it has torch steps to run, so a fully cached run stops it and starts no worker.
 
 The process sends progress lines and then the step's outcome over a pipe: its metrics, or its
@@ -51,7 +50,6 @@ BASE_PRELOAD = ("executors.run.wrapper",)
 _PRELOAD: set[str] = set(BASE_PRELOAD)
 _warm = False  # the running fork server was started by warm_up, before the plan was known
 _LIVE: dict[int, Any] = {}  # pid -> a running child's or worker's Process
-pool: Any = None  # the run's warm workers (executors/run/workers.py), within workers()
 
 OOM_FIX = ("the kernel's OOM killer ends the largest process when memory runs out: free memory "
            "or run fewer jobs at once (-j 1), then run again")
@@ -101,7 +99,7 @@ def stop_server() -> None:
     global _warm
     from multiprocessing import forkserver
 
-    if pool is not None or _LIVE:
+    if _LIVE:
         return
     _warm = False
     _PRELOAD.clear()
@@ -152,10 +150,8 @@ def heavy_tools(steps: Any) -> list[str]:
 
 
 def apply_in_child(ctx: StepContext, mon: StepMonitor) -> StepResult:
-    """`apply_step(ctx)` in another process (the run's warm worker, or a fresh child); its
-    errors are raised here as they were there."""
-    if pool is not None:
-        return pool.apply(ctx, mon)
+    """`apply_step(ctx)` in a fresh child process; its errors are raised here as they were
+    there. (A local run's warm workers do the same for many steps: executors/run/workers.py.)"""
     mp = _context()
     reader, writer = mp.Pipe(duplex=False)
     proc = mp.Process(target=_child_main, args=(writer, spec(ctx)), name=f"modelplan-{ctx.id}")

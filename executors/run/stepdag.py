@@ -1,33 +1,34 @@
-"""The merged DAG every executor runs: unique keys, what each key depends on, measurements last,
-and the outcome of one unique step given the outcomes of its inputs.
+"""The step DAG and the one scheduler: every executor runs every plan through `Scheduler`, for a
+single run (a sweep of one job), a merged sweep and Ray alike.
 
-A sweep (or one plan) is `unique`: key -> {step (the IR of its first use), jobs using it}.
-An outcome is the dict `execute_step` returns (status, action, path, outputs, digests, ...),
-or a skipped / elided / unelided outcome made here. The local executor's pool and the Ray
-executor's tasks both build from these, so they schedule the same graph the same way.
+A `StepDag` holds each unique key once (`nodes`: key -> {step, jobs}), what it reads (`deps`:
+key -> role -> key) and each job's plan. `Scheduler.run` starts ready steps on a runner
+(executors/run/outcome.py: the local warm workers, or Ray tasks), longest remaining path first,
+and measurements (perf) last, when nothing else runs. Here and nowhere else: a step whose input
+failed is skipped; an elided step is re-checked on its real input (the proof's premises), and
+if they do not hold the step runs after all and the jobs that read it are re-keyed
+(`StepDag.unelide`); an interrupt ends the running steps through the runner (`Scheduler.run`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executors.run.wrapper import execute_step, premises_hold
-from executors.store.content import Store
+from executors.run.interrupts import Interrupted
+from executors.run.outcome import OK, Runner, StepOutcome, Work, skipped
+from executors.run.wrapper import premises_hold
+from planner.core.keys import content_key
 from planner.core.ops import OPS, Trait
 from planner.errors import PlanError
 
+REKEYED = -1  # what `Scheduler._start_ready` says when a failed proof re-keyed the DAG
 Unique = dict[str, dict[str, Any]]
 Deps = dict[str, dict[str, str]]      # key -> role -> key of the step that input names
-
-
-def single(ir: dict[str, Any]) -> tuple[Unique, dict[int, dict[str, str]]]:
-    """One plan as a merged DAG of one job (job 0): its unique keys and id -> key map."""
-    unique: Unique = {}
-    for s in ir["steps"]:
-        unique.setdefault(s["key"], {"step": s, "jobs": [0]})
-    return unique, {0: {s["id"]: s["key"] for s in ir["steps"]}}
 
 
 def dependencies(unique: Unique, ids: dict[int, dict[str, str]]) -> Deps:
@@ -84,32 +85,202 @@ def topological(unique: Unique, deps: Deps) -> list[str]:
     return builds + [k for k in done if measures(unique[k]["step"])]
 
 
-SKIPPED = {"status": "skipped", "action": "run", "error": "an input step failed"}
+@dataclass
+class Job:
+    """One plan of the DAG: the key each of its steps is built under now (its planned key,
+    until a proof that fails on a real input re-keys what follows it)."""
+
+    index: int
+    ir: dict[str, Any]
+    keys: dict[str, str] = field(default_factory=dict)
+    unelided: set[str] = field(default_factory=set)
+    proof_checks: dict[str, dict[str, Any]] = field(default_factory=dict)  # by step id
+
+    def __post_init__(self) -> None:
+        self.keys = {s["id"]: s["key"] for s in self.ir["steps"]}
+
+    def inputs(self, step: dict[str, Any]) -> dict[str, str]:
+        """role -> the step id it reads now: the elided step itself once it ran after all."""
+        via = step.get("via", {})
+        return {role: via[role] if via.get(role) in self.unelided else src
+                for role, src in step["inputs"].items()}
+
+    def stand_in(self, step_id: str, outcomes: dict[str, StepOutcome]) -> str:
+        """The step whose output an elided step's readers get (the deliverable, if elided)."""
+        steps = {s["id"]: s for s in self.ir["steps"]}
+        while (got := outcomes.get(self.keys[step_id])) is not None and got.action == "elided":
+            step_id = self.inputs(steps[step_id])[OPS[steps[step_id]["op"]].chain_role]
+        return step_id
 
 
-def input_failed(dep_keys: dict[str, str], outcomes: dict[str, dict[str, Any]]) -> bool:
-    return any(d in outcomes and outcomes[d]["status"] != "ok" for d in dep_keys.values())
+class StepDag:
+    def __init__(self, plans: list[tuple[int, dict[str, Any]]]) -> None:
+        self.jobs = {index: Job(index, ir) for index, ir in plans}
+        self.nodes: Unique = {}
+        self.deps: Deps = {}
+        for job in self.jobs.values():
+            for s in job.ir["steps"]:
+                self._add(job, s)
+        self.order = list(self.nodes)  # for progress labels: plan order, job by job
+
+    def _add(self, job: Job, step: dict[str, Any]) -> str:
+        """Add a job's step under its current key. A step one job elides and another runs is
+        run: an absorbed elision's output is not its input (its readers read past it)."""
+        key = job.keys[step["id"]]
+        node = self.nodes.setdefault(key, {"step": step, "jobs": []})
+        node["jobs"].append(job.index)
+        if node["step"]["action"] == "elided" and step["action"] != "elided":
+            node["step"] = step
+        self.deps.setdefault(key, {r: job.keys[src] for r, src in job.inputs(step).items()})
+        return key
+
+    def label(self, key: str) -> str:
+        if key not in self.order:
+            self.order.append(key)
+        return f"[{self.order.index(key) + 1}/{len(self.nodes)}]"
+
+    def unelide(self, key: str, detail: str) -> set[str]:
+        """The premises of an elided step do not hold on its real input: it runs after all,
+        under its own key (its inputs are unchanged), and every job that has it re-keys what
+        follows (their readers read it now, not past it)."""
+        node = self.nodes[key]
+        node["step"] = {**node["step"], "action": "run"}
+        for index in list(node["jobs"]):
+            job = self.jobs[index]
+            ids = [s["id"] for s in job.ir["steps"] if job.keys[s["id"]] == key]
+            job.unelided.update(ids)
+            job.proof_checks.update({i: {"held": False, "detail": detail} for i in ids})
+            self._rekey(job)
+
+    def _rekey(self, job: Job) -> None:
+        for s in job.ir["steps"]:  # plan order: inputs first
+            planned = {r: s_key(job.ir, src) for r, src in s["inputs"].items()}
+            actual = {r: job.keys[src] for r, src in job.inputs(s).items()}
+            key = s["key"] if actual == planned else \
+                content_key(s["op"], s["params"], actual, job.ir["tools"])
+            old = job.keys[s["id"]]
+            if key == old:
+                continue
+            self.nodes[old]["jobs"].remove(job.index)
+            if not self.nodes[old]["jobs"]:  # no job needs it any more
+                del self.nodes[old], self.deps[old]
+            job.keys[s["id"]] = key
+            self._add(job, s)
 
 
-def elided(step: dict[str, Any], inputs: dict[str, str]) -> dict[str, Any]:
-    """An elided step's outcome: its input stands for it if the premises hold on it, else
-    `unelided` (the job then runs on its own, re-keying what follows)."""
-    role = OPS[step["op"]].chain_role
-    held, detail = premises_hold(step, Path(inputs[role]), step["inputs"][role])
-    if held:
-        return {"status": "ok", "action": "elided", "path": inputs[role],
-                "proof_check": {"held": True, "detail": detail}}
-    return {"status": "unelided", "action": "run", "error": detail}
+def s_key(ir: dict[str, Any], step_id: str) -> str:
+    return next(s["key"] for s in ir["steps"] if s["id"] == step_id)
 
 
-def unique_step(store: Store, step: dict[str, Any], key: str,
-                inputs: dict[str, dict[str, Any]], out_dir: Path | None,
-                say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
-    """The outcome of one unique step, given its inputs' outcomes by role."""
-    if any(r["status"] != "ok" for r in inputs.values()):
-        return dict(SKIPPED)
-    paths = {role: r["path"] for role, r in inputs.items()}
-    if step["action"] == "elided":
-        return elided(step, paths)
-    return execute_step(store, step, key, {r: Path(p) for r, p in paths.items()}, out_dir, say,
-                        quiet=True)
+class Scheduler:
+    """Runs every unique key of a DAG once, inputs first, on a runner. `out_dir(key, step)`:
+    where a step that the store does not keep writes its output. After an interrupt (raised
+    from `run`, the runner's steps stopped), `outcomes` has what was done and `stopped` the
+    keys that were running."""
+
+    def __init__(self, dag: StepDag, runner: Runner, say: Callable[[str], None],
+                 out_dir: Callable[[str, dict[str, Any]], Path | None],
+                 hold: Callable[[Any], None] = lambda _keys: None) -> None:
+        self.dag, self.runner, self.say, self.out_dir = dag, runner, say, out_dir
+        self.hold = hold  # keys the store's gc must keep (a re-keyed job's new ones)
+        self.outcomes: dict[str, StepOutcome] = {}
+        self.running: dict[Future[StepOutcome], tuple[str, Work]] = {}
+        self.pending = set(dag.nodes)
+        self.stopped: list[str] = []
+        self._starting: str | None = None
+        self._turns = 0
+
+    def run(self) -> dict[str, StepOutcome]:
+        first = longest_path_first(self.dag.nodes, self.dag.deps)
+        try:
+            while self.pending or self.running:
+                settled = self._start_ready(first)
+                if settled == REKEYED:
+                    first = longest_path_first(self.dag.nodes, self.dag.deps)
+                elif settled:  # skipped or elided without a runner: what they free is ready
+                    continue
+                elif self.running:
+                    self._collect()
+                elif self.pending:
+                    raise PlanError("the step DAG has a cycle or a missing input; this is a "
+                                    "modelplan bug: report the overrides that planned it")
+        except Interrupted:
+            self.runner.stop()
+            self.stopped = [key for key, _work in self.running.values()]
+            if self._starting is not None:
+                self.stopped.append(self._starting)
+            raise
+        return self.outcomes
+
+    def _start_ready(self, first: Callable[[str], Any]) -> int:
+        """Start what is ready, within the runner's slots: builds first; measurements only
+        when no build is left, at most `measure_slots` at once. How many steps were settled
+        here (skipped, elided) without the runner; REKEYED if the DAG was re-keyed."""
+        settled = 0
+        dag, outcomes = self.dag, self.outcomes
+        builds = {k for k in self.pending if not measures(dag.nodes[k]["step"])}
+        measuring = not builds and all(measures(w.step) for _k, w in self.running.values())
+        slots = self.runner.measure_slots if measuring else self.runner.slots
+        ready = sorted(self.pending if measuring else builds, key=lambda k: (
+            dag.nodes[k]["step"]["action"] != "elided", first(k)))  # proofs first: cheap
+        for key in ready:
+            deps = dag.deps[key]
+            if not all(d in outcomes for d in deps.values()):
+                continue
+            step = dag.nodes[key]["step"]
+            if any(not outcomes[d].ok for d in deps.values()):
+                self.say(f"{dag.label(key)} {step['id']:<10} skipped (an input step failed)")
+                outcomes[key] = _ended(skipped())
+                self.pending.discard(key)
+                settled += 1
+                continue
+            inputs = {role: Path(outcomes[d].path or "") for role, d in deps.items()}
+            if step["action"] == "elided":
+                self.pending.discard(key)
+                if self._elided(key, step, inputs):
+                    return REKEYED
+                settled += 1
+                continue
+            if len(self.running) >= slots:
+                break
+            self.pending.discard(key)
+            turn, self._turns = self._turns, self._turns + measures(step)
+            work = Work(step, key, inputs, self.out_dir(key, step), dag.label(key), turn)
+            self._starting = key  # a runner may run it inline, within start()
+            self.running[self.runner.start(work)] = (key, work)
+            self._starting = None
+        return settled
+
+    def _elided(self, key: str, step: dict[str, Any], inputs: dict[str, Path]) -> bool:
+        """Re-check an elided step's premises on its real input: it stands for its input,
+        or it runs after all (True: the DAG was re-keyed)."""
+        role = OPS[step["op"]].chain_role
+        held, detail = premises_hold(step, inputs[role], step["inputs"][role])
+        label = self.dag.label(key)
+        if held:
+            self.say(f"{label} {step['id']:<10} elided ({detail})")
+            self.outcomes[key] = _ended(StepOutcome(
+                status=OK, action="elided", path=str(inputs[role]),
+                proof_check={"held": True, "detail": detail}))
+            return False
+        self.say(f"{label} {step['id']:<10} proof did not hold ({detail}); running it")
+        self.dag.unelide(key, detail)
+        self.hold(list(self.dag.nodes))
+        running = {k for k, _w in self.running.values()}
+        self.pending = {k for k in self.dag.nodes if k not in self.outcomes and k not in running}
+        return True
+
+    def _collect(self) -> None:
+        done, _ = wait(list(self.running), return_when=FIRST_COMPLETED)
+        for fut in done:
+            key, work = self.running.pop(fut)
+            outcome = _ended(fut.result())
+            self.outcomes[key] = outcome
+            if not outcome.ok:
+                self.say(f"      {work.step['id']}: FAILED: {outcome.error}")
+            self.runner.finished(work, outcome)
+
+
+def _ended(outcome: StepOutcome) -> StepOutcome:
+    outcome.ended = time.time()
+    return outcome

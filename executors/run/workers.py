@@ -5,8 +5,8 @@ modeling code) is then loaded once per worker, not once per step.
 
 A step goes to the idle worker that built one of its inputs (a chain of steps stays on one
 worker), else to the idle worker whose last step used the same tools (Op.tools), else to any
-idle worker, else to a new one. Workers exist only within `workers()` (a local run or sweep);
-elsewhere (a Ray task) every heavy step gets a fresh child, as before.
+idle worker, else to a new one. A pool belongs to the local runner that made it (one run or
+sweep) and is closed with it; elsewhere (a Ray task) every heavy step gets a fresh child.
 
 What a fresh child per step guaranteed still holds: a crash (a signal, the OOM killer) ends
 that worker and that step only, reported naming the step, and the next step gets a new worker;
@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -136,18 +135,3 @@ class Pool:
             idle, self._idle, self._closed = self._idle, [], True
         for worker in idle:
             worker.stop()
-
-
-@contextmanager
-def workers() -> Iterator[None]:
-    """Within the block, heavy steps run on this run's warm workers (reentrant: a nested run,
-    such as a sweep job that re-keys, shares them)."""
-    if forkserver.pool is not None:
-        yield
-        return
-    forkserver.pool = Pool()
-    try:
-        yield
-    finally:
-        pool, forkserver.pool = forkserver.pool, None
-        pool.close()

@@ -7,7 +7,8 @@ executors/run/checkers.py, stamp the facts it observed into the artifact, and va
 A stamp is evidence, never a copy of the plan's claim.
 
 `execute_step` makes a step's output exist: from the store, or built under the key's lock
-into a temporary directory that becomes the entry only when complete.
+into a temporary directory that becomes the entry only when complete. Where a heavy step runs
+(a warm worker, a fresh child process) is the runner's to say: it passes `in_child`.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from typing import Any
 
 from executors.onnx.artifacts import MODEL, SOURCE, problems, read_facts, stamp_file
 from executors.onnx.pieces import model_dirs
-from executors.run import forkserver, proofs
+from executors.run import proofs
 from executors.run.checkers import Artifact, unmet_carried, unmet_ensures
 from executors.run.monitor import StepMonitor
+from executors.run.outcome import OK, StepOutcome, failed
 from executors.store import diskfull, weights
-from executors.store.content import Store
+from executors.store.content import Entry, Store
 from planner import rules
 from planner.core import facts as F
 from planner.core.ops import OPS, FactName, Op, Trait
@@ -160,13 +162,16 @@ def _observe_and_stamp(ctx: StepContext, given: F.Facts, out: Path) -> None:
                 where=params.get("path") if user_file else None)
 
 
+InChild = Callable[[StepContext, StepMonitor], StepResult]
+
+
 def execute_step(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path],
-                 out_dir: Path | None, say: Callable[[str], None], label: str = "",
-                 quiet: bool = False, debug: bool = False) -> dict[str, Any]:
-    """Make one step's outputs exist (from the store, or by building them) and describe them:
-    action, wall_s, peak_rss_mb, outputs, metrics, digests, path; or status=failed, error."""
+                 out_dir: Path | None, say: Callable[[str], None], in_child: InChild,
+                 label: str = "", quiet: bool = False, debug: bool = False) -> StepOutcome:
+    """Make one step's outputs exist (from the store, or by building them; a HEAVY op's
+    `apply_step` through `in_child`) and describe them; a failure is an outcome too."""
     try:
-        return _execute(store, step, key, inputs, out_dir, say, label, quiet)
+        return _execute(store, step, key, inputs, out_dir, say, in_child, label, quiet)
     except Exception as exc:  # noqa: BLE001 - a bug or library error: still one clear line
         if diskfull.is_disk_full(exc):
             cacheable = not OPS[step["op"]].has(Trait.NOT_CACHEABLE)
@@ -174,73 +179,74 @@ def execute_step(store: Store, step: dict[str, Any], key: str, inputs: dict[str,
                 (out_dir, "the outputs directory")
             exc = diskfull.disk_full_error(where, what, step, inputs)
         if isinstance(exc, StepError):
-            return {"status": "failed", "action": "run", "error": str(exc)}
+            return failed(str(exc))
         if debug:
             traceback.print_exc()
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         kind = getattr(exc, "type_name", type(exc).__name__)
-        return {"status": "failed", "action": "run",
-                "error": f"step {step['id']} ({step['op']}) failed: {kind}: "
-                         f"{cause}; rerun with --debug for the traceback"}
+        return failed(f"step {step['id']} ({step['op']}) failed: {kind}: "
+                      f"{cause}; rerun with --debug for the traceback")
 
 
 def _execute(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path],
-             out_dir: Path | None, say: Callable[[str], None], label: str,
-             quiet: bool) -> dict[str, Any]:
+             out_dir: Path | None, say: Callable[[str], None], in_child: InChild, label: str,
+             quiet: bool) -> StepOutcome:
     cacheable = not OPS[step["op"]].has(Trait.NOT_CACHEABLE)
     entry, repair = store.lookup(key) if cacheable else (None, None)  # verified on use
-    rec: dict[str, Any] = {"status": "ok"}
+    got = StepOutcome(status=OK, action="cached")
     if repair is not None:
-        rec["quarantined"] = repair.record()
+        got.quarantined = repair.record()
         say(f"{label} {step['id']:<10} corrupt in the store ({'; '.join(repair.problems)}); "
             f"moved to {repair.moved_to}; rebuilding")
     if entry is not None:
-        rec["action"], path = "cached", entry.path
+        path = entry.path
         say(f"{label} {step['id']:<10} cached")
     else:
         say(f"{label} {step['id']:<10} running")
         with StepMonitor(step["id"], quiet) as mon:
-            path, built = _build(store, step, key, inputs, cacheable, out_dir, say, mon)
+            path, entry, built = _build(store, step, key, inputs, cacheable, out_dir, say,
+                                        in_child, mon)
         if built:
-            rec.update(action="run", wall_s=round(mon.wall, 3), peak_rss_mb=round(mon.peak, 1),
-                       started=mon.started, **({"worker": mon.worker} if mon.worker else {}))
+            got.action, got.wall_s, got.peak_rss_mb = "run", round(mon.wall, 3), \
+                round(mon.peak, 1)
+            got.started, got.worker = mon.started, mon.worker
             say(f"      {step['id']} done in {mon.wall:.1f} s")
         else:
-            rec["action"] = "cached"
             say(f"      {step['id']} was built meanwhile by another run: cached")
-    entry = store.get(key) if cacheable else None
     files = entry.files if entry is not None else None
-    rec["outputs"], rec["metrics"] = _describe(path, files)
-    rec["digests"] = {k: v for k, v in (files or {}).items() if k != RESULT}
-    rec["path"] = str(path)
-    return rec
+    got.outputs, got.metrics = _describe(path, files)
+    got.digests = {k: v for k, v in (files or {}).items() if k != RESULT}
+    got.path = str(path)
+    return got
 
 
 def _build(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path],
            cacheable: bool, out_dir: Path | None, say: Callable[[str], None],
-           mon: StepMonitor) -> tuple[Path, bool]:
+           in_child: InChild, mon: StepMonitor) -> tuple[Path, Entry | None, bool]:
     """Build a step's outputs into the store, or (not cacheable) into the run's outputs.
-    Returns where they are and whether this call built them."""
+    Returns where they are, their store entry (None if not cacheable) and whether this call
+    built them (not if another process built the entry meanwhile)."""
     cache_dir = store.root / "session_cache"
+    ctx = StepContext({**step, "key": key}, inputs, Path(), say, cache_dir, store.pool)
     if not cacheable:
         base = out_dir or store.root / "tmp" / f"uncached-{uuid.uuid4().hex[:8]}"
-        target = base / step["id"]
-        target.mkdir(parents=True, exist_ok=True)
-        _apply(StepContext({**step, "key": key}, inputs, target, say, cache_dir, store.pool),
-               mon)
-        return target, True
+        ctx.out = base / step["id"]
+        ctx.out.mkdir(parents=True, exist_ok=True)
+        _apply(ctx, mon, in_child)
+        return ctx.out, None, True
     with store.lock(key):
-        if store.lookup_locked(key)[0] is not None:  # another process built it meanwhile
-            return store.entry_dir(key), False
+        entry = store.lookup_locked(key)[0]
+        if entry is not None:  # another process built it meanwhile
+            return entry.path, entry, False
         with store.building(key, {"step": step["id"], "op": step["op"]}) as tmp:
-            _apply(StepContext({**step, "key": key}, inputs, tmp, say, cache_dir, store.pool),
-                   mon)
-    return store.entry_dir(key), True
+            ctx.out = tmp
+            _apply(ctx, mon, in_child)
+    return store.entry_dir(key), store.get(key), True
 
 
-def _apply(ctx: StepContext, mon: StepMonitor) -> StepResult:
-    """apply_step, in a child process for ops declared HEAVY (executors/run/forkserver.py)."""
-    return forkserver.apply_in_child(ctx, mon) if ctx.op.has(Trait.HEAVY) else apply_step(ctx)
+def _apply(ctx: StepContext, mon: StepMonitor, in_child: InChild) -> StepResult:
+    """apply_step, in another process for ops declared HEAVY (the runner says which)."""
+    return in_child(ctx, mon) if ctx.op.has(Trait.HEAVY) else apply_step(ctx)
 
 
 def _describe(path: Path, files: dict[str, str] | None) -> tuple[dict[str, str], dict]:
