@@ -52,10 +52,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     stack: list[str] = []
     on_stack: set[str] = set()
     found: list[list[str]] = []
-    for root in graph:
+    for root, imported in graph.items():
         if root in index:
             continue
-        work = [(root, iter(sorted(graph[root])))]
+        work = [(root, iter(sorted(imported)))]
         index[root] = low[root] = len(index)
         stack.append(root)
         on_stack.add(root)
@@ -109,9 +109,9 @@ def test_no_module_over_400_lines_and_no_function_over_60() -> None:
         if len(source.splitlines()) > 400:
             long_modules.append(name)
         for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                if node.end_lineno - node.lineno + 1 > 60:
-                    long_functions.append(f"{name}.{node.name}")
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and \
+                    node.end_lineno - node.lineno + 1 > 60:
+                long_functions.append(f"{name}.{node.name}")
     assert long_modules == [] and long_functions == []
 
 
