@@ -18,7 +18,7 @@ from typing import Any
 
 from executors.run import forkserver, interrupts, records, workers
 from executors.run.wrapper import execute_step, has_implementation, premises_hold
-from executors.runtime.qnn import available_eps
+from executors.runtime.adapters import available_eps
 from executors.store import publish
 from executors.store.content import Store
 from executors.store.lease import Lease

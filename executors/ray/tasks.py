@@ -14,7 +14,7 @@ from typing import Any
 
 from executors.run import stepdag
 from executors.run.wrapper import execute_step
-from executors.runtime.qnn import available_eps
+from executors.runtime.adapters import available_eps
 from executors.store.content import Store
 
 
