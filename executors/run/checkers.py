@@ -188,9 +188,9 @@ def quantized_bits(model: onnx.ModelProto) -> tuple[list[int], list[int]]:
 
 
 def _compiled(a: Artifact, want: Any) -> str | None:
-    from executors.runtime.adapters import declared
+    from planner.core.targets import named
 
-    provider = declared({"target": want}).provider  # an EPContext node's source names its EP
+    provider = named(str(want)).provider  # an EPContext node's source names its EP
     contexts = [n for n in a.needs_graph().graph.node if n.op_type == "EPContext"]
     sources = {attr.s.decode() for n in contexts for attr in n.attribute if attr.name == "source"}
     if not contexts:

@@ -15,8 +15,9 @@ import onnx
 
 from executors.onnx.artifacts import MODEL, load, save
 from executors.run.wrapper import StepContext, StepResult
-from executors.runtime.adapters import declared, host_providers
+from executors.runtime.adapters import host_providers
 from executors.samples import batches, io_specs, valid_positions
+from planner.core.targets import named
 
 TOLERANCE = 1e-4
 
@@ -24,7 +25,7 @@ TOLERANCE = 1e-4
 def rewrite_set(target: str) -> ModuleType | None:
     """The module of the rewrites `target`'s legalizer names (REWRITES, violations, FLOOR), or
     None when the target needs none."""
-    legalizer = declared({"target": target}).legalizer
+    legalizer = named(target).legalizer
     return importlib.import_module(f"executors.onnx.{legalizer}_rewrites") if legalizer else None
 
 
