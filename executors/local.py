@@ -23,7 +23,7 @@ from executors.run.outcome import StepOutcome, Work
 from executors.run.stepdag import measures
 from executors.run.workers import Pool
 from executors.run.wrapper import execute_step, has_implementation
-from executors.runtime.qnn import available_eps
+from executors.runtime.adapters import available_eps
 from executors.store.content import Store
 from planner.core.ops import OPS, Trait
 from planner.errors import PlanError

@@ -19,6 +19,7 @@ from typing import Any
 import onnx
 
 from executors.onnx.artifacts import load, load_for_rewrite, save
+from executors.runtime.adapters import host_providers
 from executors.store.weights import THRESHOLD, WEIGHTS, has_external, internalize, masked, unmask
 from planner.core.ops import FUSIONS
 from planner.errors import StepError
@@ -106,7 +107,7 @@ def ort_pass(src: Path, dst: Path) -> None:
                                 f"{dst.name}.data")
     so.add_session_config_entry(
         "session.optimized_model_external_initializers_min_size_in_bytes", str(THRESHOLD))
-    ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    ort.InferenceSession(str(src), so, providers=host_providers())
     model = load(dst, external=False)
     canonical_order(model.graph)
     save(model, dst)

@@ -15,7 +15,7 @@ from typing import Any
 from executors.run import forkserver
 from executors.run.outcome import FAILED, StepOutcome
 from executors.run.wrapper import execute_step
-from executors.runtime.qnn import available_eps
+from executors.runtime.adapters import available_eps
 from executors.store.content import Store
 
 

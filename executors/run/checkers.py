@@ -188,13 +188,15 @@ def quantized_bits(model: onnx.ModelProto) -> tuple[list[int], list[int]]:
 
 
 def _compiled(a: Artifact, want: Any) -> str | None:
-    ep = str(want).split("_")[0].upper()  # qnn_htp -> QNN
+    from planner.core.targets import named
+
+    provider = named(str(want)).provider  # an EPContext node's source names its EP
     contexts = [n for n in a.needs_graph().graph.node if n.op_type == "EPContext"]
     sources = {attr.s.decode() for n in contexts for attr in n.attribute if attr.name == "source"}
     if not contexts:
         return "it has no EPContext node"
-    return None if any(ep in s.upper() for s in sources) else \
-        f"its EPContext nodes come from {sorted(sources)}, not {ep}"
+    return None if provider in sources else \
+        f"its EPContext nodes come from {sorted(sources)}, not {provider}"
 
 
 CHECKERS: dict[FactName, Checker] = {

@@ -19,9 +19,10 @@ from typing import Any
 
 from executors.onnx.artifacts import load
 from executors.runtime import breakdown as B
-from executors.runtime import qnn
+from executors.runtime.adapters import adapter
+from executors.runtime.nativelog import native_log
+from planner.core.targets import Target
 
-QNN_PROFILE = {"profiling_level": "detailed"}
 QNN_CSV = "qnn_profile.csv"
 CPU_NOTE = ("ONNX Runtime profiler, CPU EP: kernel time per node of the optimized graph the "
             "session runs, mean over the profiled runs")
@@ -32,34 +33,37 @@ NO_OPS = ("QNN EP profiling gave whole-graph times only (no per-op events), so t
 NO_TAGS = "the model carries no hierarchy tags (winml.hierarchy.tag), so time is not per module"
 
 
-def profile(ep: str, backend: str | None, provider_options: dict[str, Any], model: Path,
+def profile(target: Target, provider_options: dict[str, Any], model: Path,
             feed: dict[str, Any], warmup: int, runs: int, work: Path) -> dict[str, Any]:
     """Metrics of `warmup + max(runs, 1)` profiled runs: nodes per EP always, and with
     runs > 0 `profile` (what was measured, the total, coverage) and `modules` (one row per
     module)."""
+    spec, runtime = target.session, adapter(target)
+    own = bool(spec.profiling)  # the EP profiles its own ops; else ORT's profiler sees each node
     work.mkdir(parents=True, exist_ok=True)
     (work.parent / QNN_CSV).unlink(missing_ok=True)  # never leave an older run's figures
-    options = {**provider_options, **QNN_PROFILE, "profiling_file_path": str(work / QNN_CSV)} \
-        if ep == "qnn" and runs else provider_options
-    so = qnn.session_options(ep, backend, options, cpu_fallback=ep == "cpu")
+    options = {**provider_options, **spec.profiling,
+               str(spec.profiling_file): str(work / QNN_CSV)} if own and runs \
+        else provider_options
+    so = runtime.session_options(target, options, cpu_fallback=False)
     so.enable_profiling = True
     so.profile_file_prefix = str(work / "ort")
-    if ep == "cpu":
+    if not own:
         so.optimized_model_filepath = str(work / "optimized.onnx")
         so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
                                     "optimized.onnx.data")
-    with qnn.native_log():
-        session = qnn.session(model, ep, so=so)
+    with native_log():
+        session = runtime.session(model, target, so=so)
         for _ in range(warmup + max(runs, 1)):
             session.run(None, feed)
         events = json.loads(Path(session.end_profiling()).read_text())
         del session
-    out: dict[str, Any] = nodes_by_ep(events, ep)
+    out: dict[str, Any] = nodes_by_ep(events, target.provider)
     if runs:
-        out.update(_qnn(work / QNN_CSV, model, warmup) if ep == "qnn" else
+        out.update(_qnn(work / QNN_CSV, model, warmup) if own else
                    _cpu(events, work / "optimized.onnx", model, warmup))
         elsewhere = out["nodes_total"] - out["nodes_on_ep"]
-        if ep == "qnn" and elsewhere:  # CPU fallback nodes are not in the EP's own profile
+        if own and elsewhere:  # CPU fallback nodes are not in the EP's own profile
             out["profile"]["note"] += (f"; {elsewhere} node(s) ran on other EPs and are not "
                                        "in it")
     if (work / QNN_CSV).is_file():  # the EP's own figures, kept beside the metrics
@@ -68,15 +72,14 @@ def profile(ep: str, backend: str | None, provider_options: dict[str, Any], mode
     return out
 
 
-def nodes_by_ep(events: list[dict[str, Any]], ep: str) -> dict[str, Any]:
-    """Which EP ran each node, from the profiler's node events."""
+def nodes_by_ep(events: list[dict[str, Any]], provider: str) -> dict[str, Any]:
+    """Which EP ran each node, from the profiler's node events; `provider` is the target's."""
     per_ep: dict[str, set[str]] = defaultdict(set)
     for e in events:
         if e.get("cat") == "Node" and e.get("args", {}).get("provider"):
             per_ep[e["args"]["provider"]].add(_node_name(e["name"]))
     total = len(set().union(*per_ep.values())) if per_ep else 0
-    target = qnn.QNN if ep == "qnn" else "CPUExecutionProvider"
-    return {"nodes_total": total, "nodes_on_ep": len(per_ep.get(target, ())),
+    return {"nodes_total": total, "nodes_on_ep": len(per_ep.get(provider, ())),
             "nodes_by_ep": {name: len(names) for name, names in sorted(per_ep.items())}}
 
 

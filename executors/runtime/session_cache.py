@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from executors.runtime.adapters import host_providers
+
 HINT_ORT = "use-ort"
 DISABLED = "disabled"
 
@@ -61,7 +63,7 @@ def _load_back(path: Path) -> Any:
     so = _options(from_cache=True)
     for k, v in fmt.items():
         so.add_session_config_entry(k, v)
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), so, providers=host_providers())
 
 
 def cpu_session(model: Path, cache_dir: Path | None) -> tuple[Any, CacheInfo]:
@@ -69,7 +71,7 @@ def cpu_session(model: Path, cache_dir: Path | None) -> tuple[Any, CacheInfo]:
     import onnxruntime as ort
 
     if cache_dir is None:
-        return ort.InferenceSession(str(model), _options(), providers=["CPUExecutionProvider"]), \
+        return ort.InferenceSession(str(model), _options(), providers=host_providers()), \
             CacheInfo("off")
     slot = cache_dir / cache_key(model)
     slot.mkdir(parents=True, exist_ok=True)
@@ -89,9 +91,10 @@ def cpu_session(model: Path, cache_dir: Path | None) -> tuple[Any, CacheInfo]:
 
 def _plain(model: Path) -> Any:
     """A session without the cache."""
-    from executors.runtime import qnn
+    from executors.runtime import cpu
+    from planner.core.targets import reference
 
-    return qnn.session(model, "cpu", so=_options())
+    return cpu.session(model, reference(), so=_options())
 
 
 def _write(model: Path, slot: Path, fmt: str) -> tuple[Any, CacheInfo]:
@@ -102,8 +105,7 @@ def _write(model: Path, slot: Path, fmt: str) -> tuple[Any, CacheInfo]:
     target = slot / f"optimized.{fmt}"
     tmp = slot / f".writing.{os.getpid()}.{fmt}"  # steps of a sweep may write one slot at once
     try:
-        session = ort.InferenceSession(str(model), _options(tmp),
-                                       providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(model), _options(tmp), providers=host_providers())
         _load_back(tmp)
     except Exception as exc:  # noqa: BLE001 - ORT raises several types on a bad save/load
         tmp.unlink(missing_ok=True)

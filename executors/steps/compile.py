@@ -16,8 +16,9 @@ import numpy as np
 from executors.onnx import pieces
 from executors.onnx.artifacts import MODEL, load, save, set_meta
 from executors.run.wrapper import StepContext, StepResult
-from executors.runtime import qnn
+from executors.runtime.adapters import adapter, declared
 from executors.runtime.breakdown import write_node_tags
+from executors.runtime.nativelog import native_log
 from executors.samples import batches, io_specs
 
 
@@ -39,23 +40,25 @@ def run(ctx: StepContext) -> StepResult:
 def compile_model(ctx: StepContext, src_dir: Path, out_dir: Path) -> dict[str, int]:
     """Compile the model in `src_dir` into `out_dir`, load it back and run it once."""
     p = ctx.params
+    target = declared(p)
+    runtime = adapter(target)
     src, out = src_dir / MODEL, out_dir / MODEL
     configs = {"ep.context_enable": "1", "ep.context_file_path": str(out),
                "ep.context_embed_mode": "1" if p["embed_context"] else "0"}
     fallback = "on" if p["cpu_fallback"] else "off"
     ctx.progress(f"  compiling for {p['target']} (cpu fallback {fallback})")
     try:
-        with qnn.native_log() as log:
-            so = qnn.session_options(p["ep"], p["backend"], p["provider_options"],
-                                     p["cpu_fallback"], configs)
-            qnn.session(src, p["ep"], so=so)
+        with native_log() as log:
+            so = runtime.session_options(target, p["provider_options"], p["cpu_fallback"],
+                                         configs)
+            runtime.session(src, target, so=so)
     except Exception as exc:
-        errors, nodes = qnn.qnn_errors(log)
+        errors, nodes = runtime.errors(log)
         cause = str(exc).strip().splitlines()[0]
         said = [e for e in errors if e not in cause and "Unsupported nodes" not in e][:1]
         detail = "".join(f"; QNN: {e}" for e in said)
         detail += f"; offending node(s): {', '.join(nodes[:5])}" if nodes else ""
-        raise ctx.fail(f"{p['ep'].upper()} compile failed: {cause}{detail}",
+        raise ctx.fail(f"{target.ep.upper()} compile failed: {cause}{detail}",
                        "fix what QNN reports (target.provider_options; or legalize/quantize so "
                        "the backend supports every node), or set target.cpu_fallback=true to "
                        "allow CPU nodes", where=str(src)) from exc
@@ -73,14 +76,15 @@ def compile_model(ctx: StepContext, src_dir: Path, out_dir: Path) -> dict[str, i
 def _validate(ctx: StepContext, src_dir: Path, out_dir: Path) -> dict[str, int]:
     """Load the compiled model as a user would (no CPU fallback) and run sample inputs."""
     p = ctx.params
+    target = declared(p)
     path = out_dir / MODEL
     recorded = pieces.feeds(src_dir)
     feeds = [recorded] if recorded is not None else \
         batches(io_specs(src_dir / MODEL)[0], 1, "verify")
     try:
-        with qnn.native_log():
-            sess = qnn.session(path, p["ep"], p["backend"], p["provider_options"],
-                               cpu_fallback=p["cpu_fallback"])
+        with native_log():
+            sess = adapter(target).session(path, target, p["provider_options"],
+                                           cpu_fallback=p["cpu_fallback"])
     except Exception as exc:
         raise ctx.fail(f"the compiled model does not load: {str(exc).splitlines()[0]}",
                        "report this model", where=str(path)) from exc

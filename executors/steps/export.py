@@ -21,6 +21,7 @@ from executors.onnx import hierarchy
 from executors.onnx.artifacts import MODEL, REPORT, SIDECAR, clear_node_meta, load, save, set_meta
 from executors.run.wrapper import StepContext, StepResult
 from executors.runtime import torchmodel
+from executors.runtime.adapters import host_providers
 from executors.samples import Samples
 from planner.config.compose import did_you_mean
 
@@ -147,7 +148,7 @@ def _check_against_torch(ctx: StepContext, path: Path, feed: dict, expected: Any
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.add_session_config_entry("session.disable_prepacking", "1")  # no packed weight copies
-    got = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(None, feed)
+    got = ort.InferenceSession(str(path), so, providers=host_providers()).run(None, feed)
     want = expected if isinstance(expected, tuple) else (expected,)
     max_abs = max(float(np.max(np.abs(g - w.numpy()))) for g, w in zip(got, want, strict=True))
     scale = max(1.0, *(float(np.max(np.abs(w.numpy()))) for w in want))

@@ -15,6 +15,7 @@ from executors.onnx import pieces, subgraph
 from executors.onnx.artifacts import MODEL, SIDECAR, load, save
 from executors.onnx.hierarchy import prefixes
 from executors.run.wrapper import StepContext, StepResult
+from executors.runtime.adapters import host_providers
 from executors.samples import batches, io_specs
 from planner.config.compose import did_you_mean
 
@@ -90,8 +91,7 @@ def _boundary_values(src: Path, model: onnx.ModelProto,
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(probe.SerializeToString(), so,
-                                   providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(probe.SerializeToString(), so, providers=host_providers())
     got = dict(zip(wanted, session.run(wanted, feed), strict=True))
     return {**{n: v for n, v in feed.items() if n in names}, **got}
 

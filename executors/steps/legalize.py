@@ -1,40 +1,55 @@
-"""legalize{target}: rewrite what QNN HTP rejects or computes wrongly (executors/onnx/htp_rewrites.py:
-mask constants floored, Wheres made arithmetic, the Erf GELU folded, ReduceL2 and Einsum
-replaced, shared weights unshared, batch-1 constants tiled), then check nothing it rejects
-is left. The fp32 outputs on real (non-padding) tokens must not change."""
+"""legalize{target}: rewrite what the target rejects or computes wrongly, with the rewrite set
+its declaration names (for QNN HTP, executors/onnx/htp_rewrites.py: mask constants floored,
+Wheres made arithmetic, the Erf GELU folded, ReduceL2 and Einsum replaced, shared weights
+unshared, batch-1 constants tiled), then check nothing it rejects is left. The fp32 outputs on
+real (non-padding) tokens must not change."""
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import onnx
 
-from executors.onnx import htp_rewrites
 from executors.onnx.artifacts import MODEL, load, save
 from executors.run.wrapper import StepContext, StepResult
+from executors.runtime.adapters import host_providers
 from executors.samples import batches, io_specs, valid_positions
+from planner.core.targets import named
 
 TOLERANCE = 1e-4
-HTP_TARGETS = ("qnn_htp",)  # targets whose backend needs executors/onnx/htp_rewrites.py
+
+
+def rewrite_set(target: str) -> ModuleType | None:
+    """The module of the rewrites `target`'s legalizer names (REWRITES, violations, FLOOR), or
+    None when the target needs none."""
+    legalizer = named(target).legalizer
+    return importlib.import_module(f"executors.onnx.{legalizer}_rewrites") if legalizer else None
 
 
 def violations(model: onnx.ModelProto, target: str) -> list[str]:
     """What `target` rejects in `model`, one line each naming the node or constant (the
     checker of the legal_for fact)."""
-    return htp_rewrites.violations(model) if target in HTP_TARGETS else []
+    rewrites = rewrite_set(target)
+    return rewrites.violations(model) if rewrites else []
 
 
 def run(ctx: StepContext) -> StepResult:
     path = ctx.input_model()
+    rewrites = rewrite_set(ctx.params["target"])
+    if rewrites is None:
+        raise ctx.fail(f"target {ctx.params['target']} declares no legalizer to run",
+                       "declare its legalizer in planner/core/targets.py")
     model = load(path)
     done: dict[str, int] = {}
-    for name, rewrite in htp_rewrites.REWRITES:
+    for name, rewrite in rewrites.REWRITES:
         result = rewrite(model)
         if isinstance(result, tuple):
             model, result = result
         done[name] = result
-    left = violations(model, ctx.params["target"])
+    left = rewrites.violations(model)
     if left:
         why = {"Erf": "it is not part of a GELU pattern; export the model with a tanh or "
                       "native GELU"}
@@ -50,7 +65,7 @@ def run(ctx: StepContext) -> StepResult:
                                "constants_clamped": done["clamp_constants"],
                                "gelus_fused": done["erf_gelu"],
                                "max_abs_valid_tokens": max_abs,
-                               "floor": htp_rewrites.FLOOR})
+                               "floor": rewrites.FLOOR})
 
 
 def _outputs_unchanged(ctx: StepContext, before: Any) -> float:
@@ -64,8 +79,8 @@ def _outputs_unchanged(ctx: StepContext, before: Any) -> float:
     # fails on some graphs its basic level wrote ("Attempt to replace the existing tensor")
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     so.add_session_config_entry("session.disable_prepacking", "1")  # two models: no packed copies
-    old = ort.InferenceSession(str(before), so, providers=["CPUExecutionProvider"])
-    new = ort.InferenceSession(str(ctx.out / MODEL), so, providers=["CPUExecutionProvider"])
+    old = ort.InferenceSession(str(before), so, providers=host_providers())
+    new = ort.InferenceSession(str(ctx.out / MODEL), so, providers=host_providers())
     for feed in batches(specs, 2, "verify", seed=7):
         valid = valid_positions(feed)
         for a, b in zip(old.run(None, feed), new.run(None, feed), strict=True):

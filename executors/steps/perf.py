@@ -15,20 +15,15 @@ from executors.onnx import pieces
 from executors.onnx.artifacts import METRICS, MODEL
 from executors.onnx.hierarchy import depth
 from executors.run.wrapper import StepContext, StepResult
-from executors.runtime import qnn
+from executors.runtime.adapters import adapter, declared
 from executors.runtime.profiling import profile
-from executors.runtime.session_cache import cpu_session
 from executors.samples import batches, io_specs
 
 
 def _session(ctx: StepContext, path: Path) -> tuple[Any, str]:
     p = ctx.params
-    if p["ep"] == "cpu":
-        session, info = cpu_session(path, ctx.cache_dir)
-        return session, info.state
-    with qnn.native_log():
-        return qnn.session(path, p["ep"], p["backend"], p["provider_options"],
-                           cpu_fallback=False), "off"
+    target = declared(p)
+    return adapter(target).step_session(path, target, p["provider_options"], ctx.cache_dir)
 
 
 def latency(ctx: StepContext, path: Path, feed: dict[str, Any], label: str = "") -> dict:
@@ -64,8 +59,8 @@ def run(ctx: StepContext) -> StepResult:
         metrics.update(latency(ctx, path, feed))
         if p["profile_runs"]:
             ctx.progress(f"  profiling {p['profile_runs']} run(s) for the per-module breakdown")
-        metrics.update(profile(p["ep"], p["backend"], p["provider_options"], path, feed,
-                               p["warmup"], p["profile_runs"], ctx.out / "profile"))
+        metrics.update(profile(declared(p), p["provider_options"], path, feed, p["warmup"],
+                               p["profile_runs"], ctx.out / "profile"))
     (ctx.out / METRICS).write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return StepResult(metrics=metrics)
 
@@ -79,8 +74,8 @@ def _pieces(ctx: StepContext, found: dict[str, Any]) -> dict[str, Any]:
         feed = pieces.feeds(where) or batches(io_specs(where / MODEL)[0], 1, "perf")[0]
         ctx.progress(f"  {piece['tag']}")
         stats = latency(ctx, where / MODEL, feed, label=f"{piece['dir']} ")
-        on_ep = profile(p["ep"], p["backend"], p["provider_options"], where / MODEL, feed,
-                        0, 0, ctx.out / "profile")
+        on_ep = profile(declared(p), p["provider_options"], where / MODEL, feed, 0, 0,
+                        ctx.out / "profile")
         rows.append({"tag": piece["tag"], "depth": depth(piece["tag"]), "nodes": piece["nodes"],
                      "ms": round(stats["latency_ms_median"], 6),
                      "p90_ms": round(stats["latency_ms_p90"], 6),

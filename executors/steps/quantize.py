@@ -1,5 +1,5 @@
-"""quantize: QDQ static quantization with ONNX Runtime (its QNN QDQ configuration for QNN
-targets), calibrated on real sentences through the model's tokenizer, or on seeded random
+"""quantize: QDQ static quantization with ONNX Runtime (the QDQ configuration the target's
+profile declares: QNN's for QNN targets), calibrated on real sentences through the model's tokenizer, or on seeded random
 values inside each input's range; kind=fp16 converts to float16 instead."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 from executors.onnx.artifacts import MODEL, load, save
 from executors.run.wrapper import StepContext, StepResult
+from executors.runtime.adapters import declared
 from executors.samples import Samples, io_specs
 from executors.store.weights import THRESHOLD, internalize
 
@@ -119,8 +120,7 @@ def _config(p: dict[str, Any], path: Path, reader: Any) -> Any:
              "int16": QuantType.QInt16}
     method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
               "percentile": CalibrationMethod.Percentile}[p["calibration"]["method"]]
-    ep = p["profile"].split("_")[0]  # the profile names the target (qnn_htp) or cpu
-    return CONFIGS[ep](p, path, reader, method, qtype[p["activation_type"]],
+    return CONFIGS[declared(p).qdq.config](p, path, reader, method, qtype[p["activation_type"]],
                        qtype[p["weight_type"]])
 
 
@@ -145,5 +145,7 @@ def _generic_config(p: dict[str, Any], path: Path, reader: Any, method: Any, act
         extra_options={"ActivationSymmetric": p["symmetric"], "WeightSymmetric": p["symmetric"]})
 
 
-# The QDQ configuration each execution provider needs (QNN's knows which ops HTP quantizes).
-CONFIGS: dict[str, Callable[..., Any]] = {"qnn": _qnn_config, "cpu": _generic_config}
+# The QDQ configuration builders a target's QdqProfile can name (QNN's knows which ops HTP
+# quantizes).
+CONFIGS: dict[str, Callable[..., Any]] = {"qnn_qdq_config": _qnn_config,
+                                          "static_quant_config": _generic_config}

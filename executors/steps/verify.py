@@ -9,9 +9,9 @@ import numpy as np
 
 from executors.onnx.artifacts import METRICS
 from executors.run.wrapper import StepContext, StepResult
-from executors.runtime import qnn
-from executors.runtime.session_cache import cpu_session
+from executors.runtime.adapters import adapter, declared
 from executors.samples import Samples, io_specs, valid_positions
+from planner.core.targets import reference
 
 HINT = ("use quant=w8a16_pc (w8a16 per-channel keeps transformers accurate), or lower "
         "verify.threshold if this accuracy is acceptable")
@@ -19,11 +19,9 @@ HINT = ("use quant=w8a16_pc (w8a16 per-channel keeps transformers accurate), or 
 
 def candidate_session(ctx: StepContext):
     p = ctx.params
-    path = ctx.input_model("candidate")
-    if p["ep"] == "cpu":
-        return cpu_session(path, ctx.cache_dir)[0]
-    with qnn.native_log():
-        return qnn.session(path, p["ep"], p["backend"], p["provider_options"], cpu_fallback=False)
+    target = declared(p)
+    return adapter(target).step_session(ctx.input_model("candidate"), target,
+                                        p["provider_options"], ctx.cache_dir)[0]
 
 
 def vectors(got: np.ndarray, want: np.ndarray,
@@ -52,10 +50,11 @@ def run(ctx: StepContext) -> StepResult:
     specs, _ = io_specs(ref_path)
     samples = Samples(specs, "verify", source=ctx.inputs.get("source"))
     feeds = samples.feeds(p["samples"])
-    reference, _ = cpu_session(ref_path, ctx.cache_dir)
-    names = [o.name for o in reference.get_outputs()]
-    wanted = [reference.run(names, feed) for feed in feeds]
-    del reference  # one session at a time: two would hold a big model's weights twice
+    host = reference()
+    fp32, _ = adapter(host).step_session(ref_path, host, host.provider_options, ctx.cache_dir)
+    names = [o.name for o in fp32.get_outputs()]
+    wanted = [fp32.run(names, feed) for feed in feeds]
+    del fp32  # one session at a time: two would hold a big model's weights twice
     candidate = candidate_session(ctx)
     per_output: dict[str, list[float]] = {n: [] for n in names}
     max_abs, silent = 0.0, 0

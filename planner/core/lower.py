@@ -12,15 +12,11 @@ from planner.core import module_perf
 from planner.core.keys import config_digest
 from planner.core.plan import Plan, Step, graph_step_id
 from planner.core.storelayout import store_root
+from planner.core.targets import of_config
 from planner.models import sources, specs
 from planner.models import tasks as T
 
 SYMBOLIC = "<from the checkpoint>"  # specs of a source that could not be read here
-
-
-def target_id(target: dict[str, Any]) -> str:
-    """What legality and compilation are for: the EP and its backend (e.g. qnn_htp)."""
-    return "_".join(p for p in (target["ep"], target["backend"]) if p)
 
 
 def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any]:
@@ -127,17 +123,18 @@ def _chain(config: dict[str, Any], graph: str,
 
 def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any) -> list[Step]:
     quant, target = config["quant"], config["target"]
+    declared = of_config(target)
     steps = []
     if quant["kind"] != "none":
         steps.append(Step(sid("quantize"), "quantize", {
             **{k: quant[k] for k in ("kind", "weight_type", "activation_type", "per_channel",
                                      "symmetric", "calibration")},
-            "profile": target_id(target) if target["ep"] != "cpu" else "cpu"},
+            "profile": declared.name},
             {"model": chain, "source": "resolve"}))
         chain = sid("quantize")
-    if target["ep"] != "cpu":
+    if declared.compiles:
         steps.append(Step(sid("compile"), "compile", {
-            "target": target_id(target), "ep": target["ep"], "backend": target["backend"],
+            "target": declared.name, "ep": target["ep"], "backend": target["backend"],
             "embed_context": target["embed_context"], "cpu_fallback": target["cpu_fallback"],
             "provider_options": provider_options(config)},
             {"model": chain}))

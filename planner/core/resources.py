@@ -2,8 +2,8 @@
 executor's config: `modelplan plan` shows it and the Ray executor requests exactly it.
 
 Every step asks for one CPU. A step whose op needs an execution-provider device
-(Trait.NEEDS_EP, on any EP but the host CPU) also asks for one unit of a custom resource named
-after its target (`qnn_htp`), so Ray places it only on nodes started with
+(Trait.NEEDS_EP, on a target that declares a device resource) also asks for one unit of that
+custom resource (`qnn_htp`), so Ray places it only on nodes started with
 `ray start --resources '{"qnn_htp": 1}'`. A step that measures the machine
 (Trait.NOT_CACHEABLE) takes a whole node. `executor.resources.<op>` sets or adds amounts.
 """
@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from planner.core.lower import target_id
 from planner.core.ops import OPS, Trait
+from planner.core.targets import of_params
 
-HOST_EPS = frozenset({"cpu"})                  # ONNX Runtime's CPU EP: every node has it
 TASK_ARGS = ("num_cpus", "num_gpus", "memory")  # Ray's own task options; others are custom
 DEFAULT = {"num_cpus": 1.0}
 
@@ -51,10 +50,9 @@ def _amount(name: str, value: float) -> str:
 def device(step: dict[str, Any]) -> str | None:
     """The custom resource naming the device a step needs (its target, e.g. qnn_htp), or None
     when it runs on the host CPU."""
-    params = step["params"]
-    if not OPS[step["op"]].has(Trait.NEEDS_EP) or params.get("ep") in HOST_EPS:
+    if not OPS[step["op"]].has(Trait.NEEDS_EP):
         return None
-    return target_id({"ep": params["ep"], "backend": params.get("backend")})
+    return of_params(step["params"]).resource
 
 
 def request(step: dict[str, Any], executor: dict[str, Any]) -> Request:

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 
 from executors.onnx.artifacts import TAG_KEY, problems
 from executors.runtime import qnn
+from planner.core.targets import named
 from tests.conftest import run_cli
 from tests.integration.conftest import built, run_json, step
 
@@ -56,7 +57,7 @@ def test_compiled_model_loads_without_cpu_fallback(qnn_run: dict[str, Any]) -> N
     model = onnx.load(str(compiled), load_external_data=False)
     assert [n.op_type for n in model.graph.node] == ["EPContext"]
     with qnn.native_log():
-        sess = qnn.session(compiled, "qnn", "htp", {}, cpu_fallback=False)
+        sess = qnn.session(compiled, named("qnn_htp"), {}, cpu_fallback=False)
     feed = {i.name: np.ones([d.dim_value for d in i.type.tensor_type.shape.dim], np.int64)
             for i in model.graph.input}
     assert np.isfinite(sess.run(None, feed)[0]).all()

@@ -131,7 +131,7 @@ def test_kernel_times_are_averaged_over_the_runs_after_warm_up() -> None:
     per_node, total, runs = P.kernel_ms(events, skip=1)
     assert runs == 2 and total == pytest.approx(0.015)
     assert per_node == pytest.approx({"a": 0.005, "b": 0.007})
-    assert P.nodes_by_ep(events, "cpu") == {"nodes_total": 2, "nodes_on_ep": 2,
+    assert P.nodes_by_ep(events, "CPUExecutionProvider") == {"nodes_total": 2, "nodes_on_ep": 2,
                                             "nodes_by_ep": {"CPUExecutionProvider": 2}}
 
 

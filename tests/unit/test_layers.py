@@ -13,6 +13,7 @@ from pathlib import Path
 import schemas
 from planner.core.ops import FUSIONS, OPS, FactName, Op, Trait
 from planner.core.plan import ACTIONS
+from planner.core.targets import TARGETS
 from tests.conftest import ROOT
 
 CODE = [p for d in ("planner", "executors", "hydra_plugins") for p in (ROOT / d).rglob("*.py")]
@@ -40,6 +41,34 @@ def test_executors_make_no_decision_by_op_name() -> None:
     hits = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "executors").rglob("*.py")
             for i, line in enumerate(p.read_text().splitlines(), 1) if by_name.search(line)]
     assert hits == []
+
+
+def target_name_decisions(path: Path) -> list[str]:
+    """Lines of `path` that decide by a target's or an EP's name: a name literal taken from the
+    target table (target, EP, backend, provider; docstrings aside), any ONNX Runtime provider
+    name, or a name split apart on "_" (`profile.split("_")[0]`)."""
+    names = {v for t in TARGETS.values() for v in (t.name, t.ep, t.backend, t.provider) if v}
+    tree = ast.parse(path.read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and n.body and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)}
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs \
+                and (node.value in names or "ExecutionProvider" in node.value):
+            hits.append(f"{node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("split", "rsplit", "partition", "rpartition") \
+                and any(isinstance(a, ast.Constant) and a.value == "_" for a in node.args):
+            hits.append(f"{node.lineno}: .{node.func.attr}(\"_\")")
+    return hits
+
+
+def test_executors_make_no_decision_by_target_name() -> None:
+    hits = {str(p.relative_to(ROOT)): found for p in (ROOT / "executors").rglob("*.py")
+            if (found := target_name_decisions(p))}
+    assert hits == {}, "read the target's declaration (executors/runtime/adapters.declared)"
 
 
 def _source_without_ops() -> str:

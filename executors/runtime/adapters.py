@@ -1,0 +1,38 @@
+"""The session adapter of each declared target (planner/core/targets.py), and the one place
+steps turn their params into that declaration.
+
+An adapter is the module `executors/runtime/<target.session.adapter>.py`. It provides
+`available()` (its EP is installed here), `session_options(target, provider_options,
+cpu_fallback, configs)`, `session(path, target, provider_options, cpu_fallback, so)` and
+`step_session(path, target, provider_options, cache_dir) -> (session, cache state)` (the
+session verify and perf run); the adapter of a target that compiles also provides
+`errors(log lines) -> (errors, offending nodes)`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+from planner.core.targets import TARGETS, Target, of_params, reference
+
+
+def declared(params: dict[str, Any]) -> Target:
+    """The declaration of the target a step's params name."""
+    return of_params(params)
+
+
+def adapter(target: Target) -> ModuleType:
+    """The module that opens sessions on `target`."""
+    return importlib.import_module(f"executors.runtime.{target.session.adapter}")
+
+
+def host_providers() -> list[str]:
+    """The providers of host-side sessions (checks, ORT passes): the reference CPU's EP."""
+    return [reference().provider]
+
+
+def available_eps() -> set[str]:
+    """The execution providers steps can name (`ep` params) that are installed here."""
+    return {t.ep for t in TARGETS.values() if adapter(t).available()}

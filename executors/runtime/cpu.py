@@ -1,0 +1,47 @@
+"""Sessions on ONNX Runtime's CPU EP, the adapter of the reference target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from planner.core.targets import Target
+
+
+def available() -> bool:
+    return True  # ONNX Runtime's own EP: every install has it
+
+
+def session_options(target: Target, provider_options: dict[str, Any],
+                    cpu_fallback: bool = True, configs: dict[str, str] | None = None) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = target.session.log_severity
+    for k, v in (configs or {}).items():
+        so.add_session_config_entry(k, v)
+    return so
+
+
+def session(path: Path, target: Target, provider_options: dict[str, Any] | None = None,
+            cpu_fallback: bool = True, so: Any = None) -> Any:
+    import onnxruntime as ort
+
+    so = so or session_options(target, provider_options or {}, cpu_fallback)
+    try:
+        return ort.InferenceSession(str(path), so, providers=[target.provider])
+    except Exception:  # noqa: BLE001 - retried once, at the level the model was normalized at
+        # ORT 1.32 fails its full optimization level on some models its basic level wrote
+        # ("Attempt to replace the existing tensor", dynamo exports); they are already basic.
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        return ort.InferenceSession(str(path), so, providers=[target.provider])
+
+
+def step_session(path: Path, target: Target, provider_options: dict[str, Any],
+                 cache_dir: Path | None) -> tuple[Any, str]:
+    """A session through the optimized-model cache, and the cache's state."""
+    from executors.runtime.session_cache import cpu_session
+
+    found, info = cpu_session(path, cache_dir)
+    return found, info.state
+
