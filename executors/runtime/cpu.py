@@ -25,16 +25,10 @@ def session_options(target: Target, provider_options: dict[str, Any],
 
 def session(path: Path, target: Target, provider_options: dict[str, Any] | None = None,
             cpu_fallback: bool = True, so: Any = None) -> Any:
-    import onnxruntime as ort
+    from executors.runtime.session_cache import host_session
 
     so = so or session_options(target, provider_options or {}, cpu_fallback)
-    try:
-        return ort.InferenceSession(str(path), so, providers=[target.provider])
-    except Exception:  # noqa: BLE001 - retried once, at the level the model was normalized at
-        # ORT 1.32 fails its full optimization level on some models its basic level wrote
-        # ("Attempt to replace the existing tensor", dynamo exports); they are already basic.
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        return ort.InferenceSession(str(path), so, providers=[target.provider])
+    return host_session(path, so, [target.provider])
 
 
 def step_session(path: Path, target: Target, provider_options: dict[str, Any],

@@ -91,10 +91,20 @@ def cpu_session(model: Path, cache_dir: Path | None) -> tuple[Any, CacheInfo]:
 
 def _plain(model: Path) -> Any:
     """A session without the cache."""
-    from executors.runtime import cpu
-    from planner.core.targets import reference
+    return host_session(model, _options(), host_providers())
 
-    return cpu.session(model, reference(), so=_options())
+
+def host_session(path: Path, so: Any, providers: list[str]) -> Any:
+    """A host-side session; at ORT's basic level if its full level fails on the model."""
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(str(path), so, providers=providers)
+    except Exception:  # noqa: BLE001 - retried once, at the level the model was normalized at
+        # ORT 1.32 fails its full optimization level on some models its basic level wrote
+        # ("Attempt to replace the existing tensor", dynamo exports); they are already basic.
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        return ort.InferenceSession(str(path), so, providers=providers)
 
 
 def _write(model: Path, slot: Path, fmt: str) -> tuple[Any, CacheInfo]:
