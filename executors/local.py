@@ -47,9 +47,9 @@ def check_runnable(ir: dict[str, Any]) -> None:
 
 
 class LocalRunner:
-    """Runs ready steps here: a step the store has is described inline; a build runs inline
-    (one at a time) or, with more than one builder thread, on a builder thread; either way a
-    heavy step's `apply_step` runs on a warm worker process. Measurements run inline."""
+    """Runs ready steps here: inline (one at a time), or with more than one builder thread a
+    build on a builder thread (a step the store has is described inline); either way a heavy
+    step's `apply_step` runs on a warm worker process. Measurements run inline, alone."""
 
     name = "local"
     measure_slots = 1
@@ -81,8 +81,7 @@ class LocalRunner:
             not OPS[step["op"]].has(Trait.NEEDS_EP) or ep in available_eps())
 
     def start(self, work: Work) -> Future[StepOutcome]:
-        cached = not measures(work.step) and self.store.get(work.key) is not None
-        if cached or self.threads is None or measures(work.step):
+        if self.threads is None or measures(work.step) or self.store.get(work.key) is not None:
             done: Future[StepOutcome] = Future()
             done.set_result(self._execute(work))
             return done
