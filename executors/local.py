@@ -14,6 +14,7 @@ import argparse
 import os
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import cached_property
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -76,9 +77,12 @@ class LocalRunner:
         self.pool.close()
 
     def can_run(self, step: dict[str, Any]) -> bool:
-        ep = step["params"].get("ep")
         return has_implementation(step["op"]) and (
-            not OPS[step["op"]].has(Trait.NEEDS_EP) or ep in available_eps())
+            not OPS[step["op"]].has(Trait.NEEDS_EP) or step["params"].get("ep") in self.eps)
+
+    @cached_property
+    def eps(self) -> set[str]:
+        return available_eps()
 
     def start(self, work: Work) -> Future[StepOutcome]:
         if self.threads is None or measures(work.step) or self.store.get(work.key) is not None:

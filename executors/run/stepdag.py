@@ -191,6 +191,12 @@ class Scheduler:
         self._turns = 0
 
     def run(self) -> dict[str, StepOutcome]:
+        cannot = sorted({v["step"]["id"] for v in self.dag.nodes.values()
+                         if v["step"]["action"] != "elided" and not self.runner.can_run(v["step"])})
+        if cannot:
+            raise PlanError(f"the {self.runner.name} runner cannot run step(s) "
+                            f"{', '.join(cannot)} (an op or execution provider it lacks); "
+                            "nothing was run")
         first = longest_path_first(self.dag.nodes, self.dag.deps)
         try:
             while self.pending or self.running:
