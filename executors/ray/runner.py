@@ -72,7 +72,7 @@ class RayRunner:
         return outcome
 
     def finished(self, work: Work, outcome: StepOutcome) -> None:
-        if not outcome.ok:
+        if not outcome.ok or outcome.action == "elided":  # the scheduler has said those
             return
         node = outcome.node
         where = f" on {node['ip']} ({node['id'][:8]})" if node else ""

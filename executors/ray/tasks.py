@@ -14,7 +14,7 @@ from typing import Any
 
 from executors.run import forkserver
 from executors.run.outcome import FAILED, StepOutcome
-from executors.run.wrapper import execute_step
+from executors.run.wrapper import check_elision, execute_step
 from executors.runtime.adapters import available_eps
 from executors.store.content import Store
 
@@ -28,8 +28,10 @@ def node_identity() -> dict[str, str]:
 def build_step(store_root: str, step: dict[str, Any], key: str, inputs: dict[str, str],
                out_dir: str | None, step_retries: int) -> StepOutcome:
     """One step, from its inputs' directories, through the step wrapper; a heavy step in a
-    fresh child process of this worker."""
+    fresh child process of this worker (an elided step: its premises re-checked here)."""
     paths = {r: Path(p) for r, p in inputs.items()}
+    if step["action"] == "elided":
+        return _retried(lambda: check_elision(step, paths), 0)
     where = Path(out_dir) if out_dir else None
     return _retried(lambda: execute_step(Store(Path(store_root)), step, key, paths, where,
                                          lambda _m: None, forkserver.apply_in_child,

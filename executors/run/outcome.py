@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 OK, FAILED, SKIPPED, INTERRUPTED = "ok", "failed", "skipped", "interrupted"
+UNELIDED = "unelided"  # an elided step whose premises do not hold on its real input
 
 
 @dataclass
@@ -62,7 +63,8 @@ def skipped(why: str = "an input step failed") -> StepOutcome:
 
 @dataclass(frozen=True)
 class Work:
-    """One ready step for a runner: the plan's step (its IR), the key it is built under, its
+    """One ready step for a runner (an elided one: its premises to re-check on its input,
+    `check_elision`): the plan's step (its IR), the key it is built under, its
     inputs' output directories by role, where an uncached output goes, and its place in the
     run (`label`, for progress lines; `turn`, the how-many-th measurement it is)."""
 

@@ -20,13 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from executors.run.interrupts import Interrupted
-from executors.run.outcome import OK, Runner, StepOutcome, Work, skipped
-from executors.run.wrapper import premises_hold
+from executors.run.outcome import UNELIDED, Runner, StepOutcome, Work, skipped
 from planner.core.keys import content_key
 from planner.core.ops import OPS, Trait
 from planner.errors import PlanError
 
-REKEYED = -1  # what `Scheduler._start_ready` says when a failed proof re-keyed the DAG
 Unique = dict[str, dict[str, Any]]
 Deps = dict[str, dict[str, str]]      # key -> role -> key of the step that input names
 
@@ -200,13 +198,11 @@ class Scheduler:
         first = longest_path_first(self.dag.nodes, self.dag.deps)
         try:
             while self.pending or self.running:
-                settled = self._start_ready(first)
-                if settled == REKEYED:
-                    first = longest_path_first(self.dag.nodes, self.dag.deps)
-                elif settled:  # skipped or elided without a runner: what they free is ready
+                if self._start_ready(first):  # skipped: what that frees may be ready
                     continue
-                elif self.running:
-                    self._collect()
+                if self.running:
+                    if self._collect():
+                        first = longest_path_first(self.dag.nodes, self.dag.deps)
                 elif self.pending:
                     raise PlanError("the step DAG has a cycle or a missing input; this is a "
                                     "modelplan bug: report the overrides that planned it")
@@ -219,9 +215,9 @@ class Scheduler:
         return self.outcomes
 
     def _start_ready(self, first: Callable[[str], Any]) -> int:
-        """Start what is ready, within the runner's slots: builds first; measurements only
-        when no build is left, at most `measure_slots` at once. How many steps were settled
-        here (skipped, elided) without the runner; REKEYED if the DAG was re-keyed."""
+        """Start what is ready, within the runner's slots: proofs to re-check and builds
+        first; measurements only when no build is left, at most `measure_slots` at once. How
+        many steps were skipped here (an input failed) without the runner."""
         settled = 0
         dag, outcomes = self.dag, self.outcomes
         builds = {k for k in self.pending if not measures(dag.nodes[k]["step"])}
@@ -241,12 +237,6 @@ class Scheduler:
                 settled += 1
                 continue
             inputs = {role: Path(outcomes[d].path or "") for role, d in deps.items()}
-            if step["action"] == "elided":
-                self.pending.discard(key)
-                if self._elided(key, step, inputs):
-                    return REKEYED
-                settled += 1
-                continue
             if len(self.running) >= slots:
                 break
             self.pending.discard(key)
@@ -257,34 +247,31 @@ class Scheduler:
             self._starting = None
         return settled
 
-    def _elided(self, key: str, step: dict[str, Any], inputs: dict[str, Path]) -> bool:
-        """Re-check an elided step's premises on its real input: it stands for its input,
-        or it runs after all (True: the DAG was re-keyed)."""
-        role = OPS[step["op"]].chain_role
-        held, detail = premises_hold(step, inputs[role], step["inputs"][role])
-        label = self.dag.label(key)
-        if held:
-            self.say(f"{label} {step['id']:<10} elided ({detail})")
-            self.outcomes[key] = _ended(StepOutcome(
-                status=OK, action="elided", path=str(inputs[role]),
-                proof_check={"held": True, "detail": detail}))
-            return False
-        self.say(f"{label} {step['id']:<10} proof did not hold ({detail}); running it")
-        self.dag.unelide(key, detail)
-        self.hold(list(self.dag.nodes))
-        running = {k for k, _w in self.running.values()}
-        self.pending = {k for k in self.dag.nodes if k not in self.outcomes and k not in running}
-        return True
-
-    def _collect(self) -> None:
+    def _collect(self) -> bool:
+        """Take the outcomes of the steps that ended. True if a failed proof re-keyed the DAG:
+        the elided step runs after all (under its own key) and what follows it re-keys."""
         done, _ = wait(list(self.running), return_when=FIRST_COMPLETED)
+        rekeyed = False
         for fut in done:
             key, work = self.running.pop(fut)
             outcome = _ended(fut.result())
+            name = f"{work.label} {work.step['id']:<10}"
+            if outcome.status == UNELIDED:
+                self.say(f"{name} proof did not hold ({outcome.error}); running it")
+                self.dag.unelide(key, outcome.error or "")
+                self.hold(list(self.dag.nodes))
+                running = {k for k, _w in self.running.values()}
+                self.pending = {k for k in self.dag.nodes
+                                if k not in self.outcomes and k not in running}
+                rekeyed = True
+                continue
             self.outcomes[key] = outcome
-            if not outcome.ok:
+            if outcome.action == "elided":
+                self.say(f"{name} elided ({(outcome.proof_check or {}).get('detail')})")
+            elif not outcome.ok:
                 self.say(f"      {work.step['id']}: FAILED: {outcome.error}")
             self.runner.finished(work, outcome)
+        return rekeyed
 
 
 def _ended(outcome: StepOutcome) -> StepOutcome:

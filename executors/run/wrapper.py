@@ -28,7 +28,7 @@ from executors.onnx.pieces import model_dirs
 from executors.run import proofs
 from executors.run.checkers import Artifact, unmet_carried, unmet_ensures
 from executors.run.monitor import StepMonitor
-from executors.run.outcome import OK, StepOutcome, failed
+from executors.run.outcome import OK, UNELIDED, StepOutcome, failed
 from executors.store import diskfull, weights
 from executors.store.content import Entry, Store
 from planner import rules
@@ -115,6 +115,17 @@ def premises_hold(step: dict[str, Any], src_dir: Path, src: str) -> tuple[bool, 
         return False, f"not on the real input ({src}): {'; '.join(unmet)}"
     proofs.remember(memo, "premises hold on the real input")
     return True, "premises hold on the real input"
+
+
+def check_elision(step: dict[str, Any], inputs: dict[str, Path]) -> StepOutcome:
+    """An elided step's outcome: its input stands for it if the premises hold there, else
+    UNELIDED (the scheduler then runs it and re-keys what follows)."""
+    role = OPS[step["op"]].chain_role
+    held, detail = premises_hold(step, inputs[role], step["inputs"][role])
+    if not held:
+        return StepOutcome(status=UNELIDED, error=detail)
+    return StepOutcome(status=OK, action="elided", path=str(inputs[role]),
+                       proof_check={"held": True, "detail": detail})
 
 
 def apply_step(ctx: StepContext) -> StepResult:
