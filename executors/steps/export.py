@@ -22,7 +22,7 @@ from executors.onnx.artifacts import MODEL, REPORT, SIDECAR, clear_node_meta, lo
 from executors.run.wrapper import StepContext, StepResult
 from executors.runtime import torchmodel
 from executors.samples import Samples
-from planner.config.compose import did_you_mean
+from planner.support.suggest import did_you_mean
 
 TOLERANCE = 1e-4
 COLLECT_BYTES = 256 * 2**20  # weights from which export collects garbage to free them at once

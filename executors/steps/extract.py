@@ -16,7 +16,7 @@ from executors.onnx.artifacts import MODEL, SIDECAR, load, save
 from executors.onnx.hierarchy import prefixes
 from executors.run.wrapper import StepContext, StepResult
 from executors.samples import batches, io_specs
-from planner.config.compose import did_you_mean
+from planner.support.suggest import did_you_mean
 
 
 def run(ctx: StepContext) -> StepResult:
