@@ -16,12 +16,11 @@ from planner.config.compose import (
     TIMINGS,
     check_overrides,
     compose_config,
-    first_line,
-    parse_overrides,
     yaml_error,
     yaml_mark,
 )
 from planner.config.conftree import PACKAGED, PRIMARY, ConfigTree
+from planner.config.overrides import first_line, parse_overrides
 from planner.core.plan import ACTIONS, Plan, Rewrite
 from planner.errors import ConfigError, ModelplanError
 
