@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.cli import importing, read, review
+from planner.cli.common import config_tree, writable_dir, write_output
 from planner.errors import ModelplanError, UsageError
 
 T0 = time.perf_counter()
@@ -26,35 +27,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     COMMANDS[fn.__name__.removeprefix("cmd_")] = fn
     return fn
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write a file whole or not at all."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        if path.is_dir():
-            raise IsADirectoryError(21, "it is a directory")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"{path}: cannot write it ({exc.strerror or exc}); "
-                         "choose another -o FILE") from exc
-
-
-def writable_dir(path: Path, option: str) -> Path:
-    """`path` as a directory this process can write into, or a UsageError naming `option`."""
-    path = path.resolve()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".modelplan-probe.{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"{option} {path}: cannot write there ({exc.strerror or exc}); "
-                         f"pass a writable {option} DIR") from exc
-    return path
 
 
 def positive(text: str) -> int:
@@ -80,7 +52,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.output:
         from planner.render.common import summary_line
 
-        write_atomic(Path(args.output), out)
+        write_output(Path(args.output), out)
         print(f"{summary_line(ir)} Written to {args.output} ({args.format}).")
     else:
         sys.stdout.write(out)
@@ -102,7 +74,7 @@ def _plan_sweep(args: argparse.Namespace) -> int:
         raise UsageError(*errors)
     out = json.dumps(data, indent=2) + "\n" if args.format == "json" else render_sweep.render(data)
     if args.output:
-        write_atomic(Path(args.output), out)
+        write_output(Path(args.output), out)
         print(out.strip().splitlines()[-1] if args.format != "json" else
               f"Sweep plan written to {args.output}.")
     else:
@@ -201,15 +173,6 @@ def _run_sweep(args: argparse.Namespace) -> int:
         print(f"modelplan: error: job {j['index']} ({' '.join(j['overrides'])}): {j['error']}",
               file=sys.stderr)
     return 1 if failed else 0
-
-
-def config_tree(args: argparse.Namespace) -> Any:
-    """The config tree the command line names (--config-dir, --config-name, hydra.searchpath);
-    hydra.searchpath leaves the overrides, the tree carries it. Kept as args.tree."""
-    from planner.config.conftree import from_cli
-
-    args.tree, args.overrides = from_cli(args.config_dir, args.config_name, args.overrides)
-    return args.tree
 
 
 def _yaml(config: dict[str, Any]) -> str:
