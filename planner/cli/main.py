@@ -43,11 +43,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _plan_sweep(args)
     from planner.config.compose import compose_timed
 
-    config = compose_timed(args.overrides, store=args.store, tree=tree)  # Hydra imports first
+    config = compose_timed(args.overrides, store=args.store, tree=tree, timings=args.timings)  # Hydra imports first
     from planner.planning import plan_for
     from planner.render import render
 
-    ir = plan_for(config, symbolic=args.symbolic_sources).to_json()
+    ir = plan_for(config, symbolic=args.symbolic_sources, timings=args.timings).to_json()
     out = render(ir, args.format)
     if args.output:
         from planner.render.common import summary_line
@@ -67,7 +67,7 @@ def _plan_sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"plan -m --format {args.format}: a sweep plan is text or json; "
                          "plan one job for md or mermaid")
     data = plan_sweep(args.overrides, store=args.store, tree=args.tree,
-                      symbolic=args.symbolic_sources).to_json()
+                      symbolic=args.symbolic_sources, timings=args.timings).to_json()
     errors = [f"job {j['index']} ({' '.join(j['overrides'])}): {j['error']}"
               for j in data["jobs"] if j["error"]]
     if errors:  # a dry run exists to find these: report them and write nothing
@@ -103,10 +103,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_sweep(args)
     from planner.config.compose import compose_timed
 
-    config = compose_timed(args.overrides, store=args.store, tree=tree)
+    config = compose_timed(args.overrides, store=args.store, tree=tree, timings=args.timings)
     from planner.planning import plan_for
 
-    return _execute(plan_for(config).to_json(), args, args.overrides)
+    return _execute(plan_for(config, timings=args.timings).to_json(), args, args.overrides)
 
 
 @command
@@ -155,7 +155,7 @@ def _run_sweep(args: argparse.Namespace) -> int:
     from planner.core.sweep import plan_sweep
     from planner.render.results import table
 
-    sweep = plan_sweep(args.overrides, store=args.store, tree=args.tree)
+    sweep = plan_sweep(args.overrides, store=args.store, tree=args.tree, timings=args.timings)
     first = next((j.plan for j in sweep.jobs if j.plan is not None), None)
     if first is None:
         for job in sweep.jobs:
@@ -285,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = list(args.overrides) + extra
     elif extra:
         p.error(f"unexpected argument(s) for {args.command}: {' '.join(extra)}")
+    args.timings = {}  # where the time goes, for MODELPLAN_TIMINGS (the planning calls fill it)
     try:
         code = args.handler(args)
     except ModelplanError as exc:
@@ -297,14 +298,12 @@ def main(argv: list[str] | None = None) -> int:
         print("modelplan: interrupted", file=sys.stderr)
         code = 128 + getattr(exc, "signum", signal.SIGINT)
     if os.environ.get("MODELPLAN_TIMINGS"):
-        _print_timings()
+        _print_timings(args.timings)
     return code
 
 
-def _print_timings() -> None:
-    from planner.config.compose import TIMINGS
-
-    report = {**TIMINGS, "total_s": time.perf_counter() - T0}
+def _print_timings(timings: dict[str, float]) -> None:
+    report = {**timings, "total_s": time.perf_counter() - T0}
     print("modelplan-timings " + json.dumps(report), file=sys.stderr)
 
 

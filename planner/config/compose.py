@@ -19,7 +19,6 @@ from planner.errors import ConfigError
 from planner.support.suggest import did_you_mean
 
 GROUPS = ("model", "export", "optim", "quant", "target", "verify", "perf", "executor")
-TIMINGS: dict[str, float] = {}
 
 
 def group_options(group: str, tree: ConfigTree = PACKAGED) -> tuple[str, ...]:
@@ -76,11 +75,13 @@ def yaml_error(exc: BaseException, tree: ConfigTree) -> str:
 
 
 def compose_timed(overrides: list[str] | tuple[str, ...] = (), store: str | None = None,
-                  tree: ConfigTree = PACKAGED) -> dict[str, Any]:
-    """compose(), timed into TIMINGS["compose_s"], with an optional store dir applied."""
+                  tree: ConfigTree = PACKAGED,
+                  timings: dict[str, float] | None = None) -> dict[str, Any]:
+    """compose(), timed into timings["compose_s"], with an optional store dir applied."""
     t0 = time.perf_counter()
     config = compose(overrides, tree)
-    TIMINGS["compose_s"] = time.perf_counter() - t0
+    if timings is not None:
+        timings["compose_s"] = time.perf_counter() - t0
     if store:
         from planner.core.storelayout import checked_store_path
 
