@@ -8,21 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import onnx
 
 from executors.onnx import htp_rewrites
 from executors.onnx.artifacts import MODEL, load, save
+from executors.onnx.legality import violations
 from executors.run.wrapper import StepContext, StepResult
 from executors.samples import batches, io_specs, valid_positions
 
 TOLERANCE = 1e-4
-HTP_TARGETS = ("qnn_htp",)  # targets whose backend needs executors/onnx/htp_rewrites.py
-
-
-def violations(model: onnx.ModelProto, target: str) -> list[str]:
-    """What `target` rejects in `model`, one line each naming the node or constant (the
-    checker of the legal_for fact)."""
-    return htp_rewrites.violations(model) if target in HTP_TARGETS else []
 
 
 def run(ctx: StepContext) -> StepResult:
