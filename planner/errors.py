@@ -43,6 +43,15 @@ class StepError(ModelplanError):
     exit_code = 1
 
 
+class RequiresError(StepError):
+    """A step's input lacks a fact its op requires (a precondition, checked before it runs)."""
+
+
+class EnsuresError(StepError):
+    """A step's output lacks a fact its op ensures or keeps (a postcondition, observed after
+    it ran)."""
+
+
 class InternalError(ModelplanError):
     """modelplan broke one of its own invariants: a bug to report, not a user mistake."""
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from planner import rules
-from planner.config.compose import TIMINGS, compose_timed
+from planner.config.compose import compose_timed
 from planner.config.conftree import PACKAGED, ConfigTree
 from planner.config.validate import check_config
 from planner.core.keys import assign_keys
@@ -19,21 +19,25 @@ from planner.core.storelayout import entry_complete, store_root
 
 def plan_from_overrides(overrides: list[str] | tuple[str, ...] = (),
                         store: str | None = None, tree: ConfigTree = PACKAGED,
-                        symbolic: bool = False) -> Plan:
+                        symbolic: bool = False, timings: dict[str, float] | None = None) -> Plan:
     """The plan for the tree's primary config with Hydra overrides (and an optional store)."""
-    return plan_for(compose_timed(overrides, store=store, tree=tree), symbolic=symbolic)
+    return plan_for(compose_timed(overrides, store=store, tree=tree, timings=timings),
+                    symbolic=symbolic, timings=timings)
 
 
-def plan_for(config: dict[str, Any], symbolic: bool = False) -> Plan:
+def plan_for(config: dict[str, Any], symbolic: bool = False,
+             timings: dict[str, float] | None = None) -> Plan:
     """The plan for an already composed config. symbolic: a model source that cannot be read
-    here gets a symbolic key, and the plan says so (it can be reviewed, not run)."""
+    here gets a symbolic key, and the plan says so (it can be reviewed, not run). timings:
+    where planning's time goes (`plan_s`), if given."""
     t0 = time.perf_counter()
     check_config(config)
     plan = lower(config, symbolic)
     rules.rewrite(plan, config["planner"]["rules"])
     assign_keys(plan)
     mark_actions(plan, store_root(config))
-    TIMINGS["plan_s"] = time.perf_counter() - t0
+    if timings is not None:
+        timings["plan_s"] = time.perf_counter() - t0
     return plan
 
 

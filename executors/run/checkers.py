@@ -119,7 +119,7 @@ def _fused(a: Artifact, want: Any) -> str | None:
 
 
 def _legal_for(a: Artifact, want: Any) -> str | None:
-    from executors.steps.legalize import violations
+    from executors.onnx.legality import violations
 
     a.needs_graph()
     found = violations(load(a.model_path), want)  # constant values: the weights too

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from planner import __version__
 from planner.core.storelayout import MANIFEST
+from planner.support.atomic import write_atomic
 
 PROOFS = "proofs"
 
@@ -37,8 +37,6 @@ def remember(memo: Path | None, detail: str) -> None:
         return
     try:
         memo.parent.mkdir(exist_ok=True)
-        tmp = memo.with_name(f".{memo.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"held": True, "detail": detail}))
-        tmp.replace(memo)
+        write_atomic(memo, json.dumps({"held": True, "detail": detail}))
     except OSError:
         pass  # only a speed-up

@@ -35,7 +35,7 @@ from planner import rules
 from planner.core import facts as F
 from planner.core.ops import OPS, FactName, Op, Trait
 from planner.core.storelayout import RESULT
-from planner.errors import StepError
+from planner.errors import EnsuresError, RequiresError, StepError
 
 BUG = "this is a modelplan bug for this model; rerun with --debug and report it"
 
@@ -132,11 +132,12 @@ def apply_step(ctx: StepContext) -> StepResult:
     """Check requires, run, observe ensures, stamp, validate (see the module docstring)."""
     op, params = ctx.op, ctx.params
     given = {role: stamped_facts(path) for role, path in ctx.inputs.items()}
-    for req in op.requires:
-        if not F.requirement_holds(given.get(req.role, {}), req, params):
-            raise ctx.fail(f"its {req.role} input does not have "
-                           f"{F.describe_requirement(req, params)}",
-                           req.fix or "re-plan: the store holds an input the plan did not expect")
+    unmet = F.unmet_requires(op, params, given)
+    if unmet:
+        req = unmet[0]
+        raise RequiresError(*ctx.fail(
+            f"its {req.role} input does not have {F.describe_requirement(req, params)}",
+            req.fix or "re-plan: the store holds an input the plan did not expect").lines)
     with weights.blob_pool(ctx.blobs):
         result = implementation(op.name)(ctx)
         if not op.has(Trait.SINK):
@@ -152,13 +153,13 @@ def _observe_and_stamp(ctx: StepContext, given: F.Facts, out: Path) -> None:
     artifact = Artifact(out)
     unmet = unmet_ensures(op, params, artifact)
     if unmet:
-        raise ctx.fail(f"its output does not satisfy {unmet[0]}", BUG)
+        raise EnsuresError(*ctx.fail(f"its output does not satisfy {unmet[0]}", BUG).lines)
     facts = F.apply(given, op, params, ctx.id)  # carried facts, and the ensured ones observed
     carried = {k: v for k, v in facts.items() if v.by != ctx.id}
     lost = unmet_carried(carried, artifact)
     if lost:
-        raise ctx.fail(f"its output no longer has {lost[0]}, which {op.name} is declared to "
-                       "keep from its input", BUG)
+        raise EnsuresError(*ctx.fail(f"its output no longer has {lost[0]}, which {op.name} is "
+                                     "declared to keep from its input", BUG).lines)
     stamp_file(out, F.to_json(facts), ctx.id, ctx.step["key"])
     model = out / MODEL
     if model.is_file():

@@ -23,7 +23,7 @@ from executors.run.wrapper import StepContext, StepResult
 from executors.runtime import torchmodel
 from executors.runtime.adapters import host_providers
 from executors.samples import Samples
-from planner.config.compose import did_you_mean
+from planner.support.suggest import did_you_mean
 
 TOLERANCE = 1e-4
 COLLECT_BYTES = 256 * 2**20  # weights from which export collects garbage to free them at once

@@ -17,7 +17,7 @@ from executors.onnx.hierarchy import prefixes
 from executors.run.wrapper import StepContext, StepResult
 from executors.runtime.adapters import host_providers
 from executors.samples import batches, io_specs
-from planner.config.compose import did_you_mean
+from planner.support.suggest import did_you_mean
 
 
 def run(ctx: StepContext) -> StepResult:

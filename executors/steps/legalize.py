@@ -6,34 +6,17 @@ real (non-padding) tokens must not change."""
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
 from typing import Any
 
 import numpy as np
-import onnx
 
 from executors.onnx.artifacts import MODEL, load, save
+from executors.onnx.legality import rewrite_set
 from executors.run.wrapper import StepContext, StepResult
 from executors.runtime.adapters import host_providers
 from executors.samples import batches, io_specs, valid_positions
-from planner.core.targets import named
 
 TOLERANCE = 1e-4
-
-
-def rewrite_set(target: str) -> ModuleType | None:
-    """The module of the rewrites `target`'s legalizer names (REWRITES, violations, FLOOR), or
-    None when the target needs none."""
-    legalizer = named(target).legalizer
-    return importlib.import_module(f"executors.onnx.{legalizer}_rewrites") if legalizer else None
-
-
-def violations(model: onnx.ModelProto, target: str) -> list[str]:
-    """What `target` rejects in `model`, one line each naming the node or constant (the
-    checker of the legal_for fact)."""
-    rewrites = rewrite_set(target)
-    return rewrites.violations(model) if rewrites else []
 
 
 def run(ctx: StepContext) -> StepResult:

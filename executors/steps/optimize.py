@@ -1,7 +1,8 @@
 """optimize{flags}: the normalize fixed point, the named ONNX Runtime transformer fusions, then
 the normalize fixed point again. Normalizing first is what the op declares it prepares on its
 input (planner/core/ops.py), so a normalize step before it is elided (absorbed-elision); on an
-already normalized input the first fixed point costs one pass that changes nothing.
+already normalized input the first fixed point costs one pass that changes nothing. normalize
+is this code path with no flags (executors/steps/normalize.py).
 
 matmul_add is ORT's MatMulAddFusion, part of the basic level, so normalize already applies it
 (executors/onnx/ortopt.py holds the fusions and what each creates)."""
@@ -10,6 +11,10 @@ from __future__ import annotations
 
 import shutil
 from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
 
 from executors.onnx.artifacts import MODEL, load
 from executors.onnx.ortopt import (
@@ -27,12 +32,36 @@ from planner.core.ops import FUSIONS
 SHOWN = sorted({kind for kinds in FUSED_OPS.values() for kind in kinds})
 
 
+@dataclass
+class FixedPoints:
+    """What optimizing a model did: its node counts, and the ORT passes that changed it."""
+
+    nodes_before: int
+    normalized: Counter[str]  # node count by op type at the first fixed point
+    after: Counter[str]       # node count by op type of the output
+    passes_to_normalize: int
+    passes_after_fusion: int  # 0: no fusion ran, or none needed another fixed point
+
+
 def run(ctx: StepContext) -> StepResult:
     flags = ctx.params["flags"]
     unknown = [f for f in flags if f not in FUSIONS]
     if unknown:
         raise ctx.fail(f"unsupported fusion flag(s) {unknown}",
                        f"use optim.flags from {list(FUSIONS)}")
+    done = optimize(ctx, flags)
+    before, after = done.normalized, done.after
+    return StepResult(metrics={
+        "fused_ops": {kind: after[kind] - before[kind] for kind in SHOWN
+                      if after[kind] != before[kind]},
+        "nodes_before": done.nodes_before, "nodes_normalized": sum(before.values()),
+        "nodes_after": sum(after.values()), "ort_passes_to_normalize": done.passes_to_normalize,
+        "ort_passes_to_fixed_point": done.passes_after_fusion})
+
+
+def optimize(ctx: StepContext, flags: list[str]) -> FixedPoints:
+    """The step's input brought to ORT's basic fixed point, the fusions `flags` name applied
+    to it (none: it is normalized, and that is all), and saved as the step's model."""
     src = ctx.input_model()
     model = load(src, external=False)  # ORT reads the weights from their files
     nodes_before = len(model.graph.node)
@@ -40,19 +69,20 @@ def run(ctx: StepContext) -> StepResult:
     work.mkdir()
     normalized, first = basic_fixed_point(model, work, src=src, internal=False)
     del model
-    # the fusions read the graph and small constants; attention also the Q, K, V weights
-    skip = frozenset() if needs_weights(flags) else matmul_weights(normalized)
-    internalize(normalized, work, skip=skip)
     before = Counter(n.op_type for n in normalized.graph.node)
-    fused = fuse(normalized, flags)  # no transformer flag: optimize{flags} is exactly normalize
-    result, passes = basic_fixed_point(fused, work, internal=False) \
-        if any(FUSION_OPTION[f] for f in flags) else (normalized, 0)
+    result, passes = _fuse(normalized, flags, work) if flags else (normalized, 0)
     after = Counter(n.op_type for n in result.graph.node)
     save_fixed_point(result, ctx.out / MODEL, base=work)  # unchanged weights linked, not read
     shutil.rmtree(work)
-    return StepResult(metrics={
-        "fused_ops": {kind: after[kind] - before[kind] for kind in SHOWN
-                      if after[kind] != before[kind]},
-        "nodes_before": nodes_before, "nodes_normalized": sum(before.values()),
-        "nodes_after": sum(after.values()), "ort_passes_to_normalize": first,
-        "ort_passes_to_fixed_point": passes})
+    return FixedPoints(nodes_before, before, after, first, passes)
+
+
+def _fuse(normalized: onnx.ModelProto, flags: list[str],
+          work: Path) -> tuple[onnx.ModelProto, int]:
+    """The fusions `flags` name, then the basic fixed point again if any fusion ran."""
+    # the fusions read the graph and small constants; attention also the Q, K, V weights
+    skip = frozenset() if needs_weights(flags) else matmul_weights(normalized)
+    internalize(normalized, work, skip=skip)
+    fused = fuse(normalized, flags)  # no transformer flag: optimize{flags} is exactly normalize
+    return basic_fixed_point(fused, work, internal=False) \
+        if any(FUSION_OPTION[f] for f in flags) else (normalized, 0)

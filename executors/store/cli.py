@@ -12,7 +12,7 @@ from executors.store.content import Store
 from executors.store.lease import gc_lock, held_keys
 from planner.core.storelayout import QUARANTINE, store_root
 from planner.errors import UsageError
-from planner.render.run import human_bytes
+from planner.support.units import human_bytes
 
 
 def ls(store: Store, args: argparse.Namespace) -> int:

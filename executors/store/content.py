@@ -9,7 +9,6 @@ so a cached run costs a stat per file. A corrupt or incomplete entry is moved as
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -24,17 +23,10 @@ from typing import Any
 from executors.store.weights import POOL, WEIGHTS, blob_digest, link_or_copy, pool_path, same_file
 from planner.core.storelayout import MANIFEST, QUARANTINE, SUBDIRS, entry_dir
 from planner.errors import InternalError, StoreError
+from planner.support.atomic import write_atomic
+from planner.support.digests import file_sha256
 
-CHUNK = 1 << 20
 INCOMPLETE = f"{MANIFEST}: missing or unreadable (an incomplete entry)"
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass
@@ -151,12 +143,9 @@ class Store:
 
     def _restamp(self, entry: Entry, fresh: dict[str, list[int]]) -> None:
         entry.manifest["verified"] = {**entry.manifest.get("verified", {}), **fresh}
-        tmp = entry.path / f".{MANIFEST}.{os.getpid()}.tmp"
-        try:
-            tmp.write_text(json.dumps(entry.manifest, indent=2, sort_keys=True))
-            tmp.replace(entry.path / MANIFEST)
-        except OSError:
-            tmp.unlink(missing_ok=True)  # a read-only store: it is verified again next time
+        with suppress(OSError):  # a read-only store: it is verified again next time
+            write_atomic(entry.path / MANIFEST, json.dumps(entry.manifest, indent=2,
+                                                           sort_keys=True))
 
     def _quarantine(self, key: str, problems: list[str]) -> Repair:
         """Move a bad entry to <root>/quarantine/, with why, for inspection."""
@@ -313,12 +302,9 @@ class Store:
                                 f"{'.'.join(map(str, bad[0].path))} ({bad[0].keyword}); this "
                                 "is a modelplan bug: rerun with --debug and report it")
         path = self.root / "runs" / f"{record['run_id']}.json"
-        tmp = path.with_suffix(".tmp")
         try:
-            tmp.write_text(json.dumps(record, indent=2))
-            tmp.replace(path)
+            write_atomic(path, json.dumps(record, indent=2))
         except OSError:
-            tmp.unlink(missing_ok=True)
             return None
         return path
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import StepError
-from planner.render.run import human_bytes
+from planner.support.units import human_bytes
 
 CODES = (errno.ENOSPC, errno.EDQUOT)
 # How native libraries word it: strerror, and Rust's io::Error (safetensors, tokenizers).

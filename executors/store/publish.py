@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from executors.onnx.artifacts import ROLE_FILES, SOURCE
-from executors.store.content import CHUNK
 from executors.store.weights import WEIGHTS, blob_digest
 from planner.core.ops import OPS
 from planner.core.plan import MAIN_GRAPH, graph_of
 from planner.core.storelayout import MANIFEST, RESULT
 from planner.errors import IntegrityError
+from planner.support.digests import chunks
 
 SKIP = {MANIFEST, RESULT, SOURCE}
 
@@ -47,7 +47,7 @@ def _copy_if_changed(src: Path, dst: Path, digest: str | None) -> None:
 def _copy_hashing(src: Path, dst: Path) -> str:
     h = hashlib.sha256()
     with src.open("rb") as fin, dst.open("wb") as fout:
-        while chunk := fin.read(CHUNK):
+        for chunk in chunks(fin):
             h.update(chunk)
             fout.write(chunk)
     return h.hexdigest()

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from planner.cli.common import writable_dir, write_output
 from planner.errors import ConfigError, UsageError
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
@@ -24,15 +25,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     builds = [convert(g, args.target, args.model_id) for g in groups]
     shown = args.output.rstrip("/") or "."
     if any(b.status == IMPORTED for b in builds):
-        from planner.cli.main import writable_dir
-
         progress = None if single or args.quiet or args.json else \
             (lambda line: print(line, file=sys.stderr, flush=True))
         write_all(builds, writable_dir(Path(args.output), "-o"), shown, args.force, progress)
     if args.report:
-        from planner.cli.main import write_atomic
-
-        write_atomic(Path(args.report), report.markdown(builds, shown))
+        write_output(Path(args.report), report.markdown(builds, shown))
     if args.json:
         print(json.dumps(report.to_json(builds, shown), indent=2))
     elif single:

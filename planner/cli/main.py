@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.cli import importing, read, review
+from planner.cli.common import config_tree, writable_dir, write_output
 from planner.errors import ModelplanError, UsageError
 
 T0 = time.perf_counter()
@@ -26,35 +27,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     COMMANDS[fn.__name__.removeprefix("cmd_")] = fn
     return fn
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write a file whole or not at all."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        if path.is_dir():
-            raise IsADirectoryError(21, "it is a directory")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"{path}: cannot write it ({exc.strerror or exc}); "
-                         "choose another -o FILE") from exc
-
-
-def writable_dir(path: Path, option: str) -> Path:
-    """`path` as a directory this process can write into, or a UsageError naming `option`."""
-    path = path.resolve()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".modelplan-probe.{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"{option} {path}: cannot write there ({exc.strerror or exc}); "
-                         f"pass a writable {option} DIR") from exc
-    return path
 
 
 def positive(text: str) -> int:
@@ -71,16 +43,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _plan_sweep(args)
     from planner.config.compose import compose_timed
 
-    config = compose_timed(args.overrides, store=args.store, tree=tree)  # Hydra imports first
+    config = compose_timed(args.overrides, store=args.store, tree=tree, timings=args.timings)  # Hydra imports first
     from planner.planning import plan_for
     from planner.render import render
 
-    ir = plan_for(config, symbolic=args.symbolic_sources).to_json()
+    ir = plan_for(config, symbolic=args.symbolic_sources, timings=args.timings).to_json()
     out = render(ir, args.format)
     if args.output:
         from planner.render.common import summary_line
 
-        write_atomic(Path(args.output), out)
+        write_output(Path(args.output), out)
         print(f"{summary_line(ir)} Written to {args.output} ({args.format}).")
     else:
         sys.stdout.write(out)
@@ -95,14 +67,14 @@ def _plan_sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"plan -m --format {args.format}: a sweep plan is text or json; "
                          "plan one job for md or mermaid")
     data = plan_sweep(args.overrides, store=args.store, tree=args.tree,
-                      symbolic=args.symbolic_sources).to_json()
+                      symbolic=args.symbolic_sources, timings=args.timings).to_json()
     errors = [f"job {j['index']} ({' '.join(j['overrides'])}): {j['error']}"
               for j in data["jobs"] if j["error"]]
     if errors:  # a dry run exists to find these: report them and write nothing
         raise UsageError(*errors)
     out = json.dumps(data, indent=2) + "\n" if args.format == "json" else render_sweep.render(data)
     if args.output:
-        write_atomic(Path(args.output), out)
+        write_output(Path(args.output), out)
         print(out.strip().splitlines()[-1] if args.format != "json" else
               f"Sweep plan written to {args.output}.")
     else:
@@ -131,10 +103,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_sweep(args)
     from planner.config.compose import compose_timed
 
-    config = compose_timed(args.overrides, store=args.store, tree=tree)
+    config = compose_timed(args.overrides, store=args.store, tree=tree, timings=args.timings)
     from planner.planning import plan_for
 
-    return _execute(plan_for(config).to_json(), args, args.overrides)
+    return _execute(plan_for(config, timings=args.timings).to_json(), args, args.overrides)
 
 
 @command
@@ -183,7 +155,7 @@ def _run_sweep(args: argparse.Namespace) -> int:
     from planner.core.sweep import plan_sweep
     from planner.render.results import table
 
-    sweep = plan_sweep(args.overrides, store=args.store, tree=args.tree)
+    sweep = plan_sweep(args.overrides, store=args.store, tree=args.tree, timings=args.timings)
     first = next((j.plan for j in sweep.jobs if j.plan is not None), None)
     if first is None:
         for job in sweep.jobs:
@@ -201,15 +173,6 @@ def _run_sweep(args: argparse.Namespace) -> int:
         print(f"modelplan: error: job {j['index']} ({' '.join(j['overrides'])}): {j['error']}",
               file=sys.stderr)
     return 1 if failed else 0
-
-
-def config_tree(args: argparse.Namespace) -> Any:
-    """The config tree the command line names (--config-dir, --config-name, hydra.searchpath);
-    hydra.searchpath leaves the overrides, the tree carries it. Kept as args.tree."""
-    from planner.config.conftree import from_cli
-
-    args.tree, args.overrides = from_cli(args.config_dir, args.config_name, args.overrides)
-    return args.tree
 
 
 def _yaml(config: dict[str, Any]) -> str:
@@ -322,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = list(args.overrides) + extra
     elif extra:
         p.error(f"unexpected argument(s) for {args.command}: {' '.join(extra)}")
+    args.timings = {}  # where the time goes, for MODELPLAN_TIMINGS (the planning calls fill it)
     try:
         code = args.handler(args)
     except ModelplanError as exc:
@@ -334,14 +298,12 @@ def main(argv: list[str] | None = None) -> int:
         print("modelplan: interrupted", file=sys.stderr)
         code = 128 + getattr(exc, "signum", signal.SIGINT)
     if os.environ.get("MODELPLAN_TIMINGS"):
-        _print_timings()
+        _print_timings(args.timings)
     return code
 
 
-def _print_timings() -> None:
-    from planner.config.compose import TIMINGS
-
-    report = {**TIMINGS, "total_s": time.perf_counter() - T0}
+def _print_timings(timings: dict[str, float]) -> None:
+    report = {**timings, "total_s": time.perf_counter() - T0}
     print("modelplan-timings " + json.dumps(report), file=sys.stderr)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from planner.cli.common import config_tree
 from planner.errors import ModelplanError, UsageError
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
@@ -24,7 +25,6 @@ def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Names
 @command
 def cmd_diff(args: argparse.Namespace) -> int:
     if args.rev is not None:
-        from planner.cli.main import config_tree
         from planner.cli.review import diff_rev
 
         config_tree(args)
@@ -89,7 +89,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 @command
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from planner.cli.main import config_tree
     from planner.config.compose import compose
     from planner.config.validate import check_config
     from planner.models.inspect import describe, render

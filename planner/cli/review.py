@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from planner.cli.common import writable_dir, write_output
 from planner.errors import ConfigError
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
@@ -23,10 +24,8 @@ def _command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
 
 def emit(text: str, output: str | None, done: str) -> None:
     """Print `text`, or write it whole to `output` and say `done`."""
-    from planner.cli.main import write_atomic
-
     if output:
-        write_atomic(Path(output), text)
+        write_output(Path(output), text)
         print(done)
     else:
         sys.stdout.write(text)
@@ -81,9 +80,7 @@ def cmd_review(args: argparse.Namespace) -> int:
     body = "\n".join([head, *parts]).rstrip("\n") + "\n"
     sys.stdout.write("\n".join(texts))
     if args.output:
-        from planner.cli.main import write_atomic
-
-        write_atomic(Path(args.output), body)
+        write_output(Path(args.output), body)
         print(f"Review of {len(lines)} config(s) written to {args.output}.")
     if args.post:
         url = ghcomment.post(body, args.comment_key, ghcomment.pr_number(args.pr))
@@ -150,8 +147,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
         print(json.dumps(editor_schema.group_schema(args.group) if args.group != "config"
                          else editor_schema.root_schema(), indent=2))
         return 0
-    from planner.cli.main import writable_dir
-
     written = editor_schema.write(writable_dir(Path(args.write), "--write"))
     for path in written:
         print(path)

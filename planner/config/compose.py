@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import difflib
 import time
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -14,21 +12,18 @@ from planner.config.conftree import (
     ConfigTree,
     hydra_for,
 )
+from planner.config.overrides import first_line, parse_overrides
+from planner.config.provenance import check_with_files
+from planner.config.validate import known_paths
 from planner.errors import ConfigError
+from planner.support.suggest import did_you_mean
 
 GROUPS = ("model", "export", "optim", "quant", "target", "verify", "perf", "executor")
-MISSING = "???"
-TIMINGS: dict[str, float] = {}
 
 
 def group_options(group: str, tree: ConfigTree = PACKAGED) -> tuple[str, ...]:
     """Names of the configs in a group (conf/<group>/*.yaml and the tree's own), sorted."""
     return tree.options(group)
-
-
-def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def compose(overrides: list[str] | tuple[str, ...] = (),
@@ -46,8 +41,6 @@ def compose(overrides: list[str] | tuple[str, ...] = (),
         raise ConfigError(f"config: {first_line(exc)}") from exc
     assert isinstance(config, dict)
     if not tree.packaged_only:
-        from planner.config.provenance import check_with_files
-
         check_with_files(config, tree, list(overrides))
     return config
 
@@ -82,11 +75,13 @@ def yaml_error(exc: BaseException, tree: ConfigTree) -> str:
 
 
 def compose_timed(overrides: list[str] | tuple[str, ...] = (), store: str | None = None,
-                  tree: ConfigTree = PACKAGED) -> dict[str, Any]:
-    """compose(), timed into TIMINGS["compose_s"], with an optional store dir applied."""
+                  tree: ConfigTree = PACKAGED,
+                  timings: dict[str, float] | None = None) -> dict[str, Any]:
+    """compose(), timed into timings["compose_s"], with an optional store dir applied."""
     t0 = time.perf_counter()
     config = compose(overrides, tree)
-    TIMINGS["compose_s"] = time.perf_counter() - t0
+    if timings is not None:
+        timings["compose_s"] = time.perf_counter() - t0
     if store:
         from planner.core.storelayout import checked_store_path
 
@@ -94,36 +89,8 @@ def compose_timed(overrides: list[str] | tuple[str, ...] = (), store: str | None
     return config
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message, plus Hydra's fix line when it gives one."""
-    lines = [ln.strip() for ln in (str(exc).strip() or type(exc).__name__).splitlines()]
-    fix = [ln for ln in lines[1:] if ln.startswith("To append to your config use")]
-    return " ".join(lines[:1] + fix)
-
-
-def parse_overrides(overrides: list[str] | tuple[str, ...]) -> list[Any]:
-    return [_parse_one(text) for text in overrides]
-
-
-@cache
-def _parse_one(text: str) -> Any:
-    """One override, parsed by Hydra's grammar (memoised: sweeps repeat the same strings)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    try:
-        (parsed,) = OverridesParser.create().parse_overrides([text])
-    except Exception as exc:
-        raise ConfigError(
-            f"override '{text}': cannot parse ({first_line(exc)}); "
-            "write key=value, e.g. quant=w8a8 or export.opset=17"
-        ) from exc
-    return parsed
-
-
 def check_overrides(parsed: list[Any], tree: ConfigTree = PACKAGED) -> None:
     """Reject overrides that name an unknown group option or key, with a did-you-mean."""
-    from planner.config.validate import known_paths
-
     errors: list[str] = []
     paths = known_paths()
     for ov in parsed:

@@ -17,7 +17,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from planner.config.overrides import parse_overrides
 from planner.errors import ConfigError, UsageError
+from planner.support.suggest import did_you_mean
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 PRIMARY = "config"
@@ -95,8 +97,6 @@ class ConfigTree:
                 if first is not None:
                     errors.append(_shadow_message(self, path, first, rel))
         if self.config_name not in self.primaries():
-            from planner.config.compose import did_you_mean
-
             errors.append(f"--config-name {self.config_name}: there is no {self.config_name}"
                           f".yaml at the top of {' or '.join(map(self.display, self.dirs))}"
                           f"{did_you_mean(self.config_name, self.primaries())}; "
@@ -165,8 +165,6 @@ def from_cli(config_dirs: list[str] | None, config_name: str | None,
 
 
 def _searchpath_value(text: str) -> list[str]:
-    from planner.config.compose import parse_overrides
-
     (ov,) = parse_overrides([text])
     value = ov.value()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

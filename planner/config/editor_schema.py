@@ -14,6 +14,7 @@ from typing import Any
 
 import schemas
 from planner.config.compose import GROUPS
+from planner.support.atomic import write_atomic
 
 DRAFT7 = "http://json-schema.org/draft-07/schema#"
 INTERPOLATION = {"type": "string", "pattern": "^(\\$\\{.+\\}|\\?\\?\\?)$",
@@ -80,8 +81,6 @@ def write(directory: Path) -> list[Path]:
     written = []
     for name, doc in docs.items():
         path = directory / name
-        tmp = path.with_name(f".{name}.tmp")
-        tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, json.dumps(doc, indent=2) + "\n")
         written.append(path)
     return written

@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from planner.config.conftree import ConfigTree, hydra_for
+from planner.config.validate import check_config
 from planner.errors import ConfigError
 
 
 def check_with_files(config: dict[str, Any], tree: ConfigTree, overrides: list[str]) -> None:
     """check_config, with each error line led by the user file that set the bad value."""
-    from planner.config.validate import check_config
-
     try:
         check_config(config)
     except ConfigError as exc:

@@ -6,9 +6,11 @@ from functools import cache
 from typing import Any
 
 import schemas
-from planner.config.compose import MISSING, did_you_mean
 from planner.errors import ConfigError
+from planner.support.suggest import did_you_mean
 from schemas.validator import Violation, validate
+
+MISSING = "???"  # Hydra's mandatory-value marker
 
 
 def check_config(config: dict[str, Any]) -> None:

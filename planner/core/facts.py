@@ -73,6 +73,14 @@ def requirement_holds(facts: Facts, req: Require, params: dict[str, Any]) -> boo
     raise ValueError(f"unknown requirement test {req.test!r}")
 
 
+def unmet_requires(op: Op, params: dict[str, Any],
+                   facts_by_role: dict[str, Facts]) -> list[Require]:
+    """The op's requirements that the facts of its inputs (by input role; a missing role has
+    none) do not meet, in the order the op declares them."""
+    return [req for req in op.requires
+            if not requirement_holds(facts_by_role.get(req.role, {}), req, params)]
+
+
 def _default(fact: str) -> Any:
     # Every model is fp32 until an op says otherwise.
     return {"precision": "fp32"}.get(fact)

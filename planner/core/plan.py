@@ -117,6 +117,10 @@ class Plan:
         src = s.inputs.get(role or s.decl.chain_role)
         return known.get(src, {}) if src else {}
 
+    def facts_by_role(self, s: Step, known: dict[str, F.Facts]) -> dict[str, F.Facts]:
+        """The facts of each of the step's inputs, by input role."""
+        return {role: self.input_facts(s, known, role) for role in s.inputs}
+
     def sinks(self) -> list[str]:
         return [s.id for s in self.live() if s.decl.has(Trait.SINK)] + [self.deliverable]
 

@@ -11,17 +11,9 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
-from planner.config.compose import (
-    GROUPS,
-    TIMINGS,
-    check_overrides,
-    compose_config,
-    first_line,
-    parse_overrides,
-    yaml_error,
-    yaml_mark,
-)
+from planner.config.compose import GROUPS, check_overrides, compose_config, yaml_error, yaml_mark
 from planner.config.conftree import PACKAGED, PRIMARY, ConfigTree
+from planner.config.overrides import first_line, parse_overrides
 from planner.core.plan import ACTIONS, Plan, Rewrite
 from planner.errors import ConfigError, ModelplanError
 
@@ -225,16 +217,17 @@ class SweepPlan:
 
 
 def plan_sweep(overrides: list[str], store: str | None = None, tree: ConfigTree = PACKAGED,
-               symbolic: bool = False) -> SweepPlan:
+               symbolic: bool = False, timings: dict[str, float] | None = None) -> SweepPlan:
     """Plan every job of a multirun; a job whose config is invalid fails alone."""
-    return plan_jobs(expand(overrides), store, tree=tree, symbolic=symbolic)
+    return plan_jobs(expand(overrides), store, tree=tree, symbolic=symbolic, timings=timings)
 
 
 def plan_jobs(job_overrides: list[list[str]], store: str | None = None,
               first_index: int = 0, tree: ConfigTree = PACKAGED,
-              symbolic: bool = False) -> SweepPlan:
+              symbolic: bool = False, timings: dict[str, float] | None = None) -> SweepPlan:
     """Plan already expanded jobs (as a Hydra sweeper hands them to a launcher).
-    symbolic: a model source that cannot be read gets a symbolic key (planner.models.sources)."""
+    symbolic: a model source that cannot be read gets a symbolic key (planner.models.sources).
+    timings: where planning's time goes (`plan_s`, and `composes`: configs Hydra composed)."""
     from planner import rules
     from planner.planning import plan_for
 
@@ -245,11 +238,12 @@ def plan_jobs(job_overrides: list[list[str]], store: str | None = None,
             config = composer(job.overrides)
             if store:
                 config["store"]["path"] = str(Path(store).expanduser().resolve())
-            job.plan = plan_for(config, symbolic=symbolic)
+            job.plan = plan_for(config, symbolic=symbolic, timings=timings)
         except ModelplanError as exc:
             job.error = "; ".join(exc.lines)
     sweep = SweepPlan(jobs)
     for rule in rules.discover("sweep"):
         sweep.merges.extend(rule.apply(sweep))
-    TIMINGS["composes"] = composer.composes
+    if timings is not None:
+        timings["composes"] = composer.composes
     return sweep

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import ConfigError
+from planner.support.atomic import write_atomic
+from planner.support.digests import file_sha256
 
-CHUNK = 1 << 20
 WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json")
 
 
@@ -105,13 +106,10 @@ class DigestMemo:
         hit = self.entries.get(str(path))
         if hit and hit[:2] == stamp:
             return hit[2]
-        h = hashlib.sha256()
-        with path.open("rb") as fh:
-            while chunk := fh.read(CHUNK):
-                h.update(chunk)
-        self.entries[str(path)] = [*stamp, h.hexdigest()]
+        digest = file_sha256(path)
+        self.entries[str(path)] = [*stamp, digest]
         self.dirty = True
-        return h.hexdigest()
+        return digest
 
     def tree_digest(self, root: Path) -> str:
         """Digest of every non-hidden file under `root` by relative path and content."""
@@ -129,9 +127,7 @@ class DigestMemo:
             return
         try:
             self.file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.file.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(self.entries, sort_keys=True))
-            tmp.replace(self.file)
+            write_atomic(self.file, json.dumps(self.entries, sort_keys=True))
         except OSError:
             pass  # the memo is only a speed-up
 

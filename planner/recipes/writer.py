@@ -4,7 +4,6 @@ never over a file a person wrote."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from typing import Any
 from planner.errors import InternalError, ModelplanError
 from planner.recipes.convert import FAILED, IMPORTED, Build
 from planner.recipes.emit import MARKER, config_text, values
+from planner.support.atomic import write_atomic
 
 
 def write_all(builds: list[Build], out: Path, shown_out: str, force: bool,
@@ -56,12 +56,9 @@ def _write(build: Build, out: Path, stage: Path, shown_out: str, force: bool) ->
     if not _holds(values(build), composed):  # a writer bug must not become a config
         raise InternalError(f"{build.name}: the written config does not read back as meant; "
                             "report this recipe")
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(target)
+        write_atomic(target, text)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise ModelplanError(f"{shown_out}/{target.name}: cannot write it "
                              f"({exc.strerror or exc}); pass a writable -o DIR") from exc
 

@@ -7,7 +7,8 @@ import csv
 import io
 from typing import Any
 
-from planner.render.run import human_bytes, result_summary
+from planner.render.run import result_summary
+from planner.support.units import human_bytes
 
 
 def swept_keys(jobs: list[dict[str, Any]]) -> list[str]:

@@ -10,16 +10,9 @@ from planner.core.ops import OPS
 from planner.core.plan import ACTIONS, MAIN_GRAPH, graph_of
 from planner.core.storelayout import WEIGHTS
 from planner.render import modules
+from planner.support.units import human_bytes
 
 MAIN_OUTPUTS = ("model.onnx", "metrics.json", "source.json")
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
 
 
 def _main_output(step: dict[str, Any]) -> str:

@@ -37,10 +37,8 @@ def _absorbs(plan: Plan, c: Step, s: Step, known: dict[str, F.Facts]) -> bool:
     prepared = {e.fact: F.Fact(F.resolve_value(e.value, c.params), c.id) for e in c.decl.prepares}
     if not all(F.ensured_holds(prepared, e, s.params) for e in s.decl.ensures):
         return False
-    upstream = plan.input_facts(s, known)
-    return all(F.requirement_holds(plan.input_facts(s, known, req.role)
-                                   if req.role != c.decl.chain_role else upstream, req, c.params)
-               for req in c.decl.requires)
+    given = {**plan.facts_by_role(s, known), c.decl.chain_role: plan.input_facts(s, known)}
+    return not F.unmet_requires(c.decl, c.params, given)
 
 
 def _elision(s: Step, readers: list[Step]) -> Rewrite:

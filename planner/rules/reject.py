@@ -15,10 +15,8 @@ ORDER = 90
 def apply(plan: Plan) -> list[Rewrite]:
     known = plan.facts()
     for s in plan.live():
-        for req in s.decl.requires:
+        for req in F.unmet_requires(s.decl, s.params, plan.facts_by_role(s, known)):
             given = plan.input_facts(s, known, req.role)
-            if F.requirement_holds(given, req, s.params):
-                continue
             have = F.value_of(given, req.fact)
             where = _config_choice(plan.config, req.config_path)
             fix = req.fix or f"change {req.config_path or 'the config'}"

@@ -20,11 +20,9 @@ def provider() -> Op:
 def apply(plan: Plan) -> list[Rewrite]:
     known = plan.facts()
     for s in plan.live():
-        for req in s.decl.requires:
-            if req.fact != FACT or F.requirement_holds(plan.input_facts(s, known, req.role), req,
-                                                       s.params):
-                continue
-            return [_insertion(plan, s, F.resolve_value(req.value, s.params), known)]
+        for req in F.unmet_requires(s.decl, s.params, plan.facts_by_role(s, known)):
+            if req.fact == FACT:
+                return [_insertion(plan, s, F.resolve_value(req.value, s.params), known)]
     return []
 
 

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from executors.store.content import file_sha256
+from planner.support.digests import file_sha256
 from tests.conftest import run_cli
 from tests.integration.conftest import run_json, step
 

@@ -9,7 +9,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from executors.store.content import file_sha256, file_stamp
+from executors.store.content import file_stamp
+from planner.support.digests import file_sha256
 from tests.integration.conftest import CPU_RUN, run_json, step
 
 

@@ -17,7 +17,8 @@ from typing import Any
 import onnx
 
 from executors.onnx.artifacts import FACTS_KEY
-from executors.store.content import file_sha256, file_stamp
+from executors.store.content import file_stamp
+from planner.support.digests import file_sha256
 from tests.conftest import ROOT, run_cli
 from tests.integration.conftest import CPU_RUN, run_json, step
 

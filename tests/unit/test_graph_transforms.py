@@ -17,8 +17,8 @@ from executors.onnx.htp_rewrites import (
     mask_wheres,
     rewrite_mask_wheres,
 )
+from executors.onnx.legality import violations
 from executors.onnx.ortopt import basic_fixed_point, basic_pass_changes, structure_digest
-from executors.steps.legalize import violations
 
 FMIN = float(np.finfo(np.float32).min)
 

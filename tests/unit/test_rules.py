@@ -158,3 +158,16 @@ def test_rules_are_discovered_in_order() -> None:
     assert [r.NAME for r in rules.discover()] == [
         "idempotent-elision", "metadata-order", "absorbed-elision", "target-legalize",
         "dead-step", "reject"]
+
+
+def test_unmet_requires_is_read_by_input_role() -> None:
+    from planner.core import facts as F
+    from planner.core.ops import OPS
+
+    verify = OPS["verify"]
+    onnx = {"format": F.Fact("onnx", "export")}
+    assert F.unmet_requires(verify, {}, {"candidate": onnx, "reference": onnx}) == []
+    unmet = F.unmet_requires(verify, {}, {"candidate": onnx})  # no reference input: no facts
+    assert [(r.fact, r.role) for r in unmet] == [("format", "reference")]
+    assert [r.fact for r in F.unmet_requires(OPS["quantize"], {}, {"model": onnx})] == \
+        ["normalized"]

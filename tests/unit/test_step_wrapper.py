@@ -18,7 +18,7 @@ from executors.run import wrapper
 from executors.run.checkers import Artifact, check, observed_precision
 from executors.run.wrapper import StepContext, StepResult, apply_step
 from planner.core.ops import FactName
-from planner.errors import StepError
+from planner.errors import EnsuresError, RequiresError, StepError
 
 
 def tiny_model(extra_nodes: list[onnx.NodeProto] = (), inits: list = (),
@@ -61,8 +61,9 @@ def test_a_step_that_breaks_its_ensures_fails_naming_the_fact_and_node(
 
     monkeypatch.setattr(wrapper, "implementation", lambda _name: lazy_tag)
     ctx = ctx_for("tag", {}, {"model": src, "hierarchy": src}, tmp_path / "out")
-    with pytest.raises(StepError) as err:
+    with pytest.raises(EnsuresError) as err:  # a postcondition; still a StepError
         apply_step(ctx)
+    assert isinstance(err.value, StepError)
     assert "does not satisfy tagged" in str(err.value)
     assert "'/model/relu/Relu' (Relu) has no hierarchy tag" in str(err.value)
 
@@ -73,7 +74,7 @@ def test_requires_are_checked_on_the_input_before_the_step_runs(
     monkeypatch.setattr(wrapper, "implementation",
                         lambda _name: pytest.fail("the step must not run"))
     ctx = ctx_for("quantize", {}, {"model": src, "source": src}, tmp_path / "out")
-    with pytest.raises(StepError, match="its model input does not have normalized"):
+    with pytest.raises(RequiresError, match="its model input does not have normalized"):
         apply_step(ctx)
 
 
@@ -102,7 +103,7 @@ def test_a_carried_fact_the_output_lost_fails_the_step(
 
     monkeypatch.setattr(wrapper, "implementation", lambda _name: bump_opset)
     ctx = ctx_for("legalize", {"target": "qnn_htp"}, {"model": src}, tmp_path / "out")
-    with pytest.raises(StepError, match="no longer has opset .its default-domain opset is 18"):
+    with pytest.raises(EnsuresError, match="no longer has opset .its default-domain opset is 18"):
         apply_step(ctx)
 
 

@@ -1,0 +1,47 @@
+"""What several commands share: the config tree a command line names, and writing where a
+user pointed (-o FILE, --outputs DIR) with errors that name the option to change."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from planner.errors import UsageError
+from planner.support.atomic import write_atomic
+
+
+def write_output(path: Path, text: str) -> None:
+    """Write a file the user named (-o FILE) whole or not at all."""
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(21, "it is a directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write it ({exc.strerror or exc}); "
+                         "choose another -o FILE") from exc
+
+
+def writable_dir(path: Path, option: str) -> Path:
+    """`path` as a directory this process can write into, or a UsageError naming `option`."""
+    path = path.resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".modelplan-probe.{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot write there ({exc.strerror or exc}); "
+                         f"pass a writable {option} DIR") from exc
+    return path
+
+
+def config_tree(args: argparse.Namespace) -> Any:
+    """The config tree the command line names (--config-dir, --config-name, hydra.searchpath);
+    hydra.searchpath leaves the overrides, the tree carries it. Kept as args.tree."""
+    from planner.config.conftree import from_cli
+
+    args.tree, args.overrides = from_cli(args.config_dir, args.config_name, args.overrides)
+    return args.tree
