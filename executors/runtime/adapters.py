@@ -23,6 +23,17 @@ def declared(params: dict[str, Any]) -> Target:
     return of_params(params)
 
 
+def base_options(target: Target, configs: dict[str, str] | None = None) -> Any:
+    """Session options every adapter starts from: the declared log severity and `configs`."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = target.session.log_severity
+    for k, v in (configs or {}).items():
+        so.add_session_config_entry(k, v)
+    return so
+
+
 def adapter(target: Target) -> ModuleType:
     """The module that opens sessions on `target`."""
     return importlib.import_module(f"executors.runtime.{target.session.adapter}")

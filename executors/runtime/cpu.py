@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from executors.runtime.adapters import base_options
 from planner.core.targets import Target
 
 
@@ -14,13 +15,7 @@ def available() -> bool:
 
 def session_options(target: Target, provider_options: dict[str, Any],
                     cpu_fallback: bool = True, configs: dict[str, str] | None = None) -> Any:
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = target.session.log_severity
-    for k, v in (configs or {}).items():
-        so.add_session_config_entry(k, v)
-    return so
+    return base_options(target, configs)
 
 
 def session(path: Path, target: Target, provider_options: dict[str, Any] | None = None,

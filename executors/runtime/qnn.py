@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from executors.runtime.adapters import base_options
 from executors.runtime.nativelog import native_log
 from planner.core.targets import Target
 
@@ -35,17 +36,10 @@ def qnn_devices(target: Target) -> list[Any]:
 
 def session_options(target: Target, provider_options: dict[str, Any],
                     cpu_fallback: bool = True, configs: dict[str, str] | None = None) -> Any:
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = target.session.log_severity
+    so = base_options(target, {**({} if cpu_fallback else target.session.no_fallback),
+                                **(configs or {})})
     opts = {"backend_type": target.backend, **{k: str(v) for k, v in provider_options.items()}}
     so.add_provider_for_devices(qnn_devices(target), opts)
-    if not cpu_fallback:
-        for k, v in target.session.no_fallback.items():
-            so.add_session_config_entry(k, v)
-    for k, v in (configs or {}).items():
-        so.add_session_config_entry(k, v)
     return so
 
 
