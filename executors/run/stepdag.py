@@ -137,7 +137,7 @@ class StepDag:
             self.order.append(key)
         return f"[{self.order.index(key) + 1}/{len(self.nodes)}]"
 
-    def unelide(self, key: str, detail: str) -> set[str]:
+    def unelide(self, key: str, detail: str) -> None:
         """The premises of an elided step do not hold on its real input: it runs after all,
         under its own key (its inputs are unchanged), and every job that has it re-keys what
         follows (their readers read it now, not past it)."""
