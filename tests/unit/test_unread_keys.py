@@ -52,3 +52,18 @@ def test_every_packaged_option_sets_what_it_ignores_to_the_unset_value() -> None
             for key, unset in unread_keys(group, node).items():
                 assert node[key] == unset, (group, option, key)
     assert readers_of("model", "random_init") == ["tiny_bert", "tiny_random"]
+
+
+def test_random_init_config_values_keep_the_model_types_json_types() -> None:
+    from planner.planning import plan_for
+
+    with pytest.raises(ConfigError, match=r"model.random_init.config.hidden_size: 'abc' is not "
+                                          r"an integer; give it an integer"):
+        plan_for(compose(["model=tiny_bert", "model.random_init.config={hidden_size: abc}"]))
+    from planner.models.sources import random_init
+
+    clip = {"random_init": {"model_type": "clip", "seed": 0, "preprocessor": {},
+                            "config": {"text_config": {"vocab_size": "many"}}}}
+    with pytest.raises(ConfigError, match=r"config.text_config.vocab_size: .* not an integer"):
+        random_init(clip)
+    plan_for(compose(["model=tiny_bert", "model.random_init.config={hidden_size: 48}"]))
