@@ -15,6 +15,16 @@ from planner.core.storelayout import NAME_MAX
 from planner.errors import UsageError
 
 RUN_RECORD = "run.json"
+FAILED_RECORD = "run.failed.json"  # a failed run's record, beside a good deliverable it kept
+
+
+def record_file(record: dict[str, Any]) -> str:
+    """The file in its outputs folder that a run's record was saved as."""
+    folder = record.get("outputs_dir")
+    if not folder:
+        return "RUN.json"
+    kept = record["status"] != "ok" and (Path(folder) / FAILED_RECORD).is_file()
+    return str(Path(folder) / (FAILED_RECORD if kept else RUN_RECORD))
 
 
 def model_name(model: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ from planner import rules
 from planner.config.compose import compose_timed
 from planner.config.conftree import PACKAGED, ConfigTree
 from planner.config.validate import check_config
+from planner.core import module_perf
 from planner.core.keys import assign_keys
 from planner.core.lower import lower
 from planner.core.ops import Trait
@@ -35,6 +36,7 @@ def plan_for(config: dict[str, Any], symbolic: bool = False,
     plan = lower(config, symbolic)
     rules.rewrite(plan, config["planner"]["rules"])
     assign_keys(plan)
+    module_perf.check_known_modules(plan, store_root(config))
     mark_actions(plan, store_root(config))
     if timings is not None:
         timings["plan_s"] = time.perf_counter() - t0

@@ -14,7 +14,7 @@ from functools import cache
 from typing import Any
 
 ANNOTATIONS = {"$schema", "$id", "title", "description", "$comment", "default", "examples", "$defs"}
-EXTENSIONS = {"x-fix"}
+EXTENSIONS = {"x-fix", "x-unread"}  # x-unread: the keys a kind of option ignores, unset values
 ASSERTIONS = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "items",
     "minItems", "maxItems", "uniqueItems", "minimum", "maximum", "minLength", "pattern",

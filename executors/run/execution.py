@@ -30,7 +30,8 @@ def run_plan(executor: str, store: Store, runner: Runner, ir: dict[str, Any],
     dag = StepDag([(0, ir)])
     with interrupts.handling(forkserver.kill_all), Lease(store.root) as lease:
         lease.hold(dag.nodes)  # store gc keeps them
-        scheduler = Scheduler(dag, runner, say, lambda _key, _step: outputs_dir, lease.hold)
+        stage = publish.staging_dir(outputs_dir) if outputs_dir else None
+        scheduler = Scheduler(dag, runner, say, lambda _key, _step: stage, lease.hold)
         signal_name = None
         try:
             scheduler.run()
@@ -41,7 +42,7 @@ def run_plan(executor: str, store: Store, runner: Runner, ir: dict[str, Any],
                     "temporary output was removed")
         return job_record(executor, store, dag.jobs[0], scheduler.outcomes, outputs_dir,
                           overrides, started, say, wall_s=time.perf_counter() - t0,
-                          stopped=(signal_name, scheduler.stopped))
+                          stopped=(signal_name, scheduler.stopped), staging=stage)
 
 
 def run_sweep(executor: str, store: Store, runner: Runner, sweep: SweepPlan, sweep_dir: Path,
@@ -96,9 +97,11 @@ def _job_result(executor: str, store: Store, dag: StepDag, job: Any,
 def job_record(executor: str, store: Store, job: Job, outcomes: dict[str, StepOutcome],
                out_dir: Path | None, overrides: list[str], started: float, say: Any,
                wall_s: float, index: int | None = None,
-               stopped: tuple[str | None, list[str]] = (None, [])) -> dict[str, Any]:
+               stopped: tuple[str | None, list[str]] = (None, []),
+               staging: Path | None = None) -> dict[str, Any]:
     """A job's run record from the DAG's outcomes, published to `out_dir` (if any) and saved
-    in the store. `stopped`: the signal that interrupted the run and the keys it stopped."""
+    in the store. `stopped`: the signal that interrupted the run and the keys it stopped;
+    `staging`: where its uncached steps built their outputs (publish.staging_dir)."""
     signal_name, stopped_keys = stopped
     steps, out_dirs = [], {}
     for s in job.ir["steps"]:
@@ -122,7 +125,7 @@ def job_record(executor: str, store: Store, job: Job, outcomes: dict[str, StepOu
         overrides=list(overrides), deliverable=job.stand_in(job.ir["deliverable"], outcomes),
         outputs_dir=out_dir, job=index, interrupted_by=signal_name)
     if out_dir is not None:
-        publish.outputs(record, out_dirs, out_dir)
+        publish.outputs(record, out_dirs, out_dir, staging)
     if store.save_run(record) is None:
         say(f"could not keep the run record in the store {store.root} (is its disk full?); "
             "the run's outputs have their own copy")

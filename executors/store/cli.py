@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -52,8 +53,9 @@ def verify(store: Store, args: argparse.Namespace) -> int:
               "its name")
         if args.remove and not args.dry_run:
             blob.unlink(missing_ok=True)
+    again = f"modelplan store verify --remove --store {shlex.quote(str(store.root))}"
     print(f"{len(entries)} entries checked, {bad} corrupt"
-          + ("" if not bad or args.remove else "; `modelplan store verify --remove` deletes them"))
+          + ("" if not bad or args.remove else f"; `{again}` deletes them"))
     return 1 if bad and (not args.remove or args.dry_run) else 0
 
 

@@ -20,6 +20,8 @@ from planner.core.ops import OPS
 from planner.core.plan import MAIN_GRAPH, graph_of
 from planner.core.storelayout import MANIFEST, RESULT
 from planner.errors import IntegrityError
+from planner.outputs import FAILED_RECORD, RUN_RECORD
+from planner.support.atomic import write_atomic
 from planner.support.digests import chunks
 
 SKIP = {MANIFEST, RESULT, SOURCE}
@@ -68,37 +70,117 @@ def published_name(step_id: str, name: str) -> str:
     return name if graph == MAIN_GRAPH or blob_digest(name) else f"{graph}_{name}"
 
 
-def outputs(record: dict[str, Any], out_dirs: dict[str, Path], out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    before = _previously_published(out_dir)
-    published: dict[str, str] = {}
+def staging_dir(out_dir: Path) -> Path:
+    """Where a run builds its outputs folder (and its uncached steps' outputs) beside the
+    published one, which it replaces only when the run succeeds."""
+    return out_dir.parent / f".{out_dir.name}.staging-{os.getpid()}"
+
+
+def outputs(record: dict[str, Any], out_dirs: dict[str, Path], out_dir: Path,
+            staging: Path | None = None) -> None:
+    """Publish a run into `out_dir`. A successful run's folder is built in `staging` and then
+    swapped in whole, so nothing of an earlier run stays; a failed run leaves a previous good
+    deliverable as it is and writes its record beside it (run.failed.json)."""
+    stage = staging or staging_dir(out_dir)
+    record["published"] = {}
+    if record["status"] != "ok":
+        shutil.rmtree(stage, ignore_errors=True)
+        _keep_failed(record, out_dir)
+        return
+    stage.mkdir(parents=True, exist_ok=True)
+    try:
+        _fill(record, out_dirs, out_dir, stage)
+        _swap(stage, out_dir)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    _remove_stale(out_dir)
+
+
+def _fill(record: dict[str, Any], out_dirs: dict[str, Path], out_dir: Path,
+          stage: Path) -> None:
     deliverable = record["deliverable"]
     chosen = [s for s in record["steps"] if s["id"] == deliverable]
     chosen += [s for s in record["steps"] if s["id"] != deliverable and OPS[s["op"]].publish]
-    if record["status"] == "ok":
-        for step in chosen:
-            src = out_dirs.get(step["id"])
-            if src is None:
-                continue
-            for f in _published_files(step, src, deliverable):
-                rel = f.relative_to(src).as_posix()
-                name = published_name(step["id"], rel)
-                (out_dir / name).parent.mkdir(exist_ok=True)
-                _copy_if_changed(f, out_dir / name, step["digests"].get(rel))
-                published[name] = str(out_dir / name)
-    record["published"] = published
-    for name in before - set(published):  # the folder shows this run only
-        (out_dir / name).unlink(missing_ok=True)
+    for step in chosen:
+        src = out_dirs.get(step["id"])
+        if src is None:
+            continue
+        for f in _published_files(step, src, deliverable):
+            rel = f.relative_to(src).as_posix()
+            name = published_name(step["id"], rel)
+            (stage / name).parent.mkdir(exist_ok=True)
+            _copy_or_link(f, stage / name, out_dir / name, step["digests"].get(rel))
+            record["published"][name] = str(out_dir / name)
+    for step in record["steps"]:  # uncached steps built in the stage: name where they land
+        step["outputs"] = {k: _moved(v, stage, out_dir) for k, v in step["outputs"].items()}
     metrics = {s["id"]: s["metrics"] for s in record["steps"] if s["metrics"]}
-    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
-    (out_dir / "run.json").write_text(json.dumps(record, indent=2))
+    (stage / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+    (stage / RUN_RECORD).write_text(json.dumps(record, indent=2))
 
 
-def _previously_published(out_dir: Path) -> set[str]:
-    """The file names the last run published into `out_dir` (its run.json says which)."""
+def _moved(path: str, stage: Path, out_dir: Path) -> str:
+    p = Path(path)
+    return str(out_dir / p.relative_to(stage)) if stage in p.parents else path
+
+
+def _copy_or_link(src: Path, dst: Path, previous: Path, digest: str | None) -> None:
+    """The previous run's copy when it is the same file (size and mtime), else a verified copy."""
+    if previous.is_file():
+        a, b = src.stat(), previous.stat()
+        if a.st_size == b.st_size and a.st_mtime_ns == b.st_mtime_ns:
+            try:
+                os.link(previous, dst)
+                return
+            except OSError:
+                pass
+    _copy_if_changed(src, dst, digest)
+
+
+def _swap(stage: Path, out_dir: Path) -> None:
+    """Replace out_dir by stage: two renames on one file system (an interrupted swap leaves the
+    old folder beside it as .NAME.old-PID, removed by the next successful run)."""
+    old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
+    if out_dir.exists():
+        out_dir.rename(old)
+    stage.rename(out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove_stale(out_dir: Path) -> None:
+    """Staging and old folders that runs which no longer run left beside out_dir."""
+    for p in out_dir.parent.glob(f".{out_dir.name}.*-*"):
+        pid = p.name.rpartition("-")[2]
+        if p.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
     try:
-        names = json.loads((out_dir / "run.json").read_text()).get("published") or {}
-    except (OSError, ValueError, AttributeError):
-        return set()
-    return {n for n in names if isinstance(n, str) and n not in SKIP
-            and ("/" not in n or blob_digest(n))}
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _keep_failed(record: dict[str, Any], out_dir: Path) -> None:
+    """A failed run's record: beside a previous good deliverable (run.failed.json), else as the
+    folder's only file (run.json), since there is nothing to keep."""
+    if _holds_deliverable(out_dir):
+        write_atomic(out_dir / FAILED_RECORD, json.dumps(record, indent=2))
+        return
+    stage = staging_dir(out_dir)
+    stage.mkdir(parents=True, exist_ok=True)
+    (stage / RUN_RECORD).write_text(json.dumps(record, indent=2))
+    _swap(stage, out_dir)
+
+
+def _holds_deliverable(out_dir: Path) -> bool:
+    try:
+        previous = json.loads((out_dir / RUN_RECORD).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(previous, dict) and previous.get("status") == "ok" \
+        and bool(previous.get("published"))

@@ -38,6 +38,7 @@ def positive(text: str) -> int:
 
 @command
 def cmd_plan(args: argparse.Namespace) -> int:
+    args.format = plan_format(args.format, args.output)
     tree = config_tree(args)
     if args.multirun:
         return _plan_sweep(args)
@@ -57,6 +58,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(out)
     return 0
+
+
+SUFFIX_FORMATS = {".json": "json", ".md": "md", ".mmd": "mermaid"}
+
+
+def plan_format(chosen: str | None, output: str | None) -> str:
+    """--format, else what -o's suffix says (plan.json is JSON, which `apply` reads), else text.
+    A .json file that would not hold JSON is refused: `apply` and `diff` would not read it."""
+    implied = SUFFIX_FORMATS.get(Path(output).suffix.lower()) if output else None
+    if chosen and implied == "json" and chosen != "json":
+        raise UsageError(f"-o {output} --format {chosen}: a .json file holds the plan as JSON; "
+                         f"drop --format, or write {chosen} to a file of another suffix")
+    return chosen or implied or "text"
 
 
 def _plan_sweep(args: argparse.Namespace) -> int:
@@ -241,8 +255,10 @@ def _run_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
                     "source key (for review; apply refuses such a plan)")
     sp.add_argument("-m", "--multirun", action="store_true",
                     help="plan every job of a sweep (a=x,y b=z,w) as one merged DAG")
-    sp.add_argument("--format", choices=["text", "json", "md", "mermaid"], default="text")
-    sp.add_argument("-o", "--output", metavar="FILE", help="write the plan to FILE")
+    sp.add_argument("--format", choices=["text", "json", "md", "mermaid"],
+                    help="default: what -o FILE's suffix says (.json, .md, .mmd), else text")
+    sp.add_argument("-o", "--output", metavar="FILE", help="write the plan to FILE "
+                    "(plan.json: as JSON, for `modelplan apply plan.json`)")
     sp.add_argument("--store", metavar="DIR", help="the store to check for cached steps")
 
     sp = add("run", "plan, then run the plan", overrides=True)
@@ -288,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     args.timings = {}  # where the time goes, for MODELPLAN_TIMINGS (the planning calls fill it)
     try:
         code = args.handler(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+    except BrokenPipeError:
+        code = closed_pipe()
     except ModelplanError as exc:
         if args.debug:
             raise
@@ -300,6 +319,16 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("MODELPLAN_TIMINGS"):
         _print_timings(args.timings)
     return code
+
+
+def closed_pipe() -> int:
+    """The reader of stdout went away (`modelplan store ls | head -2`): stop quietly, as a
+    process killed by SIGPIPE would, and let nothing write to the closed pipe at exit."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 128 + signal.SIGPIPE
 
 
 def _print_timings(timings: dict[str, float]) -> None:

@@ -59,17 +59,29 @@ def check(t: Target, plan: bool) -> list[str]:
 
 
 def check_files(files: list[str], tree: ConfigTree, plan: bool) -> tuple[int, list[str]]:
-    """(how many config files were checked, error lines) for the files a hook was given."""
+    """(how many config files were checked, error lines) for the files a hook was given.
+    Files that are not YAML are skipped; a YAML file outside the tree's directories, or no
+    file checked at all, is an error (a hook that checks nothing must not pass)."""
     errors: list[str] = []
     checked = 0
+    used = " and ".join(f"{tree.display(d)}/" for d in tree.user_dirs)
     for name in files:
         path = Path(name)
         if not path.is_file():
             errors.append(f"{name}: no such file; pass the config files to check")
             continue
+        if path.suffix != ".yaml":
+            continue
         t = target(path, tree)
         if t is None:
+            errors.append(f"{name}: not in the config tree {used}; pass --config-dir DIR "
+                          "for the tree it belongs to (or leave it out of the hook's files:)")
             continue
         checked += 1
         errors += check(t, plan)
+    if not checked and not errors:
+        given = f"none of the {len(files)} file(s) given is" if files else "no file given, so none is"
+        errors.append(f"no config file checked: {given} a .yaml file in the config tree "
+                      f"{used}; pass the changed config files (and --config-dir DIR for "
+                      "another tree)")
     return checked, errors

@@ -33,7 +33,7 @@ def fragment(schema: Any) -> Any:
         return schema
     out: dict[str, Any] = {}
     for key, value in schema.items():
-        if key == "required":
+        if key in ("required", "x-unread"):
             continue
         if key == "$ref":
             out[key] = value.replace("#/$defs/", "#/definitions/")

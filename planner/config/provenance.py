@@ -17,7 +17,7 @@ from planner.errors import ConfigError
 def check_with_files(config: dict[str, Any], tree: ConfigTree, overrides: list[str]) -> None:
     """check_config, with each error line led by the user file that set the bad value."""
     try:
-        check_config(config)
+        check_config(config, tree)
     except ConfigError as exc:
         raise ConfigError(*name_files(exc.lines, tree, overrides)) from exc
 

@@ -6,6 +6,8 @@ from functools import cache
 from typing import Any
 
 import schemas
+from planner.config.conftree import PACKAGED, ConfigTree
+from planner.config.unread import unread_lines
 from planner.errors import ConfigError
 from planner.support.suggest import did_you_mean
 from schemas.validator import Violation, validate
@@ -13,11 +15,15 @@ from schemas.validator import Violation, validate
 MISSING = "???"  # Hydra's mandatory-value marker
 
 
-def check_config(config: dict[str, Any]) -> None:
-    """Raise ConfigError listing every violation; return None when the config is valid."""
+def check_config(config: dict[str, Any], tree: ConfigTree = PACKAGED) -> None:
+    """Raise ConfigError listing every violation; return None when the config is valid.
+    A key the chosen option ignores is a violation too (tree: where the options that read it
+    are looked for)."""
     lines = [f"{p}: required but not set; set {p}=<value>" for p in sorted(missing_paths(config))]
     if not lines:
         lines = one_per_path(validate(config, schemas.load("config")))
+    if not lines:
+        lines = unread_lines(config, tree)
     if lines:
         raise ConfigError(*lines)
 

@@ -10,12 +10,16 @@ per piece.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from planner.core.ops import FactName, Trait
 from planner.core.plan import Step
+from planner.core.storelayout import entry_dir
 from planner.errors import PlanError
+from planner.support.suggest import did_you_mean
 
 EXTRACT, COMPILE, PERF = "extract", "compile_module", "perf_module"
 
@@ -47,3 +51,42 @@ def steps(config: dict[str, Any], lowered: list[Step], deliverable: str,
     perf = next(s for s in lowered if s.op == "perf")
     out.append(Step(sid(PERF), "perf", dict(perf.params), {"model": out[-1].id}))
     return out
+
+
+HIERARCHY_FILE = "model_htp_metadata.json"  # the export's sidecar (executors.onnx.artifacts)
+
+
+def check_known_modules(plan: Any, store: Path) -> None:
+    """A perf.module that names no module of an export already in the store is refused at plan
+    time, before anything is built (else the extract step reports it, after the build)."""
+    for s in plan.live():
+        if s.op != EXTRACT:
+            continue
+        source = plan.step(s.inputs["hierarchy"])
+        try:
+            meta = json.loads((entry_dir(store, source.key) / HIERARCHY_FILE).read_text())
+            traced = set(meta["traced_modules"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not exported yet: the extract step checks the name
+        spec = s.params["module"]
+        if _matches(spec, traced):
+            continue
+        if spec in meta.get("inlined_classes", []):
+            raise PlanError(f"perf.module={spec}: {spec} is a torch.nn class the export inlines "
+                            "into the modules that call it; export with "
+                            f"export.torch_modules=[{spec}] to keep it as a module")
+        classes = sorted({_class_of(p) for p in traced if p.count("/") > 1})
+        known = sorted(traced) if spec.startswith("/") else classes
+        raise PlanError(f"perf.module={spec} matches no module of "
+                        f"{str(meta.get('root', '')).strip('/') or 'the model'}"
+                        f"{did_you_mean(spec, known)}; name a module class "
+                        f"({', '.join(classes)}) or a tag path (`modelplan inspect --hierarchy` "
+                        "with the same overrides lists them)")
+
+
+def _class_of(path: str) -> str:
+    return path.rsplit("/", 1)[-1].partition(".")[0]
+
+
+def _matches(spec: str, traced: set[str]) -> bool:
+    return spec in traced if spec.startswith("/") else any(_class_of(p) == spec for p in traced)

@@ -24,7 +24,7 @@ from planner.errors import ModelplanError, PlanFileError
 
 MAX_BYTES = 4 << 20   # plans of the packaged models are 10-30 KB
 MAX_DEPTH = 32        # plans nest about 8 levels deep
-REPLAN = "re-plan with `modelplan plan -o FILE`"
+REPLAN = "re-plan with `modelplan plan -o plan.json` (and the overrides you planned with)"
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def check_plan(ir: Any, where: str, tools: str = "here") -> None:
         e = errors[0]
         at = "/".join(str(p) for p in e.absolute_path) or "<root>"
         raise PlanFileError(f"{where}: not a valid plan at {at}: {e.message}; "
-                            "re-plan with `modelplan plan -o FILE`")
+                            + REPLAN)
     for s in ir["steps"]:
         _check_against_declaration(s, where)
     if tools == "here" and ir.get("symbolic_sources"):
@@ -101,13 +101,13 @@ def check_plan(ir: Any, where: str, tools: str = "here") -> None:
     ids = [s["id"] for s in ir["steps"]]
     if len(set(ids)) != len(ids):
         raise PlanFileError(f"{where}: step ids repeat ({sorted({i for i in ids if ids.count(i) > 1})}); "
-                            "re-plan with `modelplan plan -o FILE`")
+                            + REPLAN)
     if ir["deliverable"] not in ids:
         raise PlanFileError(f"{where}: deliverable {ir['deliverable']!r} is not a step of the "
-                            "plan; re-plan with `modelplan plan -o FILE`")
+                            "plan; " + REPLAN)
     if config_digest(ir["config"]) != ir["config_digest"]:
         raise PlanFileError(f"{where}: the embedded config does not match config_digest "
-                            "(edited by hand?); re-plan with `modelplan plan -o FILE`")
+                            "(edited by hand?); " + REPLAN)
     here = tool_versions([t for s in ir["steps"] for t in OPS[s["op"]].tools])
     if tools == "plan":
         here = {t: ir["tools"].get(t, v) for t, v in here.items()}
@@ -124,7 +124,7 @@ def check_plan(ir: Any, where: str, tools: str = "here") -> None:
                                                          for t, (a, b) in drift.items())
                    if drift else "its op, params or inputs were changed after planning")
             raise PlanFileError(f"{where}: step {s['id']} key does not match its content "
-                                f"({why}); re-plan on this machine with `modelplan plan -o FILE`")
+                                f"({why}); on this machine, {REPLAN}")
 
 
 def _check_against_declaration(s: dict[str, Any], where: str) -> None:
@@ -138,7 +138,7 @@ def _check_against_declaration(s: dict[str, Any], where: str) -> None:
         if have != want:
             raise PlanFileError(
                 f"{where}: step {s['id']} ({op.name}) has {what} {sorted(have)}, but {op.name} "
-                f"declares {sorted(want)}; re-plan with `modelplan plan -o FILE`")
+                f"declares {sorted(want)}; " + REPLAN)
 
 
 class _StepView:

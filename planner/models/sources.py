@@ -178,10 +178,38 @@ def random_init(model: dict[str, Any]) -> dict[str, Any]:
     from planner.models.tiny import TINY, TINY_PREPROCESSOR
 
     ri = model["random_init"]
+    _check_types(TINY.get(ri["model_type"], {}), ri.get("config") or {},
+                 f"model.random_init.config ({ri['model_type']})")
     return {"model_type": ri["model_type"], "seed": ri["seed"],
             "config": _merged(TINY.get(ri["model_type"], {}), ri.get("config") or {}),
             "preprocessor": _merged(TINY_PREPROCESSOR.get(ri["model_type"], {}),
                                     ri.get("preprocessor") or {})}
+
+
+_JSON_TYPES = ((bool, "true or false"), (int, "an integer"), (float, "a number"),
+               (str, "a string"), (list, "a list"), (dict, "a mapping"))
+
+
+def _json_type(value: Any) -> str | None:
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), None)
+
+
+def _check_types(base: dict[str, Any], new: dict[str, Any], where: str) -> None:
+    """A field the model type's tiny config has must keep its JSON type (an integer may stand
+    for a number): caught here, at plan time, instead of by transformers in the resolve step."""
+    for key, value in new.items():
+        want, have = _json_type(base.get(key)), _json_type(value)
+        if want is None or value is None or have == want or (want, have) == ("a number",
+                                                                              "an integer"):
+            continue
+        if isinstance(value, dict):
+            continue
+        path, _, owner = where.partition(" (")
+        raise ConfigError(f"{path}.{key}: {value!r} is not {want}; give it {want}, as "
+                          f"{owner[:-1]}'s tiny config does ({key}: {base[key]!r})")
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _check_types(base[key], value, where.replace(" (", f".{key} (", 1))
 
 
 def _merged(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -64,7 +64,8 @@ def _number(value: Any, fmt: str) -> str:
     return format(value, fmt) if isinstance(value, int | float) else "-"
 
 
-def tree_text(rows: list[dict[str, Any]], limit: int | None = TOP) -> list[str]:
+def tree_text(rows: list[dict[str, Any]], limit: int | None = TOP,
+              record_path: str = "RUN.json") -> list[str]:
     """A profile's rows as an indented tree: ms per run, share, nodes (and HTP cycles)."""
     shown = top(rows, limit)
     cycles = any("cycles" in r for r in shown)
@@ -75,8 +76,8 @@ def tree_text(rows: list[dict[str, Any]], limit: int | None = TOP) -> list[str]:
     head = ("module", "ms", "%", "nodes", "Mcycles" if cycles else "")
     lines = _columns([head, *cells])
     if len(shown) < len(rows):
-        lines.append(f"  ({len(rows) - len(shown)} more modules; `modelplan report RUN.json` "
-                     "lists them all)")
+        lines.append(f"  ({len(rows) - len(shown)} more modules; `modelplan report "
+                     f"{record_path}` lists them all)")
     return lines
 
 
@@ -137,8 +138,18 @@ def sections(record: dict[str, Any], limit: int | None,
             out += render(title, alone_text(rows))
         else:
             out += render(f"Where the time goes: {headline(step)}",
-                          [*tree_text(rows, limit), "", *class_text(rows)])
+                          [*tree_text(rows, limit, run_json(record)), "",
+                           *class_text(rows)])
     return out
+
+
+def run_json(record: dict[str, Any]) -> str:
+    """Where the run wrote its record (outputs/<name>/run.json), as a command line names it."""
+    import shlex
+
+    from planner.outputs import record_file
+
+    return shlex.quote(record_file(record))
 
 
 def text(record: dict[str, Any], limit: int | None = TOP) -> list[str]:

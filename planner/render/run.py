@@ -9,6 +9,7 @@ from typing import Any
 from planner.core.ops import OPS
 from planner.core.plan import ACTIONS, MAIN_GRAPH, graph_of
 from planner.core.storelayout import WEIGHTS
+from planner.outputs import FAILED_RECORD, record_file
 from planner.render import modules
 from planner.support.units import human_bytes
 
@@ -117,7 +118,10 @@ def table(record: dict[str, Any], limit: int | None = modules.TOP) -> str:
     lines.extend(modules.text(record, limit))
     if record["outputs_dir"]:
         lines.append("")
-        lines.append(f"Run record: {record['outputs_dir']}/run.json")
+        saved = record_file(record)
+        kept = " (the previous run's deliverable there was kept)" \
+            if saved.endswith(FAILED_RECORD) else ""
+        lines.append(f"Run record: {saved}{kept}")
     return "\n".join(lines) + "\n"
 
 

@@ -60,5 +60,5 @@ def rewrite(plan: Plan, switches: dict[str, Any]) -> None:
         else:
             return
     raise InternalError(f"the rewrite rules did not reach a fixed point in {MAX_ROUNDS} rounds; "
-                        "this is a modelplan bug: report the config (`modelplan config ...`) "
-                        "and set planner.rules.elide=false to plan without elision meanwhile")
+                        "this is a modelplan bug: report it with the config that "
+                        "`modelplan config` prints (with the same overrides), and set planner.rules.elide=false to plan without elision meanwhile")

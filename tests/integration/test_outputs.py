@@ -45,3 +45,27 @@ def test_two_onnx_files_never_share_a_folder_silently(cpu_run: dict[str, Any],
     assert code == 0, err
     assert file_sha256(folder / "model.onnx") == file_sha256(outputs / "second" / "model.onnx")
     assert file_sha256(folder / "model.onnx") != delivered
+
+
+def test_a_failed_run_keeps_the_previous_deliverable(cpu_run: dict[str, Any],
+                                                     tmp_path: Path) -> None:
+    store, outputs = cpu_run["store"], tmp_path / "out"
+    tiny = ("model=tiny_bert", "target=cpu", "--name", "tiny")
+    code, _, err = run_json(*tiny, "quant=none", "verify=none", "perf.iterations=2",
+                               "perf.module=BertAttention", store=store, outputs=outputs)
+    assert code == 0, err
+    folder = outputs / "tiny"
+    before = {p.relative_to(folder): file_sha256(p) for p in folder.rglob("*") if p.is_file()}
+    assert {"perf_module/metrics.json", "model.onnx"} <= {str(p) for p in before}
+    code, failed, err = run_json(*tiny, "quant=w8a8", "verify=cosine", "verify.threshold=1.0",
+                                 "perf=none", store=store, outputs=outputs)
+    assert code == 1 and failed["status"] == "failed", err
+    after = {p.relative_to(folder): file_sha256(p) for p in folder.rglob("*") if p.is_file()}
+    assert after.pop(Path("run.failed.json")) and after == before  # untouched, record beside
+    assert [p.name for p in outputs.iterdir()] == ["tiny"]  # no staging folder left behind
+    code, _, err = run_json(*tiny, "quant=none", "verify=none", "perf=none", store=store,
+                                outputs=outputs)
+    assert code == 0, err
+    names = {str(p.relative_to(folder)) for p in folder.rglob("*")}
+    assert not {"perf", "perf_module", "run.failed.json"} & names  # the earlier runs' folders
+    assert "model.onnx" in names and [p.name for p in outputs.iterdir()] == ["tiny"]

@@ -87,6 +87,28 @@ def test_validate_mistakes(team: Path) -> None:
     assert nodir.returncode == 2 and "--config-dir cfg: not a directory" in nodir.stderr
 
 
+def test_validate_never_passes_without_checking(team: Path) -> None:
+    outside = team / "other" / "ours.yaml"
+    outside.parent.mkdir()
+    outside.write_text((team / "conf" / "ours.yaml").read_text())
+    for args, needle in [(["other/ours.yaml"], "other/ours.yaml: not in the config tree conf/"),
+                         ([], "no file given"),
+                         (["README.md"], ("none of the 1 file(s) given is a .yaml file in the "
+                                         "config tree conf/")),
+                         (["--config-dir", "other", "conf/ours.yaml"],
+                          "conf/ours.yaml: not in the config tree other/")]:
+        result = run_cli("validate", *args, cwd=team)
+        assert result.returncode == 2, (args, result.stdout)
+        assert needle in result.stderr and "0 config file(s)" not in result.stdout
+    # pre-commit hands the hooks only the files of the tree they check (and skips a hook
+    # that no changed file matches)
+    import re
+
+    for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text()):
+        assert re.search(h["files"], "conf/model/ours.yaml")
+        assert not re.search(h["files"], ".pre-commit-config.yaml")
+
+
 @pytest.fixture(scope="module")
 def editor_schemas(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("schemas") / ".schemas"

@@ -83,3 +83,35 @@ def test_torch_modules_are_export_params_in_a_canonical_order(tmp_path: Path) ->
     b = steps("export.torch_modules=[LayerNorm,Linear]", store=tmp_path)["export"]
     assert a["params"]["torch_modules"] == ["LayerNorm", "Linear"] and a["key"] == b["key"]
     assert steps(store=tmp_path)["export"]["params"]["torch_modules"] == []
+
+
+def test_a_perf_module_typo_is_refused_at_plan_time_when_the_export_is_stored(
+        tmp_path: Path) -> None:
+    import json
+
+    from executors.onnx.artifacts import SIDECAR
+    from planner.config.compose import compose
+    from planner.core import module_perf
+    from planner.core.storelayout import entry_dir
+    from planner.errors import PlanError
+    from planner.planning import plan_for
+
+    assert module_perf.HIERARCHY_FILE == SIDECAR
+    config = compose(["model=tiny_bert", "target=cpu", "quant=none", "verify=none",
+                      "perf.module=BertAttenton"])
+    config["store"]["path"] = str(tmp_path)
+    export = plan_for(config).step("export")  # nothing exported yet: the plan is made
+    entry = entry_dir(tmp_path, export.key)
+    entry.mkdir(parents=True)
+    (entry / SIDECAR).write_text(json.dumps({
+        "root": "/BertModel", "inlined_classes": ["Linear"],
+        "traced_modules": ["/BertModel", "/BertModel/BertEncoder",
+                           "/BertModel/BertEncoder/BertLayer.0/BertAttention"]}))
+    with pytest.raises(PlanError, match=r"perf.module=BertAttenton matches no module of "
+                                        r"BertModel \(did you mean 'BertAttention'\?\)"):
+        plan_for(config)
+    config["perf"]["module"] = "Linear"
+    with pytest.raises(PlanError, match="export.torch_modules=\\[Linear\\]"):
+        plan_for(config)
+    config["perf"]["module"] = "BertAttention"
+    assert plan_for(config).step("extract").params["module"] == "BertAttention"

@@ -33,7 +33,13 @@ overrides = st.fixed_dictionaries({
 )).map(lambda t: ["model=tiny_bert", *t[0], f"optim.flags=[{','.join(t[1])}]",
                   f"export.opset={t[2]}", f"export.shapes.sequence_length={t[3]}",
                   f"planner.rules.elide={str(t[4]).lower()}",
-                  f"quant.per_channel={str(t[5]).lower()}"])
+                  *per_channel(t[0], t[5])])
+
+
+def per_channel(groups: list[str], value: bool) -> list[str]:
+    """quant.per_channel, for the quant options that read it (a QDQ one)."""
+    qdq = not {"quant=none", "quant=fp16"} & set(groups)
+    return [f"quant.per_channel={str(value).lower()}"] if qdq else []
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
