@@ -207,8 +207,9 @@ def tiny_tokenizer(where: Path) -> Path:
     from transformers import BertTokenizer
 
     vocab = where / "vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
-                                "a", "sentence", "to", "em", "##bed", "."]) + "\n")
+    tokens = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "sentence", "to", "em", "##bed",
+              ".")
+    vocab.write_text("".join(f"{t}\n" for t in tokens))
     BertTokenizer(str(vocab)).save_pretrained(str(where / "tokenizer"))
     return where / "tokenizer"
 
