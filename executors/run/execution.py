@@ -18,14 +18,44 @@ from executors.run.stepdag import Job, Scheduler, StepDag
 from executors.store import publish
 from executors.store.content import Store
 from executors.store.lease import Lease
+from planner.core import module_perf
 from planner.core.sweep import SweepPlan
-from planner.errors import RunInterrupted
+from planner.errors import PlanError, RunInterrupted
 from planner.render.results import csv_text, rows
+
+
+def check_modules(irs: list[dict[str, Any]], store: Store) -> None:
+    """Before anything is built: a perf.module whose export is not in the store yet is checked
+    on a forward pass of the model with random weights (its module tree, as the export traces
+    it). A model that cannot be traced here is left to the extract step, which checks again."""
+    seen: set[str] = set()
+    for ir in irs:
+        wanted = module_perf.unchecked_modules(ir, store.root)
+        if not wanted or ir["config_digest"] in seen:
+            continue
+        seen.add(ir["config_digest"])
+        trees = _module_trees(ir["config"])
+        for graph, spec in wanted.items():
+            problem = module_perf.module_error(spec, trees[graph]) if graph in trees else None
+            if problem:
+                raise PlanError(problem)
+
+
+def _module_trees(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The module tree of each graph the config exports; none if it cannot be traced here."""
+    from executors.runtime.inspect import module_trees
+    from planner.models.inspect import describe
+
+    try:
+        return module_trees(describe(config), config)
+    except Exception:  # noqa: BLE001 - the extract step still checks the name
+        return {}
 
 
 def run_plan(executor: str, store: Store, runner: Runner, ir: dict[str, Any],
              outputs_dir: Path | None, overrides: list[str], say: Any) -> dict[str, Any]:
     """One plan (a DAG of one job): its run record, published to `outputs_dir` and saved."""
+    check_modules([ir], store)
     started, t0 = time.time(), time.perf_counter()
     dag = StepDag([(0, ir)])
     with interrupts.handling(forkserver.kill_all), Lease(store.root) as lease:
@@ -49,6 +79,7 @@ def run_sweep(executor: str, store: Store, runner: Runner, sweep: SweepPlan, swe
               say: Any) -> dict[str, Any]:
     """Every job's plan merged into one DAG: each unique key built once, one failing step
     stopping only the jobs that need it. The sweep's summary, also written to `sweep_dir`."""
+    check_modules([j.ir for j in sweep.jobs if j.ir is not None], store)
     started, t0 = time.time(), time.perf_counter()
     dag = StepDag([(j.index, j.ir) for j in sweep.jobs if j.ir is not None])
     with interrupts.handling(forkserver.kill_all), Lease(store.root) as lease:

@@ -41,25 +41,48 @@ def _random_model(described: dict[str, Any], model: dict[str, Any]) -> Any:
     return built.eval()
 
 
-def hierarchy_counts(described: dict[str, Any], config: dict[str, Any]) -> dict[str, dict]:
-    """{graph: {hierarchy tag: nodes}} for every graph the build exports."""
+def _traced(model: Any, graph: str, spec: dict[str, Any],
+            torch_modules: list[str]) -> tuple[Any, tuple, dict[str, Any], Any]:
+    """One graph's module, its traced inputs, and the modules a forward pass runs (as the
+    export step traces them)."""
     import torch
 
+    names = [s["name"] for s in spec["inputs"]]
+    module = torchmodel.graph_module(model, None if graph == "model" else graph, names,
+                                     spec["outputs"])
+    feed = Samples(spec["inputs"], "verify").feeds(1)[0]
+    args = tuple(torch.from_numpy(feed[n]) for n in names)
+    with torch.no_grad():
+        scopes, folded = hierarchy.executed_modules(
+            model, lambda m=module, a=args: m(*a), frozenset(torch_modules))
+        scopes = hierarchy.rebase(
+            scopes, torchmodel.traced_base(model, None if graph == "model" else graph))
+    return module, args, scopes, folded
+
+
+def module_trees(described: dict[str, Any], config: dict[str, Any]) -> dict[str, dict]:
+    """{graph: the module tree of its export's sidecar (traced modules, inlined classes,
+    root)} from a forward pass of a random-weight model: no export, no weights read."""
+    model = _random_model(described, config["model"])
+    out = {}
+    for graph, spec in described["graphs"].items():
+        _module, _args, scopes, folded = _traced(model, graph, spec,
+                                                 config["export"]["torch_modules"])
+        out[graph] = {"traced_modules": sorted(set(scopes.values())),
+                      "inlined_classes": list(folded),
+                      "root": scopes.get("", f"/{type(model).__name__}")}
+    return out
+
+
+def hierarchy_counts(described: dict[str, Any], config: dict[str, Any]) -> dict[str, dict]:
+    """{graph: {hierarchy tag: nodes}} for every graph the build exports."""
     model = _random_model(described, config["model"])
     ex = config["export"]
     out: dict[str, dict[str, int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for graph, spec in described["graphs"].items():
             names = [s["name"] for s in spec["inputs"]]
-            module = torchmodel.graph_module(model, None if graph == "model" else graph, names,
-                                             spec["outputs"])
-            feed = Samples(spec["inputs"], "verify").feeds(1)[0]  # as the export traces
-            args = tuple(torch.from_numpy(feed[n]) for n in names)
-            with torch.no_grad():
-                scopes, folded = hierarchy.executed_modules(
-                    model, lambda m=module, a=args: m(*a), frozenset(ex["torch_modules"]))
-                scopes = hierarchy.rebase(
-                    scopes, torchmodel.traced_base(model, None if graph == "model" else graph))
+            module, args, scopes, folded = _traced(model, graph, spec, ex["torch_modules"])
             path = Path(tmp) / f"{graph}.onnx"
             export_graph(module, args, names, spec["outputs"], path, ex["exporter"], ex["opset"])
             import onnx

@@ -65,23 +65,44 @@ def check_known_modules(plan: Any, store: Path) -> None:
         source = plan.step(s.inputs["hierarchy"])
         try:
             meta = json.loads((entry_dir(store, source.key) / HIERARCHY_FILE).read_text())
-            traced = set(meta["traced_modules"])
+            set(meta["traced_modules"])
         except (OSError, ValueError, KeyError, TypeError):
-            continue  # not exported yet: the extract step checks the name
-        spec = s.params["module"]
-        if _matches(spec, traced):
-            continue
-        if spec in meta.get("inlined_classes", []):
-            raise PlanError(f"perf.module={spec}: {spec} is a torch.nn class the export inlines "
-                            "into the modules that call it; export with "
-                            f"export.torch_modules=[{spec}] to keep it as a module")
-        classes = sorted({_class_of(p) for p in traced if p.count("/") > 1})
-        known = sorted(traced) if spec.startswith("/") else classes
-        raise PlanError(f"perf.module={spec} matches no module of "
-                        f"{str(meta.get('root', '')).strip('/') or 'the model'}"
-                        f"{did_you_mean(spec, known)}; name a module class "
-                        f"({', '.join(classes)}) or a tag path (`modelplan inspect --hierarchy` "
-                        "with the same overrides lists them)")
+            continue  # not exported yet: checked on a trace before the build (module_error)
+        problem = module_error(s.params["module"], meta)
+        if problem:
+            raise PlanError(problem)
+
+
+def unchecked_modules(ir: dict[str, Any], store: Path) -> dict[str, str]:
+    """{graph: perf.module} for the extract steps of a Plan IR whose export is not in the
+    store yet: their names are checked on a trace of the model before anything is built."""
+    steps = {s["id"]: s for s in ir["steps"]}
+    out = {}
+    for s in ir["steps"]:
+        if s["op"] == EXTRACT:
+            export = steps[s["inputs"]["hierarchy"]]
+            if not (entry_dir(store, export["key"]) / HIERARCHY_FILE).is_file():
+                out[export["params"]["graph"] or "model"] = s["params"]["module"]
+    return out
+
+
+def module_error(spec: str, meta: dict[str, Any]) -> str | None:
+    """Why perf.module=`spec` names no module of an export whose sidecar (or trace) is `meta`
+    (traced_modules, inlined_classes, root); None if it names one."""
+    traced = set(meta["traced_modules"])
+    if _matches(spec, traced):
+        return None
+    if spec in (meta.get("inlined_classes") or []):
+        return (f"perf.module={spec}: {spec} is a torch.nn class the export inlines into the "
+                f"modules that call it; export with export.torch_modules=[{spec}] to keep it "
+                "as a module")
+    classes = sorted({_class_of(p) for p in traced if p.count("/") > 1})
+    known = sorted(traced) if spec.startswith("/") else classes
+    return (f"perf.module={spec} matches no module of "
+            f"{str(meta.get('root', '')).strip('/') or 'the model'}"
+            f"{did_you_mean(spec, known)}; name a module class "
+            f"({', '.join(classes)}) or a tag path (`modelplan inspect --hierarchy` "
+            "with the same overrides lists them)")
 
 
 def _class_of(path: str) -> str:

@@ -168,6 +168,16 @@ def test_a_module_that_cannot_be_cut_is_one_clear_error(cpu: dict[str, Any], tmp
     assert not list(Path(cpu["store"]).glob(f"??/{step(record, 'extract')['key']}"))
 
 
+def test_a_module_typo_is_refused_before_anything_is_built(tmp_path: Path) -> None:
+    """With no export in the store, the name is checked on a trace of the model first."""
+    args = [a for a in CPU if not a.startswith("perf.module")] + ["perf.module=BertAtention"]
+    code, record, err = run_json(*args, store=tmp_path / "store", outputs=tmp_path / "out")
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and record is None and last.startswith(f"modelplan: error: {NO_MATCH}")
+    assert "running" not in err and not list((tmp_path / "store").glob("??/*"))
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
 def test_fp16_pieces_run(cpu: dict[str, Any], tmp_path: Path) -> None:
     args = [a for a in CPU if a != "quant=none"] + ["quant=fp16"]
     code, record, err = run_json(*args, store=cpu["store"], outputs=tmp_path)
