@@ -14,7 +14,7 @@ from planner.config.conftree import (
 )
 from planner.config.overrides import first_line, parse_overrides
 from planner.config.provenance import check_with_files
-from planner.config.validate import known_paths
+from planner.config.validate import known_paths, open_paths
 from planner.errors import ConfigError
 from planner.support.suggest import did_you_mean
 
@@ -105,6 +105,9 @@ def check_overrides(parsed: list[Any], tree: ConfigTree = PACKAGED) -> None:
             continue
         if key in GROUPS:
             errors.extend(_check_group_choice(key, ov, tree))
+        elif key not in paths and any(key.startswith(f"{o}.") for o in open_paths()):
+            errors.append(f"{key}: not in the config yet; add it with "
+                          f"+{key}={ov.value() if ov.value() is not None else 'VALUE'}")
         elif key not in paths:
             errors.append(f"{key}: unknown key{did_you_mean(key, _siblings(key, paths))}; "
                           "see `modelplan config` for the keys this config has")

@@ -65,6 +65,25 @@ def known_paths() -> frozenset[str]:
     return frozenset(found)
 
 
+def open_paths() -> frozenset[str]:
+    """The dotted paths of mappings whose keys the schema leaves open (e.g.
+    `model.random_init.config`): a key inside them is added with `+`, not set."""
+    root = schemas.load("config")
+    found: set[str] = set()
+
+    def walk(schema: dict[str, Any], prefix: str) -> None:
+        for branch in schema.get("oneOf", []) + schema.get("anyOf", []):
+            walk(branch, prefix)
+        for key, sub in schema.get("properties", {}).items():
+            if sub.get("type") == "object" and "properties" not in sub and \
+                    sub.get("additionalProperties", True) is not False:
+                found.add(prefix + key)
+            walk(sub, prefix + key + ".")
+
+    walk(root, "")
+    return frozenset(found)
+
+
 def dotted(path: tuple[str | int, ...]) -> str:
     return ".".join(str(p) for p in path) or "<config>"
 

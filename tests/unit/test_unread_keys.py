@@ -67,3 +67,16 @@ def test_random_init_config_values_keep_the_model_types_json_types() -> None:
     with pytest.raises(ConfigError, match=r"config.text_config.vocab_size: .* not an integer"):
         random_init(clip)
     plan_for(compose(["model=tiny_bert", "model.random_init.config={hidden_size: 48}"]))
+
+
+def test_a_key_set_inside_an_open_mapping_says_how_to_add_it() -> None:
+    """`model.random_init.config` takes any key of the model type's config: a new one is added
+    with `+`, and the hint is a command that runs as printed."""
+    base = ["plan", "model=tiny_random", "model.task=feature-extraction", "target=cpu"]
+    said = run_cli(*base, "model.random_init.config.hidden_size=48")
+    assert said.returncode == 2 and "Traceback" not in said.stderr
+    hint = "add it with +model.random_init.config.hidden_size=48"
+    assert hint in said.stderr.strip().splitlines()[-1]
+    assert run_cli(*base, "+model.random_init.config.hidden_size=48").returncode == 0
+    typed = run_cli(*base, "+model.random_init.config.hidden_size=abc")
+    assert typed.returncode == 2 and "'abc' is not an integer" in typed.stderr
