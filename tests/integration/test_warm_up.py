@@ -117,12 +117,12 @@ def test_the_default_warmed_executor_is_the_configs_default() -> None:
 
 
 def test_a_server_that_cannot_start_is_left_to_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
-    from multiprocessing import forkserver
+    import multiprocessing.forkserver
 
     def no_processes_left() -> None:
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
-    monkeypatch.setattr(forkserver, "ensure_running", no_processes_left)
+    monkeypatch.setattr(multiprocessing.forkserver, "ensure_running", no_processes_left)
     forkserver.warm_up()  # no error: the run goes on without a warm server
     assert forkserver._server_pid() is None and not forkserver._warm
     assert forkserver._PRELOAD == set(forkserver.BASE_PRELOAD)
