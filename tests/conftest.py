@@ -1,4 +1,5 @@
-"""Shared fixtures: an isolated store per test session and a plan helper."""
+"""Shared fixtures: an isolated store per test session, a directory every xdist worker of the
+session sees, and a CLI helper."""
 
 from __future__ import annotations
 
@@ -10,6 +11,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def shared_dir(factory: pytest.TempPathFactory) -> Path:
+    """A directory of this test session that every xdist worker sees: the parent of the
+    worker's own base temp dir under xdist (`popen-gwN`), the base temp dir itself without."""
+    base = factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 @pytest.fixture(scope="session")

@@ -19,8 +19,8 @@ import pytest
 
 from planner.core.ops import OPS, Trait
 from tests.conftest import ROOT
+from tests.integration.conftest import QNN_RUN
 from tests.integration.raycluster import TwoNodes, ray_env
-from tests.integration.test_qnn import QNN_RUN
 
 pytestmark = pytest.mark.slow
 
