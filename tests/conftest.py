@@ -10,6 +10,11 @@ from pathlib import Path
 
 import pytest
 
+try:
+    from _pytest.nodeid import NodeId  # pytest >= 9
+except ImportError:  # pytest 8: pytest-xdist's own suffix works
+    NodeId = None
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -18,6 +23,21 @@ def shared_dir(factory: pytest.TempPathFactory) -> Path:
     worker's own base temp dir under xdist (`popen-gwN`), the base temp dir itself without."""
     base = factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`--dist loadgroup` sends the tests of one xdist_group to one worker by the `@group`
+    suffix pytest-xdist (3.8) adds to their ids; it sets `item._nodeid`, which pytest 9 no
+    longer reads (a test's id is `item._id`), so the groups were ignored. Add the suffix here."""
+    if NodeId is None or not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)
 
 
 @pytest.fixture(scope="session")

@@ -31,7 +31,8 @@ from tests.integration.raycluster import local_ray_env, short_tmp
 from tests.integration.test_store_safety import _reseal
 from tests.integration.test_sweep import SWEEP
 
-pytestmark = pytest.mark.slow
+# One Ray at a time: each starts its own on this machine (xdist runs the group on one worker).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 
 @pytest.fixture(scope="module")
