@@ -23,8 +23,9 @@ run: $(VENV)/.installed-run
 plan: $(VENV)/.installed-run
 	$(BIN)/modelplan plan
 
+# Two pytest-xdist workers; tests that must share one worker carry xdist_group marks.
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 lint: $(VENV)/.installed-test
 	$(BIN)/python -m pip install -q ruff

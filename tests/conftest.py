@@ -1,4 +1,5 @@
-"""Shared fixtures: an isolated store per test session and a plan helper."""
+"""Shared fixtures: an isolated store per test session, a directory every xdist worker of the
+session sees, and a CLI helper."""
 
 from __future__ import annotations
 
@@ -9,7 +10,34 @@ from pathlib import Path
 
 import pytest
 
+try:
+    from _pytest.nodeid import NodeId  # pytest >= 9
+except ImportError:  # pytest 8: pytest-xdist's own suffix works
+    NodeId = None
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def shared_dir(factory: pytest.TempPathFactory) -> Path:
+    """A directory of this test session that every xdist worker sees: the parent of the
+    worker's own base temp dir under xdist (`popen-gwN`), the base temp dir itself without."""
+    base = factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`--dist loadgroup` sends the tests of one xdist_group to one worker by the `@group`
+    suffix pytest-xdist (3.8) adds to their ids; it sets `item._nodeid`, which pytest 9 no
+    longer reads (a test's id is `item._id`), so the groups were ignored. Add the suffix here."""
+    if NodeId is None or not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)
 
 
 @pytest.fixture(scope="session")

@@ -1,16 +1,21 @@
-"""Fixtures for runs: a built tiny_bert CPU run shared by the tests that only read it."""
+"""Fixtures for runs: builds made once per test session and shared by the tests that only read
+them, and copies of a shared build's store for the tests that change a store."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, shared_dir
 
 CPU_RUN = ("model=tiny_bert", "quant=none", "target=cpu", "verify=none", "perf=none")
+QNN_RUN = ("model=tiny_bert", "export.shapes.sequence_length=32", "verify.samples=2",
+           "perf.iterations=3")
 
 
 def run_json(*args: str, store: Path, outputs: Path, timeout: float = 900) -> tuple[int, Any, str]:
@@ -29,9 +34,45 @@ def built(factory: pytest.TempPathFactory, name: str, *args: str) -> dict[str, A
     return {"record": record, "store": store, "outputs": outputs}
 
 
+def shared_build(factory: pytest.TempPathFactory, name: str, *args: str) -> dict[str, Any]:
+    """`built`, made once per test session however many xdist workers ask for it: the first
+    builds it, the others wait for it and read its record. A test may read the build, and run
+    more in its store (new keys); one that changes what is there works on `store_copy`.
+
+    `pristine` is a copy of the store made right after the build, before any test ran in it."""
+    root = shared_dir(factory) / f"shared-{name}"
+    saved = root / "built.json"
+    with FileLock(f"{root}.lock"):
+        if not saved.is_file():
+            if root.exists():  # a build that failed in another worker: try it afresh
+                shutil.rmtree(root)
+            store, outputs = root / "store", root / "outputs"
+            store.mkdir(parents=True)
+            outputs.mkdir()
+            code, record, err = run_json(*args, store=store, outputs=outputs)
+            assert code == 0, err
+            shutil.copytree(store, root / "pristine")
+            saved.write_text(json.dumps(record))
+    return {"record": json.loads(saved.read_text()), "store": root / "store",
+            "outputs": root / "outputs", "pristine": root / "pristine"}
+
+
+def store_copy(build: dict[str, Any], dest: Path) -> Path:
+    """A store of the test's own holding what `build` built (and nothing other tests added):
+    new inodes, so every file is re-hashed once. Paths in the build's record are under
+    build["store"]; the copy has the same layout."""
+    shutil.copytree(build["pristine"], dest)
+    return dest
+
+
 @pytest.fixture(scope="session")
 def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return built(tmp_path_factory, "cpu", *CPU_RUN)
+    return shared_build(tmp_path_factory, "cpu", *CPU_RUN)
+
+
+@pytest.fixture(scope="session")
+def qnn_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return shared_build(tmp_path_factory, "qnn", *QNN_RUN)
 
 
 def step(record: dict[str, Any], step_id: str) -> dict[str, Any]:

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from planner.core.storelayout import entry_complete
 from tests.conftest import run_cli
-from tests.integration.conftest import CPU_RUN, run_json, step
+from tests.integration.conftest import CPU_RUN, run_json, step, store_copy
 from tests.integration.processes import assert_clean, start, step_process
 
 QUANTIZED = ("model=tiny_bert", "quant=w8a8", "target=cpu", "verify=cosine", "verify.samples=2",
              "perf=none")
 
 
-def test_gc_keeps_what_a_running_run_holds(tmp_path: Path) -> None:
-    store = tmp_path / "store"
-    code, shared, err = run_json(*CPU_RUN, store=store, outputs=tmp_path / "a")
-    assert code == 0, err
+def test_gc_keeps_what_a_running_run_holds(cpu_run: dict[str, Any], tmp_path: Path) -> None:
+    store = store_copy(cpu_run, tmp_path / "store")  # gc removes entries: a store of its own
+    shared = cpu_run["record"]
     code, other, err = run_json(*CPU_RUN, "export.shapes.sequence_length=16", store=store,
                                 outputs=tmp_path / "b")
     assert code == 0, err

@@ -9,12 +9,21 @@ import pytest
 
 from executors.onnx import pieces
 from executors.onnx.artifacts import MODEL, problems
+from tests.conftest import shared_dir
 from tests.integration.conftest import run_json, step
 
 
-def test_minilm_export_normalize_tag(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One store for both tests, whichever xdist worker runs them: MiniLM is exported once."""
+    store = shared_dir(tmp_path_factory) / "minilm-store"
+    store.mkdir(exist_ok=True)
+    return store
+
+
+def test_minilm_export_normalize_tag(store: Path, tmp_path: Path) -> None:
     code, record, err = run_json("quant=none", "target=cpu", "verify=none", "perf=none",
-                                 store=tmp_path / "store", outputs=tmp_path / "out")
+                                 store=store, outputs=tmp_path / "out")
     assert code == 0, err
     export = step(record, "export")["metrics"]
     assert export["max_abs_vs_torch"] <= 1e-4
@@ -29,9 +38,10 @@ def test_minilm_export_normalize_tag(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_minilm_per_module_table_adds_up_and_each_attention_runs_alone(tmp_path: Path) -> None:
+def test_minilm_per_module_table_adds_up_and_each_attention_runs_alone(store: Path,
+                                                                        tmp_path: Path) -> None:
     code, record, err = run_json("quant=none", "target=cpu", "verify=none", "perf.iterations=3",
-                                 "perf.module=BertAttention", store=tmp_path / "store",
+                                 "perf.module=BertAttention", store=store,
                                  outputs=tmp_path / "out")
     assert code == 0, err
     prof = step(record, "perf")["metrics"]["profile"]

@@ -20,7 +20,7 @@ from executors.onnx import pieces
 from executors.onnx.artifacts import MODEL, load, problems
 from executors.samples import batches, io_specs
 from tests.conftest import run_cli
-from tests.integration.conftest import built, run_json, step
+from tests.integration.conftest import run_json, shared_build, step
 
 TINY = ("model=tiny_bert", "export.shapes.sequence_length=32", "perf.iterations=2")
 CPU = (*TINY, "quant=none", "target=cpu", "verify=none", "perf.module=BertAttention")
@@ -29,12 +29,12 @@ QNN = (*TINY, "verify=none", "perf.module=BertAttention")
 
 @pytest.fixture(scope="module")
 def cpu(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return built(tmp_path_factory, "modules-cpu", *CPU)
+    return shared_build(tmp_path_factory, "modules-cpu", *CPU)
 
 
 @pytest.fixture(scope="module")
 def htp(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return built(tmp_path_factory, "modules-qnn", *QNN)
+    return shared_build(tmp_path_factory, "modules-qnn", *QNN)
 
 
 def rows(record: dict[str, Any], step_id: str) -> dict[str, dict[str, Any]]:

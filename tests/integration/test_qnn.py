@@ -8,22 +8,13 @@ from typing import Any
 
 import numpy as np
 import onnx
-import pytest
 from onnx import TensorProto, helper
 
 from executors.onnx.artifacts import TAG_KEY, problems
 from executors.runtime import qnn
 from planner.core.targets import named
 from tests.conftest import run_cli
-from tests.integration.conftest import built, run_json, step
-
-QNN_RUN = ("model=tiny_bert", "export.shapes.sequence_length=32", "verify.samples=2",
-           "perf.iterations=3")
-
-
-@pytest.fixture(scope="module")
-def qnn_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return built(tmp_path_factory, "qnn", *QNN_RUN)
+from tests.integration.conftest import QNN_RUN, run_json, step
 
 
 def test_pipeline_order_and_metrics(qnn_run: dict[str, Any]) -> None:

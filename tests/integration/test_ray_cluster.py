@@ -19,10 +19,11 @@ import pytest
 
 from planner.core.ops import OPS, Trait
 from tests.conftest import ROOT
+from tests.integration.conftest import QNN_RUN
 from tests.integration.raycluster import TwoNodes, ray_env
-from tests.integration.test_qnn import QNN_RUN
 
-pytestmark = pytest.mark.slow
+# One Ray at a time: each starts its own on this machine (xdist runs the group on one worker).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 NODES = ("import json, logging, ray\n"
          "ray.init(address='{address}', log_to_driver=False, logging_level=logging.ERROR)\n"

@@ -16,7 +16,8 @@ import pytest
 from tests.conftest import ROOT
 from tests.integration.raycluster import local_ray_env, short_tmp
 
-pytestmark = pytest.mark.slow
+# One Ray at a time: each starts its own on this machine (xdist runs the group on one worker).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 
 def test_hydra_ray_launcher_runs_jobs_as_ray_tasks_sharing_the_store(tmp_path: Path) -> None:

@@ -26,13 +26,13 @@ from planner.core.ops import OPS, Trait
 from planner.core.sweep import plan_sweep
 from planner.planning import plan_from_overrides
 from tests.conftest import run_cli
-from tests.integration.conftest import CPU_RUN, built, step
+from tests.integration.conftest import CPU_RUN, QNN_RUN, step
 from tests.integration.raycluster import local_ray_env, short_tmp
-from tests.integration.test_qnn import QNN_RUN
 from tests.integration.test_store_safety import _reseal
 from tests.integration.test_sweep import SWEEP
 
-pytestmark = pytest.mark.slow
+# One Ray at a time: each starts its own on this machine (xdist runs the group on one worker).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +60,11 @@ def ray_run(overrides: tuple[str, ...], store: Path, outputs: Path,
 
 
 @pytest.fixture(scope="module")
-def same_plan(local_ray: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The same tiny_bert QNN HTP plan built by both executors, each from an empty store."""
-    local = built(tmp_path_factory, "same-local", *QNN_RUN)
+def same_plan(local_ray: Any, qnn_run: dict[str, Any],
+              tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The same tiny_bert QNN HTP plan built by both executors, each from an empty store (the
+    local build is the session's, test_qnn's)."""
+    local = qnn_run
     store, outputs = tmp_path_factory.mktemp("same-ray-store"), tmp_path_factory.mktemp("o")
     record = ray_run(QNN_RUN, store, outputs / "run")
     assert record["status"] == "ok", record["error"]

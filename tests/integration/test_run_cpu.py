@@ -14,7 +14,7 @@ import onnxruntime as ort
 import schemas
 from executors.onnx.artifacts import FACTS_KEY, TAG_KEY, problems
 from tests.conftest import run_cli
-from tests.integration.conftest import CPU_RUN, run_json, step
+from tests.integration.conftest import CPU_RUN, run_json, step, store_copy
 
 
 def test_run_record_is_valid_and_elides_optimize(cpu_run: dict[str, Any]) -> None:
@@ -74,7 +74,8 @@ def test_second_run_is_all_cached(cpu_run: dict[str, Any]) -> None:
 
 def test_optimize_with_fusions_keeps_full_tags(cpu_run: dict[str, Any], tmp_path: Path) -> None:
     args = [a for a in CPU_RUN] + ["optim=transformer"]
-    code, record, err = run_json(*args, store=cpu_run["store"], outputs=tmp_path)
+    store = store_copy(cpu_run, tmp_path / "store")  # optimize must run: no other test's entry
+    code, record, err = run_json(*args, store=store, outputs=tmp_path / "out")
     assert code == 0, err
     opt = step(record, "optimize")
     assert opt["action"] == "run"

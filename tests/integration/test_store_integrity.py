@@ -11,7 +11,7 @@ from typing import Any
 
 from executors.store.content import file_stamp
 from planner.support.digests import file_sha256
-from tests.integration.conftest import CPU_RUN, run_json, step
+from tests.integration.conftest import CPU_RUN, run_json, step, store_copy
 
 
 def entry_of(record: dict[str, Any], step_id: str) -> Path:
@@ -23,9 +23,7 @@ def manifest(entry: Path) -> dict[str, Any]:
 
 
 def copy_store(cpu_run: dict[str, Any], tmp_path: Path) -> Path:
-    store = tmp_path / "store"
-    shutil.copytree(cpu_run["store"], store)  # new inodes: every file is re-hashed once
-    return store
+    return store_copy(cpu_run, tmp_path / "store")  # new inodes: every file is re-hashed once
 
 
 def test_a_corrupt_deliverable_is_moved_aside_rebuilt_and_never_published(

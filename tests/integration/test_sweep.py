@@ -18,6 +18,10 @@ SWEEP = ("model=tiny_bert", "export.shapes.sequence_length=32", "verify.samples=
          "perf.iterations=2", "quant=w8a8,w8a16", "target=cpu,qnn_htp")
 
 
+# The tests of the sweep's store run in this order on one xdist worker: the last adds runs to it.
+IN_ORDER = pytest.mark.xdist_group("sweep")
+
+
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     store = tmp_path_factory.mktemp("sweep-store")
@@ -28,6 +32,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"summary": json.loads(result.stdout), "store": store, "dir": sweep_dir}
 
 
+@IN_ORDER
 def test_four_jobs_share_one_export(sweep: dict[str, Any]) -> None:
     s = sweep["summary"]
     assert [j["status"] for j in s["jobs"]] == ["ok"] * 4
@@ -42,6 +47,7 @@ def test_four_jobs_share_one_export(sweep: dict[str, Any]) -> None:
     assert any(rw["rule"] == "sweep-CSE" for rw in s["rewrites"])
 
 
+@IN_ORDER
 def test_job_records_carry_real_times_and_the_executor(sweep: dict[str, Any]) -> None:
     s = sweep["summary"]
     assert s["executor"] == "local"
@@ -57,6 +63,7 @@ def test_job_records_carry_real_times_and_the_executor(sweep: dict[str, Any]) ->
     assert sorted(r["job"] for r in saved) == [0, 1, 2, 3]
 
 
+@IN_ORDER
 def test_results_files_list_every_job(sweep: dict[str, Any]) -> None:
     rows = list(csv.DictReader((sweep["dir"] / "results.csv").open()))
     assert [(r["quant"], r["target"]) for r in rows] == [
@@ -66,6 +73,7 @@ def test_results_files_list_every_job(sweep: dict[str, Any]) -> None:
     assert len(json.loads((sweep["dir"] / "results.json").read_text())) == 4
 
 
+@IN_ORDER
 def test_cached_rerun_and_one_failing_job(sweep: dict[str, Any], tmp_path: Path) -> None:
     result = run_cli("run", "-m", *SWEEP, "verify.threshold=0.99,1.0", "--store",
                      str(sweep["store"]), "--sweep-dir", str(tmp_path / "again"), "--json",

@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from executors.onnx.artifacts import TAG_KEY
-from tests.conftest import run_cli
+from tests.conftest import run_cli, shared_dir
 from tests.integration.conftest import run_json, step
 
 # task -> (model type, extra overrides, least HTP cosine measured on its tiny model)
@@ -45,7 +45,10 @@ TASKS: dict[str, tuple[str, tuple[str, ...], float]] = {
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("tasks-store")
+    """One store for every task, whichever xdist worker builds it (fp16 reuses a task's steps)."""
+    store = shared_dir(tmp_path_factory) / "tasks-store"
+    store.mkdir(exist_ok=True)
+    return store
 
 
 def build(task: str, store: Path, out: Path, *target: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import multiprocessing
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -66,18 +67,18 @@ def test_a_plan_without_torch_steps_gets_a_server_without_torch() -> None:
     assert not server_imported_torch()
 
 
-def test_a_fully_cached_run_leaves_no_server(tmp_path: Path) -> None:
+def test_a_fully_cached_run_leaves_no_server(cpu_run: dict[str, Any]) -> None:
+    store = cpu_run["store"]  # CPU_RUN built there by `modelplan run`
     config = compose(list(CPU_RUN))
-    config["store"]["path"] = str(tmp_path / "store")
-    first = LocalExecutor(tmp_path / "store", quiet=True).run(plan_for(config).to_json(), None)
-    assert first["status"] == "ok", first["error"]
+    config["store"]["path"] = str(store)
+    assert cpu_run["record"]["status"] == "ok"
     forkserver.stop_server()
     forkserver.warm_up()
     warm = forkserver._server_pid()
     assert warm is not None
     cached = plan_for(config).to_json()
     assert {s["action"] for s in cached["steps"]} <= {"cached", "elided"}
-    again = LocalExecutor(tmp_path / "store", quiet=True).run(cached, None)
+    again = LocalExecutor(store, quiet=True).run(cached, None)
     assert again["status"] == "ok"
     assert forkserver._server_pid() is None and not alive(warm)
     assert all(p.pid != warm for p in psutil.Process(os.getpid()).children(recursive=True))
@@ -117,12 +118,12 @@ def test_the_default_warmed_executor_is_the_configs_default() -> None:
 
 
 def test_a_server_that_cannot_start_is_left_to_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
-    from multiprocessing import forkserver as stdlib_forkserver
+    import multiprocessing.forkserver
 
     def no_processes_left() -> None:
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
-    monkeypatch.setattr(stdlib_forkserver, "ensure_running", no_processes_left)
+    monkeypatch.setattr(multiprocessing.forkserver, "ensure_running", no_processes_left)
     forkserver.warm_up()  # no error: the run goes on without a warm server
     assert forkserver._server_pid() is None and not forkserver._warm
     assert forkserver._PRELOAD == set(forkserver.BASE_PRELOAD)
