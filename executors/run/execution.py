@@ -138,9 +138,7 @@ def job_record(executor: str, store: Store, job: Job, outcomes: dict[str, StepOu
     for s in job.ir["steps"]:
         key, got = job.keys[s["id"]], outcomes.get(job.keys[s["id"]])
         if key in stopped_keys:
-            steps.append(records.step_record(
-                s, key, status="interrupted",
-                error=f"interrupted by {signal_name}; its temporary output was removed"))
+            steps.append(records.interrupted(s, key, signal_name or ""))
         elif got is None or got.status == "skipped":
             steps.append(records.skipped(s, key, "the run was interrupted" if signal_name
                                          and got is None else "an input step failed"))

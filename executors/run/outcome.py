@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-OK, FAILED, SKIPPED, INTERRUPTED = "ok", "failed", "skipped", "interrupted"
+OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 UNELIDED = "unelided"  # an elided step whose premises do not hold on its real input
 
 

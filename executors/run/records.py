@@ -23,12 +23,10 @@ def timestamp(epoch: float | None = None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(epoch))
 
 
-# What a step's outcome can carry into its record (`node`: where an executor with several
-# machines ran it, {id, ip}; absent for the local executor. `started`: the epoch time a built
-# step began, recorded as `start_s`, seconds after the run began; `worker`: the local warm
-# worker process that built it).
-STEP_FIELDS = ("action", "status", "wall_s", "peak_rss_mb", "outputs", "digests", "metrics",
-               "proof_check", "error", "node", "quarantined", "started", "worker")
+# Fields a step record has only when the outcome says (executors/run/outcome.py): `node`,
+# where an executor with several machines ran it, {id, ip}; `started`, the epoch time a built
+# step began, recorded as `start_s`, seconds after the run began; `worker`, the local warm
+# worker process that built it.
 OPTIONAL = {"node", "started", "worker"}
 
 
@@ -49,13 +47,10 @@ def skipped(step: dict[str, Any], key: str, why: str = "an input step failed") -
     return step_record(step, key, status="skipped", error=why)
 
 
-def interrupted(rest: list[dict[str, Any]], keys: dict[str, str],
-                signal_name: str) -> list[dict[str, Any]]:
-    """Records for the steps a run did not finish: the one it stopped, then the ones after."""
-    stopped = step_record(rest[0], keys.get(rest[0]["id"], rest[0]["key"]), status="interrupted",
-                          error=f"interrupted by {signal_name}; its temporary output was removed")
-    return [stopped] + [skipped(s, keys.get(s["id"], s["key"]), "the run was interrupted")
-                        for s in rest[1:]]
+def interrupted(step: dict[str, Any], key: str, signal_name: str) -> dict[str, Any]:
+    """The record of a step a signal stopped."""
+    return step_record(step, key, status="interrupted",
+                       error=f"interrupted by {signal_name}; its temporary output was removed")
 
 
 def first_error(steps: list[dict[str, Any]]) -> dict[str, str] | None:
