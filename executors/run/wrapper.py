@@ -253,7 +253,7 @@ def _build(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path]
         with store.building(key, {"step": step["id"], "op": step["op"]}) as tmp:
             ctx.out = tmp
             _apply(ctx, mon, in_child)
-    return store.entry_dir(key), store.get(key), True
+    return store.entry_dir(key), store.sealed.pop(key), True
 
 
 def _apply(ctx: StepContext, mon: StepMonitor, in_child: InChild) -> StepResult:

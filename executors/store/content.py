@@ -62,6 +62,7 @@ class Store:
         """The store at `root`, created if need be. writable: check now, before any step
         runs, that entries can be written there (one clear error instead of a failed step)."""
         self.root = Path(root)
+        self.sealed: dict[str, Entry] = {}  # entries this process just built, by key
         try:
             for sub in SUBDIRS:
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
@@ -172,12 +173,13 @@ class Store:
         """A fresh temporary directory; on success it becomes the entry for `key`.
 
         The caller holds `lock(key)`. On any exception the temporary directory is removed,
-        so a failed or killed build never leaves anything under the key."""
+        so a failed or killed build never leaves anything under the key. The new entry is
+        then `sealed[key]` (its manifest as written: no second read)."""
         tmp = self.root / "tmp" / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
         tmp.mkdir(parents=True)
         try:
             yield tmp
-            self._seal(tmp, key, meta)
+            self.sealed[key] = self._seal(tmp, key, meta)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -198,7 +200,7 @@ class Store:
         except Timeout:
             return 0
 
-    def _seal(self, tmp: Path, key: str, meta: dict[str, Any]) -> None:
+    def _seal(self, tmp: Path, key: str, meta: dict[str, Any]) -> Entry:
         paths = {p.relative_to(tmp).as_posix(): p for p in sorted(tmp.rglob("*")) if p.is_file()}
         files = {rel: self._digest(rel, p) for rel, p in paths.items()}
         verified = {rel: file_stamp(p) for rel, p in paths.items()}  # renaming keeps them
@@ -208,6 +210,7 @@ class Store:
         final = self.entry_dir(key)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.rename(tmp, final)  # atomic on one filesystem; the entry appears whole
+        return Entry(key, final, manifest)
 
     def _digest(self, rel: str, path: Path) -> str:
         """A file's digest. A blob linked from the pool is known by its name (the pool holds
