@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.cli.common import writable_dir, write_output
-from planner.errors import ConfigError
+from planner.errors import ConfigError, UsageError
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -47,6 +47,13 @@ def diff_rev(args: argparse.Namespace) -> int:
     from planner.render.review import summary
     from planner.review.comment import review
 
+    if args.config_dir and not args.tree.user_dirs:  # each one is the packaged tree itself
+        raise UsageError(
+            f"--rev: --config-dir {args.config_dir[0]} is the config tree modelplan itself "
+            "ships, which --rev does not check out at a revision; give the folder of your own "
+            "config groups (e.g. myconf), or plan both revisions with `modelplan plan --format "
+            "json -o old.json` (and -o new.json) and compare them with "
+            "`modelplan diff old.json new.json`")
     rv = review(args.rev, args.overrides, args.tree, args.multirun)
     emit(render_review(rv, args.format), args.output,
          f"{summary(rv.to_json())} Written to {args.output} ({args.format}).")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tests.teamconf import REVIEW_BASE, commit_all, git, review_repo, write_team_conf
 
 BASE = REVIEW_BASE
@@ -165,3 +165,12 @@ def test_a_shallow_checkout_works_once_the_base_is_fetched(repo: Path, tmp_path:
     after = run_cli("diff", "--rev", base, *REVIEW, cwd=clone)
     assert after.returncode == 0, after.stderr
     assert "~ quantize   activation_type: uint8 -> uint16" in after.stdout
+
+
+def test_rev_with_the_packaged_tree_as_config_dir_says_what_it_is() -> None:
+    """In modelplan's own checkout `--config-dir conf` is the packaged tree: the error says so
+    (it used to ask for the --config-dir that was given)."""
+    said = run_cli("diff", "--rev", "HEAD", "--config-dir", str(ROOT / "conf"), "model=tiny_bert")
+    assert said.returncode == 2 and "Traceback" not in said.stderr
+    last = said.stderr.strip().splitlines()[-1]
+    assert "is the config tree modelplan itself ships" in last and "give --config-dir" not in last
