@@ -1,5 +1,5 @@
-"""The session adapter of each declared target (planner/core/targets.py), and the one place
-steps turn their params into that declaration.
+"""The session adapter of each declared target (planner/core/targets.py; a step finds its
+target's declaration with `of_params`).
 
 An adapter is the module `executors/runtime/<target.session.adapter>.py`. It provides
 `available()` (its EP is installed here), `session_options(target, provider_options,
@@ -15,12 +15,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from planner.core.targets import TARGETS, Target, of_params, reference
-
-
-def declared(params: dict[str, Any]) -> Target:
-    """The declaration of the target a step's params name."""
-    return of_params(params)
+from planner.core.targets import TARGETS, Target, reference
 
 
 def base_options(target: Target, configs: dict[str, str] | None = None) -> Any:

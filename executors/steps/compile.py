@@ -16,10 +16,11 @@ import numpy as np
 from executors.onnx import pieces
 from executors.onnx.artifacts import MODEL, load, save, set_meta
 from executors.run.wrapper import StepContext, StepResult
-from executors.runtime.adapters import adapter, declared
+from executors.runtime.adapters import adapter
 from executors.runtime.breakdown import write_node_tags
 from executors.runtime.nativelog import native_log
 from executors.samples import batches, io_specs
+from planner.core.targets import of_params
 
 
 def run(ctx: StepContext) -> StepResult:
@@ -40,7 +41,7 @@ def run(ctx: StepContext) -> StepResult:
 def compile_model(ctx: StepContext, src_dir: Path, out_dir: Path) -> dict[str, int]:
     """Compile the model in `src_dir` into `out_dir`, load it back and run it once."""
     p = ctx.params
-    target = declared(p)
+    target = of_params(p)
     runtime = adapter(target)
     src, out = src_dir / MODEL, out_dir / MODEL
     configs = {"ep.context_enable": "1", "ep.context_file_path": str(out),
@@ -76,7 +77,7 @@ def compile_model(ctx: StepContext, src_dir: Path, out_dir: Path) -> dict[str, i
 def _validate(ctx: StepContext, src_dir: Path, out_dir: Path) -> dict[str, int]:
     """Load the compiled model as a user would (no CPU fallback) and run sample inputs."""
     p = ctx.params
-    target = declared(p)
+    target = of_params(p)
     path = out_dir / MODEL
     recorded = pieces.feeds(src_dir)
     feeds = [recorded] if recorded is not None else \

@@ -15,14 +15,15 @@ from executors.onnx import pieces
 from executors.onnx.artifacts import METRICS, MODEL
 from executors.onnx.hierarchy import depth
 from executors.run.wrapper import StepContext, StepResult
-from executors.runtime.adapters import adapter, declared
+from executors.runtime.adapters import adapter
 from executors.runtime.profiling import profile
 from executors.samples import batches, io_specs
+from planner.core.targets import of_params
 
 
 def _session(ctx: StepContext, path: Path) -> tuple[Any, str]:
     p = ctx.params
-    target = declared(p)
+    target = of_params(p)
     return adapter(target).step_session(path, target, p["provider_options"], ctx.cache_dir)
 
 
@@ -59,7 +60,7 @@ def run(ctx: StepContext) -> StepResult:
         metrics.update(latency(ctx, path, feed))
         if p["profile_runs"]:
             ctx.progress(f"  profiling {p['profile_runs']} run(s) for the per-module breakdown")
-        metrics.update(profile(declared(p), p["provider_options"], path, feed, p["warmup"],
+        metrics.update(profile(of_params(p), p["provider_options"], path, feed, p["warmup"],
                                p["profile_runs"], ctx.out / "profile"))
     (ctx.out / METRICS).write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return StepResult(metrics=metrics)
@@ -74,7 +75,7 @@ def _pieces(ctx: StepContext, found: dict[str, Any]) -> dict[str, Any]:
         feed = pieces.feeds(where) or batches(io_specs(where / MODEL)[0], 1, "perf")[0]
         ctx.progress(f"  {piece['tag']}")
         stats = latency(ctx, where / MODEL, feed, label=f"{piece['dir']} ")
-        on_ep = profile(declared(p), p["provider_options"], where / MODEL, feed, 0, 0,
+        on_ep = profile(of_params(p), p["provider_options"], where / MODEL, feed, 0, 0,
                         ctx.out / "profile")
         rows.append({"tag": piece["tag"], "depth": depth(piece["tag"]), "nodes": piece["nodes"],
                      "ms": round(stats["latency_ms_median"], 6),

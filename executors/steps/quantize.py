@@ -12,9 +12,9 @@ from typing import Any
 
 from executors.onnx.artifacts import MODEL, load, save
 from executors.run.wrapper import StepContext, StepResult
-from executors.runtime.adapters import declared
 from executors.samples import Samples, io_specs
 from executors.store.weights import THRESHOLD, internalize
+from planner.core.targets import of_params
 
 OPSET_16BIT = 21  # QuantizeLinear with 16-bit types
 
@@ -120,7 +120,7 @@ def _config(p: dict[str, Any], path: Path, reader: Any) -> Any:
              "int16": QuantType.QInt16}
     method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
               "percentile": CalibrationMethod.Percentile}[p["calibration"]["method"]]
-    return CONFIGS[declared(p).qdq.config](p, path, reader, method, qtype[p["activation_type"]],
+    return CONFIGS[of_params(p).qdq.config](p, path, reader, method, qtype[p["activation_type"]],
                        qtype[p["weight_type"]])
 
 

@@ -9,9 +9,9 @@ import numpy as np
 
 from executors.onnx.artifacts import METRICS
 from executors.run.wrapper import StepContext, StepResult
-from executors.runtime.adapters import adapter, declared
+from executors.runtime.adapters import adapter
 from executors.samples import Samples, io_specs, valid_positions
-from planner.core.targets import reference
+from planner.core.targets import of_params, reference
 
 HINT = ("use quant=w8a16_pc (w8a16 per-channel keeps transformers accurate), or lower "
         "verify.threshold if this accuracy is acceptable")
@@ -19,7 +19,7 @@ HINT = ("use quant=w8a16_pc (w8a16 per-channel keeps transformers accurate), or 
 
 def candidate_session(ctx: StepContext):
     p = ctx.params
-    target = declared(p)
+    target = of_params(p)
     return adapter(target).step_session(ctx.input_model("candidate"), target,
                                         p["provider_options"], ctx.cache_dir)[0]
 

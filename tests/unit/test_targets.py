@@ -9,9 +9,10 @@ import pytest
 import yaml
 
 import schemas
-from executors.runtime.adapters import adapter, available_eps, declared
+from executors.runtime.adapters import adapter, available_eps
 from executors.steps.quantize import CONFIGS
 from planner.core import targets as T
+from planner.core.targets import of_params
 from planner.errors import ConfigError, PlanFileError
 from tests.conftest import ROOT
 
@@ -48,12 +49,12 @@ def test_every_declaration_has_what_executors_need() -> None:
 
 def test_steps_find_their_target_by_params() -> None:
     qnn_htp = T.TARGETS["qnn_htp"]
-    assert declared({"target": "qnn_htp", "ep": "qnn", "backend": "htp"}) is qnn_htp
-    assert declared({"profile": "qnn_htp", "kind": "qdq"}) is qnn_htp
-    assert declared({"ep": "qnn", "backend": "htp", "provider_options": {}}) is qnn_htp
-    assert declared({"ep": "cpu", "backend": None}) is T.reference()
+    assert of_params({"target": "qnn_htp", "ep": "qnn", "backend": "htp"}) is qnn_htp
+    assert of_params({"profile": "qnn_htp", "kind": "qdq"}) is qnn_htp
+    assert of_params({"ep": "qnn", "backend": "htp", "provider_options": {}}) is qnn_htp
+    assert of_params({"ep": "cpu", "backend": None}) is T.reference()
     with pytest.raises(PlanFileError, match="not declared"):
-        declared({"ep": "qnn", "backend": "cpu"})
+        of_params({"ep": "qnn", "backend": "cpu"})
 
 
 def test_an_undeclared_target_is_a_config_error() -> None:
