@@ -33,7 +33,8 @@ def build_step(store_root: str, step: dict[str, Any], key: str, inputs: dict[str
     if step["action"] == "elided":
         return _retried(lambda: check_elision(step, paths), 0)
     where = Path(out_dir) if out_dir else None
-    return _retried(lambda: execute_step(Store(Path(store_root)), step, key, paths, where,
+    store = Store(Path(store_root), writable=False)  # the driver and every node's probe checked
+    return _retried(lambda: execute_step(store, step, key, paths, where,
                                          lambda _m: None, forkserver.apply_in_child,
                                          quiet=True), step_retries)
 
