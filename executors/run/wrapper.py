@@ -28,7 +28,7 @@ from executors.onnx.pieces import model_dirs
 from executors.run import proofs
 from executors.run.checkers import Artifact, unmet_carried, unmet_ensures
 from executors.run.monitor import StepMonitor
-from executors.run.outcome import OK, UNELIDED, StepOutcome, failed
+from executors.run.outcome import FAILED, OK, UNELIDED, StepOutcome, failed
 from executors.store import diskfull, weights
 from executors.store.content import Entry, Store
 from planner import rules
@@ -227,6 +227,9 @@ def _execute(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Pat
             say(f"      {step['id']} was built meanwhile by another run: cached")
     files = entry.files if entry is not None else None
     got.outputs, got.metrics = _describe(path, files)
+    gate = OPS[step["op"]].gate
+    if gate and got.metrics.get(gate):  # a verdict, cached with the result it judges
+        got.status, got.error = FAILED, f"step {step['id']} ({step['op']}): {got.metrics[gate]}"
     got.digests = {k: v for k, v in (files or {}).items() if k != RESULT}
     got.path = str(path)
     return got

@@ -18,7 +18,8 @@ from planner.config.validate import known_paths, open_paths
 from planner.errors import ConfigError
 from planner.support.suggest import did_you_mean
 
-GROUPS = ("model", "export", "optim", "quant", "target", "verify", "perf", "executor")
+GROUPS = ("model", "export", "optim", "quant", "target", "verify", "eval", "perf",
+          "executor")
 
 
 def group_options(group: str, tree: ConfigTree = PACKAGED) -> tuple[str, ...]:
@@ -116,9 +117,20 @@ def check_overrides(parsed: list[Any], tree: ConfigTree = PACKAGED) -> None:
 
 
 def _check_group_choice(group: str, ov: Any, tree: ConfigTree) -> list[str]:
+    from hydra.core.override_parser.types import Glob
+    from hydra.errors import HydraException
+
     options = group_options(group, tree)
-    values = ov.sweep_string_iterator() if ov.is_sweep_override() else [ov.value()]
     where = f"conf/{group}/" if tree.packaged_only else tree.where(group)
+    if isinstance(ov.value(), Glob):  # glob(...) picks among the group's options
+        picked = ov.value().filter(list(options))
+        return [] if picked else [f"{group}: {ov.input_line!r} matches none of "
+                                  f"{', '.join(options)} (configs in {where})"]
+    try:
+        values = ov.sweep_string_iterator() if ov.is_sweep_override() else [ov.value()]
+    except HydraException:  # interval(...) and the like: no options to enumerate
+        return [f"{group}: {ov.input_line!r} does not name configs; sweep a group with "
+                f"{group}=a,b or {group}=glob(PATTERN) over {', '.join(options)}"]
     errors = []
     for value in values:
         if not isinstance(value, str) or value not in options:

@@ -13,7 +13,7 @@ from planner.core.keys import config_digest
 from planner.core.plan import Plan, Step, graph_step_id
 from planner.core.storelayout import store_root
 from planner.core.targets import of_config
-from planner.models import sources, specs
+from planner.models import datasets, evaluation, sources, specs
 from planner.models import tasks as T
 
 SYMBOLIC = "<from the checkpoint>"  # specs of a source that could not be read here
@@ -32,6 +32,8 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
                            "model_class": model["model_class"], "modality": None,
                            "graphs": {"model": None}, "digest": src.digest,
                            "symbolic": src.symbolic}
+    if config["eval"]["kind"] != "none":
+        out["dataset"] = datasets.read(config["eval"], memo, symbolic)
     memo.save()
     ex = config["export"]
     if src.symbolic and model["source"] != "onnx_file":
@@ -75,8 +77,9 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
         "model_class": known["model_class"], "digest": known["digest"]})
     steps = [resolve]
     finals: dict[str, str] = {}
+    fp32s: dict[str, str] = {}
     for graph, spec in known["graphs"].items():
-        chain, finals[graph] = _chain(config, graph, spec)
+        chain, finals[graph], fp32s[graph] = _chain(config, graph, spec)
         steps += chain
     if len(finals) > 1:
         bundle = Step("bundle", "bundle", {"graphs": list(finals)}, dict(finals))
@@ -84,6 +87,8 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
         deliverable_id = bundle.id
     else:
         deliverable_id = next(iter(finals.values()))
+    if config["eval"]["kind"] != "none":
+        steps += _eval(config, known, deliverable_id, fp32s)
     symbolic_sources = [{"step": resolve.id, "reason": known["symbolic"]}] \
         if known["symbolic"] else []
     return Plan(config=config, config_digest=config_digest(config), steps=steps,
@@ -91,9 +96,10 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
 
 
 def _chain(config: dict[str, Any], graph: str,
-           spec: dict[str, Any] | None) -> tuple[list[Step], str]:
+           spec: dict[str, Any] | None) -> tuple[list[Step], str, str]:
     """One graph's steps (export and tag for a torch source, normalize, optimize, quantize,
-    compile, the verify and perf sinks, perf.module's steps) and its deliverable's id."""
+    compile, the verify and perf sinks, perf.module's steps), its deliverable's id and its
+    fp32 graph's."""
     def sid(op: str) -> str:
         return graph_step_id(graph, op)
 
@@ -118,7 +124,7 @@ def _chain(config: dict[str, Any], graph: str,
     steps += _quantize_and_compile(config, chain, sid)
     deliverable = steps[-1].id
     steps += _sinks(config, deliverable, fp32, sid)
-    return steps + module_perf.steps(config, steps, deliverable, sid), deliverable
+    return steps + module_perf.steps(config, steps, deliverable, sid), deliverable, fp32
 
 
 def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any) -> list[Step]:
@@ -151,10 +157,42 @@ def provider_options(config: dict[str, Any]) -> dict[str, Any]:
     return dict(sorted(options.items()))
 
 
+def _eval(config: dict[str, Any], known: dict[str, Any], deliverable: str,
+          fp32s: dict[str, str]) -> list[Step]:
+    """The eval sink: the task's metric on the deliverable, the fp32 graph(s) and PyTorch.
+    A model of several graphs is compared as a whole: its fp32 graphs are bundled too."""
+    ev, ds = config["eval"], known["dataset"]
+    task = known["task"]
+    if task not in evaluation.EVAL:
+        from planner.errors import ConfigError
+
+        raise ConfigError(f"eval=task: modelplan has no task metric for {task}; set eval=none")
+    steps = []
+    reference = next(iter(fp32s.values()))
+    if len(fp32s) > 1:
+        steps.append(Step("reference_bundle", "bundle", {"graphs": list(fp32s)}, dict(fp32s)))
+        reference = "reference_bundle"
+    data = ev["dataset"]
+    steps.append(Step("eval", "eval", {
+        "task": task, "metric": evaluation.verdict_metric(task, ev["metric"]),
+        "max_drop": ev["max_drop"], "dataset": ds.where, "dataset_kind": ds.kind,
+        "dataset_name": data["name"], "split": data["split"], "samples": data["samples"],
+        "shuffle": data["shuffle"], "seed": data["seed"],
+        "columns": evaluation.roles(task, data["columns"]), "dataset_digest": ds.digest,
+        **_ep(config)},
+        {"candidate": deliverable, "reference": reference, "source": "resolve"}))
+    return steps
+
+
+def _ep(config: dict[str, Any]) -> dict[str, Any]:
+    target = config["target"]
+    return {"ep": target["ep"], "backend": target["backend"],
+            "provider_options": provider_options(config)}
+
+
 def _sinks(config: dict[str, Any], deliverable: str, fp32: str, sid: Any) -> list[Step]:
-    verify, perf, target = config["verify"], config["perf"], config["target"]
-    ep = {"ep": target["ep"], "backend": target["backend"],
-          "provider_options": provider_options(config)}
+    verify, perf = config["verify"], config["perf"]
+    ep = _ep(config)
     steps = []
     if verify["metric"] != "none":
         steps.append(Step(sid("verify"), "verify", {

@@ -105,6 +105,7 @@ class Op:
     chain_role: str = "model"      # the input a pipeline step is threaded through
     publish: tuple[str, ...] = ()  # outputs copied beside the deliverable (e.g. hierarchy)
     headline: tuple[str, ...] = () # the metrics a run summary shows, most telling first
+    gate: str = ""                 # a metric that, when set, says why the run fails (a verdict)
     # Facts the op first establishes on its own input, by the transformation of the op that
     # ensures them (so a step ensuring only these just before it changes nothing it delivers)
     prepares: tuple[Ensure, ...] = ()
@@ -205,6 +206,17 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.SINK, T.NEEDS_EP, T.HEAVY}),
        tools=("onnxruntime", "onnxruntime-qnn", "transformers"),
        outputs=("metrics",), chain_role="candidate", headline=("cosine_mean", "cosine_min")),
+    Op("eval", 1, "the task's metric for PyTorch, the fp32 export and the deliverable on its "
+       "target, with a verdict against the largest drop allowed",
+       params=("task", "metric", "max_drop", "dataset", "dataset_kind", "dataset_name", "split",
+               "samples", "shuffle", "seed", "columns", "dataset_digest", "ep", "backend",
+               "provider_options"),
+       inputs=("candidate", "reference", "source"),
+       traits=frozenset({T.SINK, T.NEEDS_EP, T.HEAVY}),
+       tools=("torch", "transformers", "onnxruntime", "onnxruntime-qnn", "datasets",
+              "scikit-learn", "scipy", "seqeval", "jiwer", "sacrebleu", "faster-coco-eval"),
+       unkeyed=("dataset",), outputs=("metrics",), chain_role="candidate",
+       headline=("eval_target", "eval_drop", "eval_verdict"), gate="regression"),
     Op("extract", 1, "cut out the subgraph of each module the name or tag path matches",
        params=("module",), inputs=("model", "hierarchy"),
        requires=(Require(N.FORMAT, "eq", "onnx"),

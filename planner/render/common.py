@@ -7,7 +7,7 @@ from typing import Any
 from planner.core.plan import ACTIONS
 
 MARK = dict(zip(ACTIONS, "+=-", strict=True))  # run, cached, elided
-GROUP_KEYS = ("model", "optim", "quant", "target", "verify", "perf")
+GROUP_KEYS = ("model", "optim", "quant", "target", "verify", "eval", "perf")
 
 
 def short(key: str) -> str:

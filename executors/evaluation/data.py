@@ -1,0 +1,207 @@
+"""Dataset rows for `eval`, offline: a local file or folder, a `save_to_disk` folder or a
+cached hub dataset read with the `datasets` library (split, shuffle, seed, samples), each row
+reduced to the task's roles (`eval.dataset.columns`, else columns named like the role); or,
+without a dataset, the shipped inputs of the model's modality (no labels: agreement metrics).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from executors.evaluation.base import EvalDataError
+from executors.samples import media, text
+from planner.models.evaluation import EVAL
+
+# Column names a role is found under when eval.dataset.columns does not map it, in order.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "text": ("text", "sentence", "sentence1", "premise", "content", "document", "source",
+             "question1", "input"),
+    "text_pair": ("text_pair", "sentence2", "hypothesis", "question2"),
+    "label": ("label", "labels", "ner_tags", "fine_label", "coarse_label", "class"),
+    "score": ("score", "similarity_score", "relatedness_score"),
+    "question": ("question",), "context": ("context",), "answers": ("answers",),
+    "id": ("id",), "image": ("image", "img", "pixel_values", "picture", "photo"),
+    "audio": ("audio", "speech", "file"), "tokens": ("tokens", "words"),
+    "boxes": ("objects", "boxes", "annotations"), "mask": ("mask", "label", "annotation",
+                                                           "segmentation"),
+    "depth": ("depth", "depth_map"), "keypoints": ("keypoints", "objects", "annotations"),
+    "transcript": ("text", "sentence", "transcript", "transcription", "normalized_text"),
+    "target": ("target", "text", "caption", "translation", "summary", "label"),
+}
+SPLITS = ("test", "validation", "valid", "dev", "train")
+_INPUT_ROLES = ("text", "image", "audio", "tokens", "question")
+
+
+@dataclass
+class Rows:
+    rows: list[dict[str, Any]]     # role -> value
+    origin: str                    # where they came from, for the record
+    labelled: bool                 # a truth role is present
+
+
+def load(params: dict[str, Any], modality: str | None) -> Rows:
+    """The rows `eval` runs on (see the module docstring)."""
+    task = params["task"]
+    if params["dataset_kind"] == "shipped":
+        return shipped(task, modality, params["samples"])
+    table, split = _table(params)
+    if params["shuffle"]:
+        table = table.shuffle(seed=params["seed"])
+    table = table.select(range(min(params["samples"], len(table))))
+    columns = _columns(task, params["columns"], list(table.column_names), params)
+    rows = [{role: record[col] for role, col in columns.items()} for record in table]
+    if not rows:
+        raise EvalDataError(f"eval.dataset: split {split!r} of {params['dataset']} has no rows; "
+                            "choose another eval.dataset.split")
+    truth = [r for r in EVAL[task].truth if r in columns]
+    shown = ", ".join(f"{r}={c}" for r, c in columns.items())
+    label = f"labels from {', '.join(columns[r] for r in truth)}" if truth else \
+        "no label column: agreement with PyTorch's predictions"
+    where = params["dataset"] + (f" ({params['dataset_name']})" if params["dataset_name"] else "")
+    return Rows(rows, f"{len(rows)} rows of {where}, split {split} ({shown}); {label}",
+                bool(truth))
+
+
+def _table(params: dict[str, Any]) -> tuple[Any, str]:
+    """The dataset's rows of the chosen split (datasets.Dataset), read without network."""
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import datasets
+
+    where, kind, name = params["dataset"], params["dataset_kind"], params["dataset_name"]
+    try:
+        if kind == "saved":
+            found = datasets.load_from_disk(where)
+        elif kind == "file":
+            suffix = Path(where).suffix.lower().lstrip(".")
+            builder = {"jsonl": "json", "tsv": "csv", "txt": "text"}.get(suffix, suffix)
+            extra = {"delimiter": "\t"} if suffix == "tsv" else {}
+            found = datasets.load_dataset(builder, data_files=where, **extra)
+        else:
+            found = datasets.load_dataset(where, name) if name else datasets.load_dataset(where)
+    except Exception as exc:
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EvalDataError(f"eval.dataset.path: cannot read {where} as a dataset ({cause}); "
+                            "point it at JSON Lines, CSV, Parquet, an image or audio folder or "
+                            "a save_to_disk folder") from exc
+    if isinstance(found, datasets.Dataset):
+        return found, params["split"] or "all"
+    splits = list(found)
+    split = params["split"] or next((s for s in SPLITS if s in found), splits[0])
+    if split not in found:
+        raise EvalDataError(f"eval.dataset.split: {params['dataset']} has no split {split!r} "
+                            f"(it has {', '.join(splits)}); set eval.dataset.split to one of them")
+    return found[split], split
+
+
+def _columns(task: str, given: dict[str, str], names: list[str],
+             params: dict[str, Any]) -> dict[str, str]:
+    """role -> column: the mapped ones (which must exist), then each unmapped role of the task
+    found under its aliases (an input role must be found)."""
+    out: dict[str, str] = {}
+    for role, col in given.items():
+        if col not in names:
+            raise EvalDataError(f"eval.dataset.columns.{role}: {params['dataset']} has no column "
+                                f"{col!r} (it has {', '.join(names)}); map {role} to one of them")
+        out[role] = col
+    taken = set(out.values())
+    for role in EVAL[task].roles:
+        if role in out:
+            continue
+        col = next((a for a in ALIASES.get(role, (role,)) if a in names and a not in taken), None)
+        if col is not None:
+            out[role] = col
+            taken.add(col)
+    needed = [r for r in EVAL[task].roles if r in _INPUT_ROLES][:1]
+    missing = [r for r in needed if r not in out]
+    if missing:
+        raise EvalDataError(f"eval.dataset.columns: {task} needs a {missing[0]} column and "
+                            f"{params['dataset']} has none named like it (it has "
+                            f"{', '.join(names)}); set eval.dataset.columns.{missing[0]}=COLUMN")
+    return out
+
+
+def shipped(task: str, modality: str | None, samples: int) -> Rows:
+    """The shipped inputs of the task's modality: sentences (pairs for similarity and NLI),
+    photographs (and crops), speech synthesized from the sentences. No labels."""
+    roles = EVAL[task].roles
+    lines = text.sentences("verify") + text.sentences("calibration")
+    photos = media.views("verify") + media.views("calibration")
+    rows: list[dict[str, Any]] = []
+    for i in range(samples):
+        row: dict[str, Any] = {}
+        if "image" in roles:
+            row["image"] = photos[i % len(photos)]
+        if "audio" in roles:
+            row["audio"] = {"array": media.speaker().say(lines[i % len(lines)]),
+                            "sampling_rate": media.RATE}
+        if "tokens" in roles:
+            row["tokens"] = lines[i % len(lines)].split()
+        if "question" in roles:
+            row["context"] = lines[i % len(lines)]
+            row["question"] = _question(lines[i % len(lines)])
+        if "text" in roles and "image" not in roles and "audio" not in roles:
+            row["text"] = lines[(2 * i) % len(lines)] if "text_pair" in roles else \
+                lines[i % len(lines)]
+        if "text_pair" in roles:
+            row["text_pair"] = lines[(2 * i + 1) % len(lines)]
+        rows.append(row)
+    what = {"image": "photographs", "audio": "synthesized speech"}
+    kind = next((what[r] for r in ("image", "audio") if r in roles), "sentences")
+    return Rows(rows, f"{samples} shipped {kind}; no labels: agreement with PyTorch's "
+                      "predictions", task == "fill-mask")
+
+
+def _question(sentence: str) -> str:
+    """A question about a sentence: its longest word asked for."""
+    word = max(sentence.split(), key=len).strip(".,;:!?")
+    return f"What is said about {word}?"
+
+
+def image_array(value: Any) -> np.ndarray:
+    """An image cell (PIL image, path, array, {'bytes'|'path'}) as uint8 RGB [H, W, 3]."""
+    from PIL import Image
+
+    if isinstance(value, dict):
+        value = value.get("path") if value.get("bytes") is None else value["bytes"]
+    if isinstance(value, bytes):
+        import io
+
+        value = Image.open(io.BytesIO(value))
+    if isinstance(value, str | Path):
+        value = Image.open(value)
+    if isinstance(value, Image.Image):
+        return np.asarray(value.convert("RGB"))
+    arr = np.asarray(value)
+    if arr.ndim == 2:
+        arr = np.stack([arr] * 3, axis=-1)
+    if arr.dtype != np.uint8:
+        arr = np.clip(arr * (255 if arr.max() <= 1.0 else 1), 0, 255).astype(np.uint8)
+    return arr[..., :3]
+
+
+def audio_array(value: Any, rate: int) -> np.ndarray:
+    """An audio cell ({'array', 'sampling_rate'}, an array, a path) as float32 at `rate`."""
+    if isinstance(value, str | Path):
+        import soundfile
+
+        data, got = soundfile.read(str(value), dtype="float32")
+        value = {"array": data, "sampling_rate": got}
+    if isinstance(value, dict):
+        wav = np.asarray(value["array"], np.float32)
+        got = int(value.get("sampling_rate") or rate)
+    else:
+        wav, got = np.asarray(value, np.float32), rate
+    if wav.ndim > 1:
+        wav = wav.mean(axis=-1)
+    if got != rate:
+        from scipy.signal import resample_poly
+
+        divisor = np.gcd(rate, got)
+        wav = resample_poly(wav, rate // divisor, got // divisor).astype(np.float32)
+    return wav

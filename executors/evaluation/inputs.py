@@ -1,0 +1,118 @@
+"""Graph feeds from one dataset row's raw values, for every modality: text through the
+model's tokenizer (padded to the graph's length), an image through its image processor at the
+graph's size, audio through its feature extractor at the graph's length."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from executors.evaluation.base import Context, EvalDataError, Feed
+from executors.evaluation.data import audio_array, image_array
+from executors.samples import kind_of, media
+from executors.samples import text as shipped_text
+
+
+def tokenizer(cx: Context) -> Any:
+    tok = shipped_text.tokenizer(cx.checkpoint)
+    if tok is None:
+        raise EvalDataError(f"eval: the checkpoint ({cx.checkpoint}) has no tokenizer files "
+                            "(tokenizer.json, vocab.txt...); eval of a text model needs them; "
+                            "add the tokenizer to the checkpoint folder")
+    return tok
+
+
+def seq_len(cx: Context) -> int:
+    ids = next((s for s in cx.inputs if kind_of(s) == "token_ids"), None)
+    if ids is None:
+        raise EvalDataError("eval: the graph takes no token ids; its task needs text input")
+    return int(ids["shape"][1])
+
+
+def text_feed(cx: Context, enc: dict[str, Any]) -> Feed:
+    """A tokenizer's encoding (batch 1, padded to the graph's length) as the graph's feed."""
+    ids = np.asarray(enc["input_ids"], np.int64).reshape(1, -1)
+    mask = np.asarray(enc.get("attention_mask", np.ones_like(ids)), np.int64).reshape(1, -1)
+    types = enc.get("token_type_ids")
+    feed: Feed = {}
+    for spec in cx.inputs:
+        kind = kind_of(spec)
+        if kind == "token_ids":
+            feed[spec["name"]] = ids
+        elif kind == "attention_mask":
+            feed[spec["name"]] = mask
+        elif kind == "token_types":
+            feed[spec["name"]] = np.asarray(types, np.int64).reshape(1, -1) \
+                if types is not None else np.zeros_like(ids)
+        elif kind == "boxes":
+            feed[spec["name"]] = np.zeros((*ids.shape, 4), np.int64)
+        else:
+            raise EvalDataError(f"eval: the graph's input {spec['name']!r} is not one a text "
+                                "dataset feeds; evaluate with the model's own inputs")
+    return feed
+
+
+def encode(cx: Context, text: str, pair: str | None = None, **kw: Any) -> dict[str, Any]:
+    return tokenizer(cx)(text, pair, padding="max_length", truncation=True,
+                         max_length=seq_len(cx), return_tensors="np", **kw)
+
+
+@cache
+def _processor(ckpt: Path | None) -> Any:
+    return media.image_processor(ckpt)
+
+
+@cache
+def _extractor(ckpt: Path | None) -> Any:
+    return media.feature_extractor(ckpt)
+
+
+def image_feed(cx: Context, value: Any) -> Feed:
+    spec = next((s for s in cx.inputs if kind_of(s) == "pixels"), None)
+    if spec is None:
+        raise EvalDataError("eval: the graph takes no pixel_values; its task needs an image")
+    img = image_array(value)
+    return {spec["name"]: media.pixels(img, spec["shape"], _processor(cx.checkpoint))[None]}
+
+
+def audio_feed(cx: Context, value: Any) -> Feed:
+    spec = next((s for s in cx.inputs if kind_of(s) in ("waveform", "spectrogram")), None)
+    if spec is None:
+        raise EvalDataError("eval: the graph takes no audio input; its task needs audio")
+    extractor = _extractor(cx.checkpoint)
+    rate = int(getattr(extractor, "sampling_rate", media.RATE) or media.RATE)
+    wav = audio_array(value, rate)
+    if kind_of(spec) == "waveform":
+        n = int(spec["shape"][1])
+        wav = np.pad(wav[:n], (0, max(0, n - len(wav))))
+        if extractor is not None:
+            wav = np.asarray(extractor(wav, sampling_rate=rate, return_tensors="np")
+                             ["input_values"][0], np.float32)[:n]
+        else:
+            wav = (wav - wav.mean()) / (wav.std() + 1e-7)
+        return {spec["name"]: wav.astype(np.float32)[None]}
+    if extractor is None:
+        raise EvalDataError("eval: the checkpoint has no feature extractor to compute the "
+                            "spectrogram its graph takes; add preprocessor_config.json")
+    feats = np.asarray(extractor(wav, sampling_rate=rate, return_tensors="np")["input_values"][0],
+                       np.float32)
+    frames = int(spec["shape"][1])
+    feats = np.pad(feats[:frames], ((0, max(0, frames - len(feats))), (0, 0)))
+    return {spec["name"]: feats[None]}
+
+
+def modality_feed(cx: Context, row: dict[str, Any]) -> Feed:
+    """The feed of a row whose input is one image, one audio clip or a text (and pair)."""
+    if "image" in row:
+        return image_feed(cx, row["image"])
+    if "audio" in row:
+        return audio_feed(cx, row["audio"])
+    return text_feed(cx, encode(cx, str(row["text"]), _pair(row)))
+
+
+def _pair(row: dict[str, Any]) -> str | None:
+    value = row.get("text_pair")
+    return None if value is None else str(value)

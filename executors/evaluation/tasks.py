@@ -1,0 +1,16 @@
+"""Which family evaluates which task (planner/models/evaluation.py declares the metrics)."""
+
+from __future__ import annotations
+
+from executors.evaluation.base import EvalDataError, Evaluator
+from executors.evaluation.classify import Classify
+from executors.evaluation.similarity import Similarity
+
+FAMILIES: tuple[Evaluator, ...] = (Classify(), Similarity())
+BY_TASK: dict[str, Evaluator] = {t: f for f in FAMILIES for t in f.tasks}
+
+
+def evaluator(task: str) -> Evaluator:
+    if task not in BY_TASK:
+        raise EvalDataError(f"eval: modelplan does not evaluate {task} yet; set eval=none")
+    return BY_TASK[task]
