@@ -23,11 +23,18 @@ def text_checkpoint(dest: Path, cls: str = "BertForSequenceClassification",
                     model_type: str = "bert", seed: int = 0, **config: Any) -> Path:
     """A random-weight `cls` of `model_type` (hidden 64, 2 layers) saved with MiniLM's
     tokenizer at `dest`; `config` adds or overrides config.json fields (e.g. id2label)."""
+    from filelock import FileLock
+
+    with FileLock(f"{dest}.lock"):  # xdist workers may ask for the same checkpoint
+        if not (dest / "config.json").is_file():
+            _save(dest, cls, model_type, seed, config)
+    return dest
+
+
+def _save(dest: Path, cls: str, model_type: str, seed: int, config: dict[str, Any]) -> None:
     import torch
     import transformers
 
-    if (dest / "config.json").is_file():
-        return dest
     torch.manual_seed(seed)
     vocab = sum(1 for _ in (minilm_dir() / "vocab.txt").open())
     cfg = transformers.AutoConfig.for_model(model_type, vocab_size=vocab, **{**TINY, **config})
@@ -39,4 +46,3 @@ def text_checkpoint(dest: Path, cls: str = "BertForSequenceClassification",
         if (minilm_dir() / name).is_file():
             shutil.copy(minilm_dir() / name, tmp / name)
     tmp.rename(dest)
-    return dest

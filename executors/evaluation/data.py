@@ -73,6 +73,7 @@ def _table(params: dict[str, Any]) -> tuple[Any, str]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import datasets
 
+    datasets.disable_progress_bars()
     where, kind, name = params["dataset"], params["dataset_kind"], params["dataset_name"]
     try:
         if kind == "saved":
@@ -122,7 +123,7 @@ def _columns(task: str, given: dict[str, str], names: list[str],
     if missing:
         raise EvalDataError(f"eval.dataset.columns: {task} needs a {missing[0]} column and "
                             f"{params['dataset']} has none named like it (it has "
-                            f"{', '.join(names)}); set eval.dataset.columns.{missing[0]}=COLUMN")
+                            f"{', '.join(names)}); set +eval.dataset.columns.{missing[0]}=COLUMN")
     return out
 
 
