@@ -71,9 +71,13 @@ def _table(params: dict[str, Any]) -> tuple[Any, str]:
     """The dataset's rows of the chosen split (datasets.Dataset), read without network."""
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import threading
+
     import datasets
+    from tqdm import tqdm
 
     datasets.disable_progress_bars()
+    tqdm.set_lock(threading.RLock())  # its default lock is a semaphore the step's process leaks
     where, kind, name = params["dataset"], params["dataset_kind"], params["dataset_name"]
     try:
         if kind == "saved":
