@@ -16,6 +16,7 @@ import numpy as np
 from executors.evaluation.base import EvalDataError
 from executors.samples import media, text
 from planner.models.evaluation import EVAL
+from planner.models.tasks import AUDIO, IMAGE
 
 # Column names a role is found under when eval.dataset.columns does not map it, in order.
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -122,19 +123,20 @@ def _columns(task: str, given: dict[str, str], names: list[str],
         if col is not None:
             out[role] = col
             taken.add(col)
-    needed = [r for r in EVAL[task].roles if r in _INPUT_ROLES][:1]
-    missing = [r for r in needed if r not in out]
-    if missing:
-        raise EvalDataError(f"eval.dataset.columns: {task} needs a {missing[0]} column and "
+    inputs = [r for r in EVAL[task].roles if r in _INPUT_ROLES]
+    if inputs and not any(r in out for r in inputs):
+        raise EvalDataError(f"eval.dataset.columns: {task} needs a {inputs[0]} column and "
                             f"{params['dataset']} has none named like it (it has "
-                            f"{', '.join(names)}); set +eval.dataset.columns.{missing[0]}=COLUMN")
+                            f"{', '.join(names)}); set +eval.dataset.columns.{inputs[0]}=COLUMN")
     return out
 
 
 def shipped(task: str, modality: str | None, samples: int) -> Rows:
     """The shipped inputs of the task's modality: sentences (pairs for similarity and NLI),
     photographs (and crops), speech synthesized from the sentences. No labels."""
-    roles = EVAL[task].roles
+    roles = set(EVAL[task].roles)
+    if modality in (IMAGE, AUDIO):  # a task of several modalities: the model's own input
+        roles = (roles - {"text", "text_pair", "audio", "image"}) | {modality}
     lines = text.sentences("verify") + text.sentences("calibration")
     photos = media.views("verify") + media.views("calibration")
     rows: list[dict[str, Any]] = []

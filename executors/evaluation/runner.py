@@ -104,7 +104,8 @@ def evaluate(params: dict[str, Any], inputs: dict[str, Path], cache_dir: Path | 
     task = params["task"]
     ref_files, cand_files = graph_files(inputs["reference"]), graph_files(inputs["candidate"])
     cx = context(task, inputs["source"], ref_files)
-    modality = tasks.modality_of(cx.info, None) if cx.info else None
+    model_class = torchmodel.source_info(inputs["source"]).get("model_class")
+    modality = tasks.modality_of(cx.info, model_class) if cx.info else None
     rows = data.load(params, modality)
     cx.labelled = rows.labelled
     ev: Evaluator = evaluator(task)

@@ -24,8 +24,8 @@ class TaskMetrics:
 
 
 _CLASSIFY_TEXT = TaskMetrics(("accuracy", "f1_macro"), ("text", "text_pair", "label"), ("label",))
-_SIMILARITY = TaskMetrics(("spearman", "retrieval_agreement"), ("text", "text_pair", "score"),
-                          ("score",))
+_SIMILARITY = TaskMetrics(("spearman", "retrieval_agreement"),
+                          ("text", "text_pair", "score", "audio"), ("score",))
 _GENERATE = frozenset({"cer", "wer"})
 
 EVAL: dict[str, TaskMetrics] = {
