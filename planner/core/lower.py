@@ -91,6 +91,9 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
         steps += _eval(config, known, deliverable_id, fp32s)
     symbolic_sources = [{"step": resolve.id, "reason": known["symbolic"]}] \
         if known["symbolic"] else []
+    if known.get("dataset") is not None and known["dataset"].kind == "symbolic":
+        symbolic_sources.append({"step": "eval", "reason": f"eval.dataset.path "
+                                 f"{known['dataset'].where!r} is not on this machine"})
     return Plan(config=config, config_digest=config_digest(config), steps=steps,
                 deliverable=deliverable_id, symbolic_sources=symbolic_sources)
 
@@ -161,11 +164,17 @@ def _eval(config: dict[str, Any], known: dict[str, Any], deliverable: str,
           fp32s: dict[str, str]) -> list[Step]:
     """The eval sink: the task's metric on the deliverable, the fp32 graph(s) and PyTorch.
     A model of several graphs is compared as a whole: its fp32 graphs are bundled too."""
+    from planner.errors import ConfigError
+
     ev, ds = config["eval"], known["dataset"]
     task = known["task"]
-    if task not in evaluation.EVAL:
-        from planner.errors import ConfigError
-
+    if config["model"]["source"] == "onnx_file":
+        raise ConfigError("eval=task: an ONNX file has no PyTorch model to be the baseline; "
+                          "build from its checkpoint (model=local_hf model.path=DIR) or set "
+                          "eval=none")
+    if task is None and known["symbolic"]:  # reviewed without the checkpoint: said so
+        task = SYMBOLIC
+    elif task not in evaluation.EVAL:
         raise ConfigError(f"eval=task: modelplan has no task metric for {task}; set eval=none")
     steps = []
     reference = next(iter(fp32s.values()))
@@ -174,11 +183,13 @@ def _eval(config: dict[str, Any], known: dict[str, Any], deliverable: str,
         reference = "reference_bundle"
     data = ev["dataset"]
     steps.append(Step("eval", "eval", {
-        "task": task, "metric": evaluation.verdict_metric(task, ev["metric"]),
+        "task": task, "metric": ev["metric"] or SYMBOLIC if task == SYMBOLIC else
+        evaluation.verdict_metric(task, ev["metric"]),
         "max_drop": ev["max_drop"], "dataset": ds.where, "dataset_kind": ds.kind,
         "dataset_name": data["name"], "split": data["split"], "samples": data["samples"],
         "shuffle": data["shuffle"], "seed": data["seed"],
-        "columns": evaluation.roles(task, data["columns"]), "dataset_digest": ds.digest,
+        "columns": dict(sorted(data["columns"].items())) if task == SYMBOLIC else
+        evaluation.roles(task, data["columns"]), "dataset_digest": ds.digest,
         **_ep(config)},
         {"candidate": deliverable, "reference": reference, "source": "resolve"}))
     return steps
