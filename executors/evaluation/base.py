@@ -27,7 +27,8 @@ class EvalDataError(ValueError):
 @dataclass
 class Context:
     """What a family may read: the task, the graphs' input specs and output names, the
-    checkpoint (its config.json as `info`) and the dataset's roles -> columns."""
+    checkpoint (its config.json as `info`), whether the dataset has labels and the names of
+    its ClassLabel columns (a column of class ids whose order may not be the model's)."""
 
     task: str
     specs: dict[str, list[dict[str, Any]]]     # graph -> input specs
@@ -35,6 +36,7 @@ class Context:
     checkpoint: Path | None
     info: dict[str, Any] = field(default_factory=dict)
     labelled: bool = False
+    label_names: dict[str, list[str]] = field(default_factory=dict)  # role -> ClassLabel names
 
     @property
     def inputs(self) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ without a dataset, the shipped inputs of the model's modality (no labels: agreem
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ class Rows:
     rows: list[dict[str, Any]]     # role -> value
     origin: str                    # where they came from, for the record
     labelled: bool                 # a truth role is present
+    names: dict[str, list[str]] = field(default_factory=dict)  # role -> its ClassLabel names
 
 
 def load(params: dict[str, Any], modality: str | None) -> Rows:
@@ -64,8 +65,16 @@ def load(params: dict[str, Any], modality: str | None) -> Rows:
     label = f"labels from {', '.join(columns[r] for r in truth)}" if truth else \
         "no label column: agreement with PyTorch's predictions"
     where = params["dataset"] + (f" ({params['dataset_name']})" if params["dataset_name"] else "")
+    names = {role: n for role, col in columns.items() if (n := class_names(table.features[col]))}
     return Rows(rows, f"{len(rows)} rows of {where}, split {split} ({shown}); {label}",
-                bool(truth))
+                bool(truth), names)
+
+
+def class_names(feature: Any) -> list[str]:
+    """The names of a ClassLabel column, or of a column of ClassLabel lists; else none."""
+    while feature is not None and not hasattr(feature, "names"):
+        feature = getattr(feature, "feature", None)
+    return list(feature.names) if feature is not None else []
 
 
 def _table(params: dict[str, Any]) -> tuple[Any, str]:

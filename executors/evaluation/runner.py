@@ -107,7 +107,7 @@ def evaluate(params: dict[str, Any], inputs: dict[str, Path], cache_dir: Path | 
     model_class = torchmodel.source_info(inputs["source"]).get("model_class")
     modality = tasks.modality_of(cx.info, model_class) if cx.info else None
     rows = data.load(params, modality)
-    cx.labelled = rows.labelled
+    cx.labelled, cx.label_names = rows.labelled, rows.names
     ev: Evaluator = evaluator(task)
     prepared = ev.prepare(rows.rows, cx)
     host, target = reference(), of_params(params)

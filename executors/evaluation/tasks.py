@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from executors.evaluation.base import EvalDataError, Evaluator
 from executors.evaluation.classify import Classify
+from executors.evaluation.fillmask import FillMask
+from executors.evaluation.qa import QuestionAnswering
 from executors.evaluation.similarity import Similarity
+from executors.evaluation.tokens import TokenTags
 
-FAMILIES: tuple[Evaluator, ...] = (Classify(), Similarity())
+FAMILIES: tuple[Evaluator, ...] = (Classify(), Similarity(), TokenTags(), QuestionAnswering(),
+                                   FillMask())
 BY_TASK: dict[str, Evaluator] = {t: f for f in FAMILIES for t in f.tasks}
 
 
