@@ -26,6 +26,10 @@ class Classify(Evaluator):
         return [first(o[name]).reshape(-1) for o in outputs]  # the scores; ranked in score()
 
     def truth(self, prepared: Prepared, cx: Context) -> list[Any]:
+        names = cx.label_names.get("label")
+        by_name = {v.lower(): k for k, v in cx.id2label().items()}
+        if names and all(n.lower() in by_name for n in names):  # the dataset's own id order
+            return [by_name[names[int(r["label"])].lower()] for r in prepared.rows]
         return [class_id(r["label"], cx) for r in prepared.rows]
 
     def score(self, predictions: list[Any], truth: list[Any], cx: Context) -> dict[str, float]:

@@ -169,8 +169,10 @@ def shipped(task: str, modality: str | None, samples: int) -> Rows:
         rows.append(row)
     what = {"image": "photographs", "audio": "synthesized speech"}
     kind = next((what[r] for r in ("image", "audio") if r in roles), "sentences")
-    return Rows(rows, f"{samples} shipped {kind}; no labels: agreement with PyTorch's "
-                      "predictions", task == "fill-mask")
+    own = EVAL[task].truth == ("text",)  # self-supervised: the input is its own label
+    return Rows(rows, f"{samples} shipped {kind}; " + (
+        "labels: the masked tokens" if own else
+        "no labels: agreement with PyTorch's predictions"), own)
 
 
 def _question(sentence: str) -> str:
