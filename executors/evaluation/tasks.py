@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from executors.evaluation.base import EvalDataError, Evaluator
 from executors.evaluation.classify import Classify
+from executors.evaluation.generation import Generation
 from executors.evaluation.similarity import Similarity
+from executors.evaluation.speech import Speech
 
-FAMILIES: tuple[Evaluator, ...] = (Classify(), Similarity())
+FAMILIES: tuple[Evaluator, ...] = (Classify(), Similarity(), Speech(), Generation())
 BY_TASK: dict[str, Evaluator] = {t: f for f in FAMILIES for t in f.tasks}
 
 
