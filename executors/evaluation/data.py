@@ -112,10 +112,10 @@ def _audio_folder_without_decoder(folder: Path) -> bool:
 
 
 def _audio_folder(folder: Path) -> Any:
-    """An audio folder as `datasets`' audiofolder reads it, without torchcodec: `audio` holds
-    each file's path (read by `audio_array` with soundfile), the other columns come from
-    metadata.jsonl or metadata.csv (matched by `file_name`), else `label` is the file's class
-    subfolder."""
+    """An audio folder in `datasets`' audiofolder layout, read without torchcodec: `audio`
+    holds each file's path (read by `audio_array` with soundfile), the other columns come from
+    the folder's metadata.jsonl or metadata.csv (matched by `file_name`), else `label` is the
+    file's class subfolder."""
     import csv
     import json
 
@@ -131,6 +131,8 @@ def _audio_folder(folder: Path) -> Any:
     with meta.open(newline="") as f:
         records = [json.loads(line) for line in f if line.strip()] \
             if meta.suffix == ".jsonl" else list(csv.DictReader(f))
+    if any("file_name" not in r for r in records):
+        raise ValueError(f"{meta.name} has rows without a file_name column")
     return datasets.Dataset.from_list(
         [{"audio": str(folder / r.pop("file_name")), **r} for r in records])
 

@@ -176,3 +176,10 @@ def test_an_audio_folder_is_read_without_torchcodec(tmp_path: Path) -> None:
     table = data._audio_folder(tmp_path)
     assert table.column_names == ["audio", "label"] and table[0]["label"] == "clips"
     assert len(table) == 3
+
+
+def test_audio_folder_metadata_needs_file_names(tmp_path: Path) -> None:
+    (tmp_path / "a.wav").write_bytes(wav_bytes(np.zeros(160, np.float32), 16000))
+    (tmp_path / "metadata.jsonl").write_text(json.dumps({"path": "a.wav"}) + "\n")
+    with pytest.raises(ValueError, match="metadata.jsonl has rows without a file_name"):
+        data._audio_folder(tmp_path)
