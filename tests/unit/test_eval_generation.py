@@ -183,3 +183,23 @@ def test_audio_folder_metadata_needs_file_names(tmp_path: Path) -> None:
     (tmp_path / "metadata.jsonl").write_text(json.dumps({"path": "a.wav"}) + "\n")
     with pytest.raises(ValueError, match="metadata.jsonl has rows without a file_name"):
         data._audio_folder(tmp_path)
+
+
+def test_saved_audio_datasets_and_audio_folders_load_as_rows(tmp_path: Path) -> None:
+    """A save_to_disk dataset with an Audio column (decoding it needs torchcodec) and an audio
+    folder both give rows whose audio cells audio_array reads."""
+    import datasets
+
+    wave = (np.sin(np.arange(1600) / 7) * 0.3).astype(np.float32)
+    (tmp_path / "clips").mkdir()
+    (tmp_path / "clips" / "a.wav").write_bytes(wav_bytes(wave, 16000))
+    (tmp_path / "clips" / "metadata.csv").write_text("file_name,transcript\na.wav,hello\n")
+    table = datasets.Dataset.from_dict({"audio": [str(tmp_path / "clips" / "a.wav")],
+                                        "transcript": ["hello"]})
+    table.cast_column("audio", datasets.Audio()).save_to_disk(str(tmp_path / "saved"))
+    params = {"task": "automatic-speech-recognition", "dataset_name": None, "split": None,
+              "shuffle": False, "seed": 0, "samples": 4, "columns": {}}
+    for kind, where in (("saved", tmp_path / "saved"), ("folder", tmp_path / "clips")):
+        rows = data.load({**params, "dataset_kind": kind, "dataset": str(where)}, "audio")
+        assert rows.labelled and [r["transcript"] for r in rows.rows] == ["hello"]
+        assert np.allclose(data.audio_array(rows.rows[0]["audio"], 16000), wave, atol=1e-4)
