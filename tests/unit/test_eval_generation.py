@@ -7,20 +7,28 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from executors.evaluation import data, textscore
 from executors.evaluation.base import Context, EvalDataError
-from executors.evaluation.generation import Decoding, Generation, decoder_feed, decoding, greedy
+from executors.evaluation.generation import (
+    Decoding,
+    Generation,
+    Logits,
+    decoder_feed,
+    decoding,
+    greedy,
+)
 from executors.evaluation.speech import Speech, ctc_collapse, transcript
 from planner.models.evaluation import EVAL
 
 CHARS = ["<pad>", "<s>", "</s>", "<unk>", "|", *"abcdefghijklmnopqrstuvwxyz'"]
 
 
-def ctc_tokenizer(folder: Path) -> object:
+def ctc_tokenizer(folder: Path) -> Any:
     from transformers import Wav2Vec2CTCTokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -73,7 +81,7 @@ def test_references_name_the_column_when_a_cell_is_missing() -> None:
         textscore.references([{"transcript": 3}], "transcript")
 
 
-def counting_decoder(length: int, pad: int, seen: list[list[int]]) -> object:
+def counting_decoder(length: int, pad: int, seen: list[list[int]]) -> Logits:
     """A causal fake decoder: the logits at position i pick token ids[i] + 1. It checks that
     the positions after the prefix hold the pad token."""
     def logits(feed: np.ndarray) -> np.ndarray:
@@ -101,7 +109,7 @@ def test_greedy_without_eos_runs_to_the_graph_length() -> None:
     assert seen[-1] == [10, 11, 12, 13] and len(seen) == 4
 
 
-def seq2seq_context(info: dict) -> Context:
+def seq2seq_context(info: dict[str, Any]) -> Context:
     specs = {"encoder": [{"name": "input_ids", "shape": [1, 6], "kind": "token_ids"},
                          {"name": "attention_mask", "shape": [1, 6], "kind": "attention_mask"}],
              "decoder": [{"name": "input_ids", "shape": [1, 4], "kind": "decoder_ids"},
