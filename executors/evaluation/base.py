@@ -74,6 +74,11 @@ class Evaluator:
     def score(self, predictions: list[Any], truth: list[Any], cx: Context) -> dict[str, float]:
         raise NotImplementedError
 
+    def notes(self, cx: Context) -> list[str]:
+        """What the record should say about how the predictions were read (e.g. token ids
+        compared because the checkpoint has no tokenizer)."""
+        return []
+
     def predictions(self, graphs: dict[str, Forward], prepared: Prepared, cx: Context,
                     progress: Callable[[int], None]) -> list[Any]:
         """Predictions of one model (PyTorch, or an ONNX graph) on every row."""

@@ -35,6 +35,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "target": ("target", "text", "caption", "translation", "summary", "label"),
 }
 SPLITS = ("test", "validation", "valid", "dev", "train")
+AUDIO_FILES = (".wav", ".flac", ".mp3", ".ogg", ".opus")
 _INPUT_ROLES = ("text", "image", "audio", "tokens", "question")
 
 
@@ -52,6 +53,7 @@ def load(params: dict[str, Any], modality: str | None) -> Rows:
     if params["dataset_kind"] == "shipped":
         return shipped(task, modality, params["samples"])
     table, split = _table(params)
+    table = _undecoded_audio(table)
     if params["shuffle"]:
         table = table.shuffle(seed=params["seed"])
     table = table.select(range(min(params["samples"], len(table))))
@@ -90,7 +92,9 @@ def _table(params: dict[str, Any]) -> tuple[Any, str]:
     tqdm.set_lock(threading.RLock())  # its default lock is a semaphore the step's process leaks
     where, kind, name = params["dataset"], params["dataset_kind"], params["dataset_name"]
     try:
-        if kind == "saved":
+        if kind == "folder" and _audio_folder_without_decoder(Path(where)):
+            found = _audio_folder(Path(where))
+        elif kind == "saved":
             found = datasets.load_from_disk(where)
         elif kind == "file":
             suffix = Path(where).suffix.lower().lstrip(".")
@@ -112,6 +116,51 @@ def _table(params: dict[str, Any]) -> tuple[Any, str]:
         raise EvalDataError(f"eval.dataset.split: {params['dataset']} has no split {split!r} "
                             f"(it has {', '.join(splits)}); set eval.dataset.split to one of them")
     return found[split], split
+
+
+def _audio_folder_without_decoder(folder: Path) -> bool:
+    """An audio folder where `datasets` cannot read it: its Audio feature needs torchcodec."""
+    import importlib.util
+
+    return importlib.util.find_spec("torchcodec") is None and any(
+        p.suffix.lower() in AUDIO_FILES for p in folder.rglob("*"))
+
+
+def _audio_folder(folder: Path) -> Any:
+    """An audio folder in `datasets`' audiofolder layout, read without torchcodec: `audio`
+    holds each file's path (read by `audio_array` with soundfile), the other columns come from
+    the folder's metadata.jsonl or metadata.csv (matched by `file_name`), else `label` is the
+    file's class subfolder."""
+    import csv
+    import json
+
+    import datasets
+
+    meta = next((folder / n for n in ("metadata.jsonl", "metadata.csv")
+                 if (folder / n).is_file()), None)
+    if meta is None:
+        files = sorted(p for p in folder.rglob("*") if p.suffix.lower() in AUDIO_FILES)
+        return datasets.Dataset.from_list(
+            [{"audio": str(p), **({"label": p.parent.name} if p.parent != folder else {})}
+             for p in files])
+    with meta.open(newline="") as f:
+        records = [json.loads(line) for line in f if line.strip()] \
+            if meta.suffix == ".jsonl" else list(csv.DictReader(f))
+    if any("file_name" not in r for r in records):
+        raise ValueError(f"{meta.name} has rows without a file_name column")
+    return datasets.Dataset.from_list(
+        [{"audio": str(folder / r.pop("file_name")), **r} for r in records])
+
+
+def _undecoded_audio(table: Any) -> Any:
+    """Audio columns as {bytes, path} cells (read by `audio_array` with soundfile): decoding
+    them with `datasets` needs torchcodec."""
+    import datasets
+
+    for name, feature in table.features.items():
+        if isinstance(feature, datasets.Audio) and feature.decode:
+            table = table.cast_column(name, datasets.Audio(decode=False))
+    return table
 
 
 def _columns(task: str, given: dict[str, str], names: list[str],
@@ -204,11 +253,17 @@ def image_array(value: Any) -> np.ndarray:
 
 
 def audio_array(value: Any, rate: int) -> np.ndarray:
-    """An audio cell ({'array', 'sampling_rate'}, an array, a path) as float32 at `rate`."""
-    if isinstance(value, str | Path):
+    """An audio cell ({'array', 'sampling_rate'}, an array, a path, {'bytes'|'path'}) as
+    float32 at `rate`."""
+    if isinstance(value, dict) and "array" not in value:
+        value = value.get("path") if value.get("bytes") is None else value["bytes"]
+    if isinstance(value, str | Path | bytes):
+        import io
+
         import soundfile
 
-        data, got = soundfile.read(str(value), dtype="float32")
+        data, got = soundfile.read(io.BytesIO(value) if isinstance(value, bytes) else str(value),
+                                   dtype="float32")
         value = {"array": data, "sampling_rate": got}
     if isinstance(value, dict):
         wav = np.asarray(value["array"], np.float32)

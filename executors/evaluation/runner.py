@@ -132,7 +132,9 @@ def evaluate(params: dict[str, Any], inputs: dict[str, Path], cache_dir: Path | 
         del graphs
     truth = ev.truth(prepared, cx) if rows.labelled else preds["pytorch"]
     scores = {w: ev.score(preds[w], truth, cx) for w in MODELS}
-    return verdict(params, scores, rows, seconds, len(prepared.feeds))
+    notes = ev.notes(cx)
+    return {**verdict(params, scores, rows, seconds, len(prepared.feeds)),
+            **({"notes": notes} if notes else {})}
 
 
 def verdict(params: dict[str, Any], scores: dict[str, dict[str, float]], rows: data.Rows,

@@ -5,12 +5,14 @@ from __future__ import annotations
 from executors.evaluation.base import EvalDataError, Evaluator
 from executors.evaluation.classify import Classify
 from executors.evaluation.fillmask import FillMask
+from executors.evaluation.generation import Generation
 from executors.evaluation.qa import QuestionAnswering
 from executors.evaluation.similarity import Similarity
+from executors.evaluation.speech import Speech
 from executors.evaluation.tokens import TokenTags
 
 FAMILIES: tuple[Evaluator, ...] = (Classify(), Similarity(), TokenTags(), QuestionAnswering(),
-                                   FillMask())
+                                   FillMask(), Speech(), Generation())
 BY_TASK: dict[str, Evaluator] = {t: f for f in FAMILIES for t in f.tasks}
 
 

@@ -1,0 +1,143 @@
+"""Sequence-to-sequence generation (text2text: BART, T5, Marian; image-to-text: vision encoder +
+text decoder) by greedy decoding: the encoder graph once per row, then the decoder graph step by
+step. The decoder graph has a fixed length and no past key values: each step feeds the prefix
+padded to that length and reads the logits at the prefix's last position (the decoder is causal,
+so the padding after it changes nothing). Decoding starts from config.json's
+decoder_start_token_id and stops at eos or at the graph's length. PyTorch runs the same loop
+through the same wrapped modules, so the three models are comparable token for token. Scored
+with BLEU, CER and exact match (executors/evaluation/textscore.py) against the `target` column,
+else against PyTorch's outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from executors.evaluation import textscore
+from executors.evaluation.base import Context, EvalDataError, Evaluator, Feed, Forward, Prepared
+from executors.evaluation.inputs import modality_feed
+from executors.samples import kind_of
+from planner.models.tasks import ENCODER_OUTPUTS
+
+Logits = Callable[[np.ndarray], np.ndarray]  # padded decoder ids [1, L] -> logits [1, L, V]
+
+
+@dataclass(frozen=True)
+class Decoding:
+    start: int                 # decoder_start_token_id
+    eos: int | None            # None: every output runs to the graph's length
+    pad: int                   # fills the positions after the prefix
+    length: int                # the decoder graph's sequence length
+
+
+def greedy(logits: Logits, how: Decoding) -> list[int]:
+    """The generated tokens (without the start token or eos): at most `how.length`."""
+    prefix, out = [how.start], []
+    while True:
+        ids = np.full((1, how.length), how.pad, np.int64)
+        ids[0, :len(prefix)] = prefix
+        token = int(np.argmax(logits(ids)[0, len(prefix) - 1]))
+        if token == how.eos:
+            return out
+        out.append(token)
+        if len(prefix) == how.length:
+            return out
+        prefix.append(token)
+
+
+def _token(cx: Context, name: str) -> int | None:
+    """A special token id from config.json, else from its decoder's config."""
+    value = cx.info.get(name)
+    if value is None:
+        value = (cx.info.get("decoder") or {}).get(name)
+    if isinstance(value, list):  # several eos ids: the first
+        value = value[0] if value else None
+    return None if value is None else int(value)
+
+
+def decoding(cx: Context) -> Decoding:
+    ids = next((s for s in cx.specs.get("decoder", []) if kind_of(s) in ("decoder_ids",
+                                                                         "token_ids")), None)
+    if ids is None:
+        raise EvalDataError(f"eval: {cx.task} needs an encoder and a decoder graph taking "
+                            "input_ids; build the model's encoder-decoder export")
+    start = _token(cx, "decoder_start_token_id")
+    if start is None:
+        start = _token(cx, "bos_token_id")
+    if start is None:
+        raise EvalDataError("eval: config.json has no decoder_start_token_id (nor bos_token_id) "
+                            "to start decoding from; add decoder_start_token_id to config.json")
+    pad = _token(cx, "pad_token_id")
+    return Decoding(start, _token(cx, "eos_token_id"), 0 if pad is None else pad,
+                    int(ids["shape"][1]))
+
+
+def decoder_feed(cx: Context, ids: np.ndarray, states: np.ndarray, encoder: Feed) -> Feed:
+    """The decoder graph's inputs: the padded ids, the encoder's states (cut to the graph's
+    length) and, where it takes one, the encoder's attention mask."""
+    feed: Feed = {}
+    for spec in cx.specs["decoder"]:
+        kind = kind_of(spec)
+        if kind in ("decoder_ids", "token_ids"):
+            feed[spec["name"]] = ids
+        elif kind == "encoder_hidden_states":
+            feed[spec["name"]] = states[:, :int(spec["shape"][1])]
+        elif kind == "encoder_attention_mask":
+            mask = next((v for k, v in encoder.items() if "attention_mask" in k), None)
+            feed[spec["name"]] = mask if mask is not None else \
+                np.ones(spec["shape"], np.int64)
+        else:
+            raise EvalDataError(f"eval: the decoder's input {spec['name']!r} is not one greedy "
+                                "decoding feeds; evaluate with verify instead (eval=none)")
+    return feed
+
+
+def generate(graphs: dict[str, Forward], encoder: Feed, cx: Context, how: Decoding) -> list[int]:
+    """One row's generated tokens: the encoder once, the decoder once per token."""
+    outputs = graphs["encoder"](encoder)
+    states = outputs.get(ENCODER_OUTPUTS[0], next(iter(outputs.values())))
+    return greedy(lambda ids: graphs["decoder"](decoder_feed(cx, ids, states, encoder))
+                  [_logits(cx)], how)
+
+
+def _logits(cx: Context) -> str:
+    names = cx.outputs.get("decoder") or ["logits"]
+    return "logits" if "logits" in names else names[0]
+
+
+class Generation(Evaluator):
+    tasks = ("text2text-generation", "image-to-text")
+
+    def prepare(self, rows: list[dict[str, Any]], cx: Context) -> Prepared:
+        role = "image" if cx.task == "image-to-text" else "text"
+        for i, row in enumerate(rows):
+            if row.get(role) is None:
+                raise EvalDataError(f"eval.dataset.columns.{role}: row {i} has no {role}; map "
+                                    f"eval.dataset.columns.{role} to the column of inputs")
+        return Prepared([modality_feed(cx, {role: r[role]}) for r in rows], rows)
+
+    def predictions(self, graphs: dict[str, Forward], prepared: Prepared, cx: Context,
+                    progress: Callable[[int], None]) -> list[Any]:
+        how, tok = decoding(cx), textscore.tokenizer(cx.checkpoint)
+        out = []
+        for i, feed in enumerate(prepared.feeds):
+            ids = generate(graphs, feed, cx, how)
+            out.append(textscore.ids_text(ids) if tok is None else
+                       str(tok.decode(ids, skip_special_tokens=True)))
+            progress(i)
+        return out
+
+    def truth(self, prepared: Prepared, cx: Context) -> list[Any]:
+        return textscore.references(prepared.rows, "target")
+
+    def score(self, predictions: list[Any], truth: list[Any], cx: Context) -> dict[str, float]:
+        return {"bleu": textscore.bleu(predictions, truth),
+                "cer": textscore.error_rates(predictions, truth)["cer"],
+                "exact_match": textscore.exact_match(predictions, truth)}
+
+    def notes(self, cx: Context) -> list[str]:
+        return [] if textscore.tokenizer(cx.checkpoint) is not None else \
+            [textscore.NO_TOKENIZER]
