@@ -58,7 +58,10 @@ def load(params: dict[str, Any], modality: str | None) -> Rows:
         table = table.shuffle(seed=params["seed"])
     table = table.select(range(min(params["samples"], len(table))))
     columns = _columns(task, params["columns"], list(table.column_names), params)
-    rows = [{role: record[col] for role, col in columns.items()} for record in table]
+    base = Path(params["dataset"])
+    base = base.parent if base.is_file() else base
+    rows = [{role: _located(role, record[col], base) for role, col in columns.items()}
+            for record in table]
     if not rows:
         raise EvalDataError(f"eval.dataset: split {split!r} of {params['dataset']} has no rows; "
                             "choose another eval.dataset.split")
@@ -70,6 +73,14 @@ def load(params: dict[str, Any], modality: str | None) -> Rows:
     names = {role: n for role, col in columns.items() if (n := class_names(table.features[col]))}
     return Rows(rows, f"{len(rows)} rows of {where}, split {split} ({shown}); {label}",
                 bool(truth), names)
+
+
+def _located(role: str, value: Any, base: Path) -> Any:
+    """A relative image or audio path in a data file is relative to the file's folder."""
+    if role in ("image", "audio") and isinstance(value, str) and not Path(value).is_absolute() \
+            and (base / value).is_file():
+        return str(base / value)
+    return value
 
 
 def class_names(feature: Any) -> list[str]:

@@ -143,8 +143,8 @@ def verdict(params: dict[str, Any], scores: dict[str, dict[str, float]], rows: d
     lower = metric in EVAL[task].lower_is_better
     sign = -1.0 if lower else 1.0
     base, fp32, got = (scores[w][metric] for w in MODELS)
-    drop = round(sign * (base - got), 6)
-    fp32_drop = round(sign * (base - fp32), 6)
+    drop = round(sign * (base - got), 6) + 0.0  # + 0.0: no -0.0 in a verdict line
+    fp32_drop = round(sign * (base - fp32), 6) + 0.0
     passed = drop <= params["max_drop"]
     against = "labels" if rows.labelled else "PyTorch's predictions"
     line = (f"{metric} on {params['ep']} {got:.4f} against {against} (PyTorch {base:.4f}, fp32 "

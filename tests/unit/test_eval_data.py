@@ -150,3 +150,13 @@ def test_every_task_declares_a_verdict_metric() -> None:
         assert set(tm.truth) <= set(tm.roles) | {"text"}
     with pytest.raises(ConfigError, match="reports"):
         verdict_metric("fill-mask", "bleu")
+
+
+def test_relative_image_paths_in_a_data_file_are_relative_to_its_folder(tmp_path: Path) -> None:
+    from PIL import Image
+
+    (tmp_path / "set" / "imgs").mkdir(parents=True)
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / "set" / "imgs" / "a.png")
+    path = write_jsonl(tmp_path / "set" / "rows.jsonl", [{"image": "imgs/a.png", "label": 0}])
+    got = data.load(params(path, "file", task="image-classification"), "image")
+    assert data.image_array(got.rows[0]["image"]).shape == (4, 4, 3)
