@@ -124,13 +124,13 @@ def _check_group_choice(group: str, ov: Any, tree: ConfigTree) -> list[str]:
     where = f"conf/{group}/" if tree.packaged_only else tree.where(group)
     if isinstance(ov.value(), Glob):  # glob(...) picks among the group's options
         picked = ov.value().filter(list(options))
-        return [] if picked else [f"{group}: {ov.input_line!r} matches none of "
-                                  f"{', '.join(options)} (configs in {where})"]
+        return [] if picked else [(f"{group}: {ov.input_line!r} matches none of "
+                                  f"{', '.join(options)} (configs in {where})")]
     try:
         values = ov.sweep_string_iterator() if ov.is_sweep_override() else [ov.value()]
     except HydraException:  # interval(...) and the like: no options to enumerate
-        return [f"{group}: {ov.input_line!r} does not name configs; sweep a group with "
-                f"{group}=a,b or {group}=glob(PATTERN) over {', '.join(options)}"]
+        return [(f"{group}: {ov.input_line!r} does not name configs; sweep a group with "
+                f"{group}=a,b or {group}=glob(PATTERN) over {', '.join(options)}")]
     errors = []
     for value in values:
         if not isinstance(value, str) or value not in options:
