@@ -75,6 +75,12 @@ def lift_modules(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def choices(config: dict[str, Any]) -> dict[str, str]:
+    """The option each config group names (model, quant, target...): how reports name a run."""
+    return {group: node["name"] for group, node in config.items()
+            if isinstance(node, dict) and isinstance(node.get("name"), str)}
+
+
 def run_record(ir: dict[str, Any], steps: list[dict[str, Any]], *, executor: str,
                store: Path, started: float, wall_s: float, overrides: list[str],
                deliverable: str, outputs_dir: Path | None, job: int | None = None,
@@ -91,7 +97,8 @@ def run_record(ir: dict[str, Any], steps: list[dict[str, Any]], *, executor: str
         "status": "interrupted" if interrupted_by else "failed" if error else "ok",
         "started": timestamp(started),
         "wall_s": round(wall_s, 3), "executor": executor, "store": str(store),
-        "config_digest": ir["config_digest"], "overrides": list(overrides),
+        "config_digest": ir["config_digest"], "choices": choices(ir["config"]),
+        "overrides": list(overrides),
         "deliverable": deliverable, "outputs_dir": str(outputs_dir) if outputs_dir else None,
         "steps": steps, "error": error, "modules": modules,
     }

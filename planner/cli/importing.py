@@ -37,6 +37,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(report.text_table(builds, shown))
         print(report.summary(builds) + (f" Report: {args.report}." if args.report else ""))
+        for line in report.warnings(builds, shown=2):
+            print(f"Will not plan yet: {line}")
         _hint(next((b for b in builds if b.status == IMPORTED), None), shown)
     failed = [b for b in builds if b.status != IMPORTED]
     if single and failed:
@@ -82,6 +84,8 @@ def _print_one(build: Any, out: str) -> None:
     for e in build.entries:
         print(f"  {report.entry_line(e)}")
     print(f"{report.counts(build)}.")
+    for w in build.warnings:
+        print(f"Will not plan yet: {w}")
     _hint(build, out)
 
 

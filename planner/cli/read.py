@@ -78,12 +78,29 @@ def cmd_report(args: argparse.Namespace) -> int:
     from planner.render.run import markdown, table
     from planner.review import rundiff
 
+    if Path(args.record).is_dir() or Path(args.record).name == rundiff.SWEEP:
+        return _report_sweep(args)
     record = rundiff.load_record(args.record)
     if args.format == "json":
         print(json.dumps({"run_id": record["run_id"], "modules": record.get("modules", [])},
                          indent=2))
     else:
         sys.stdout.write(markdown(record) if args.format == "md" else table(record, None))
+    return 0
+
+
+def _report_sweep(args: argparse.Namespace) -> int:
+    """`report <sweep dir>`: the results table and the accuracy matrix across its jobs."""
+    from planner.render import sweep
+    from planner.render.results import rows
+    from planner.review import rundiff
+
+    summary = rundiff.load_sweep(args.record)
+    if args.format == "json":
+        print(json.dumps(rows(summary), indent=2))
+    else:
+        sys.stdout.write(sweep.report_markdown(summary) if args.format == "md"
+                         else sweep.report_text(summary))
     return 0
 
 
@@ -133,9 +150,9 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     sp.add_argument("--format", choices=["text", "md", "json"], default="text")
     sp.add_argument("-o", "--output", metavar="FILE", help="write the diff to FILE")
 
-    sp = add("report", "a run record's steps and where the time goes, per module",
-             handler=cmd_report)
-    sp.add_argument("record", metavar="RUN.json")
+    sp = add("report", "a run record's steps, its accuracy and where the time goes, per "
+             "module; or a sweep directory's results and accuracy matrix", handler=cmd_report)
+    sp.add_argument("record", metavar="RUN.json|SWEEP_DIR")
     sp.add_argument("--format", choices=["text", "md", "json"], default="text")
 
     sp = add("inspect", "what a model is and what its build exports, without exporting",

@@ -66,8 +66,9 @@ def cached_copy(dataset_id: str) -> Path | None:
     return built if built.is_dir() and any(built.rglob("*.arrow")) else None
 
 
-def locate(path: str | None) -> tuple[str, Path | None]:
-    """(kind, what is read) for `eval.dataset.path`, or one error line with a fix."""
+def locate(path: str | None, name: str | None = None) -> tuple[str, Path | None]:
+    """(kind, what is read) for `eval.dataset.path` (its subset: `name`), or one error line
+    with a fix."""
     if path is None:
         return SHIPPED, None
     local = Path(path).expanduser()
@@ -87,10 +88,11 @@ def locate(path: str | None) -> tuple[str, Path | None]:
         copy = cached_copy(path)
         if copy is not None:
             return "hub_cache", copy
+        args = f"'{path}'" + (f", '{name}'" if name else "")
         raise ConfigError(
             f"eval.dataset.path: '{path}' is neither a local file or folder nor a dataset in "
             f"the local cache ({hub_cache()}, {datasets_cache()}) and this machine works "
-            f"offline; where there is network, save it with `datasets.load_dataset('{path}')"
+            f"offline; where there is network, save it with `datasets.load_dataset({args})"
             f".save_to_disk(DIR)`, copy DIR here and set eval.dataset.path=DIR")
     raise ConfigError(f"eval.dataset.path: '{path}' does not exist; point it at a local "
                       "dataset file or folder, or set it to null for the shipped inputs")
@@ -101,7 +103,7 @@ def read(ev: dict[str, Any], memo: Any, symbolic: bool = False) -> Dataset:
     a digest of its name instead (plans reviewed on a machine without the data)."""
     path = ev["dataset"]["path"]
     try:
-        kind, where = locate(path)
+        kind, where = locate(path, ev["dataset"]["name"])
     except ConfigError:
         if not symbolic:
             raise

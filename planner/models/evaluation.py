@@ -112,10 +112,50 @@ def _role_of(name: str, tm: TaskMetrics) -> str:
     return name
 
 
+_KIND = {"file": "local file", "folder": "local folder", "saved": "save_to_disk folder",
+         "hub_cache": "cached hub dataset"}
+
+
 def summary(params: dict[str, Any]) -> str:
-    """How the plan shows an eval step's data: where from, which digest, how many samples."""
-    where = params["dataset"] or "the shipped inputs"
+    """An eval step's data in words, as the plan shows it: where the rows come from (and the
+    subset, split, how many and in which order), what they are scored against, the digest of
+    local data."""
+    task, kind, where = params["task"], params["dataset_kind"], params["dataset"]
+    n = params["samples"]
+    if kind == "shipped":
+        roles = EVAL[task].roles
+        what = "photographs" if "image" in roles else "synthesized speech" if "audio" in roles \
+            else "sentence pairs" if "text_pair" in roles else "sentences"
+        truth = "the masked words as labels" if task == "fill-mask" else \
+            "no labels: agreement with PyTorch's predictions"
+        return f"{n} of the shipped {what} ({truth})"
     subset = f" ({params['dataset_name']})" if params.get("dataset_name") else ""
+    if kind == "symbolic":
+        return (f"{where}{subset}, not available on this machine (its key holds its name, not "
+                f"its content; the eval step fails until it is saved locally): {_rows(params)}")
     digest = params["dataset_digest"]
-    shown = f", digest {digest[:12]}" if len(digest) == 64 else ""
-    return f"{where}{subset}, {params['samples']} samples{shown}"
+    shown = f"; digest {digest[:12]}" if len(digest) == 64 else ""
+    return f"{_KIND.get(kind, kind)} {where}{subset}: {_rows(params)}{shown}"
+
+
+def _rows(params: dict[str, Any]) -> str:
+    """Which rows and columns are read, and what they are scored against."""
+    split = f"split {params['split']}" if params.get("split") else "the file" \
+        if params["dataset_kind"] == "file" else "split test (else validation, else the first)"
+    order = f"shuffled with seed {params['seed']}, " if params.get("shuffle") else ""
+    columns = params.get("columns") or {}
+    mapped = f"; columns {', '.join(f'{r}={c}' for r, c in columns.items())}" if columns else ""
+    truth = [columns[r] for r in EVAL[params["task"]].truth if r in columns]
+    roles = " or ".join(EVAL[params["task"]].truth)
+    scored = f"labels from {', '.join(truth)}" if truth else \
+        f"labels from a {roles} column if it has one (found by name), else agreement with " \
+        "PyTorch's predictions" if roles else "agreement with PyTorch's predictions"
+    return f"{order}first {params['samples']} rows of {split}{mapped}; {scored}"
+
+
+def gate(params: dict[str, Any]) -> str:
+    """The accuracy an eval step promises: its verdict metric's largest drop against PyTorch."""
+    metric = params["metric"]
+    worse = "rise" if metric in EVAL[params["task"]].lower_is_better else "drop"
+    return (f"{metric} ({params['task']}) of the deliverable on {params['ep']} may {worse} at "
+            f"most {params['max_drop']:g} against PyTorch, else the run fails")

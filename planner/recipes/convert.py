@@ -12,11 +12,12 @@ from typing import Any
 
 from planner.core.ops import bits
 from planner.recipes.draft import Context, Draft
+from planner.recipes.evaluation import map_eval
 from planner.recipes.export import map_export
 from planner.recipes.layout import RecipeFile, config_name
 from planner.recipes.ledger import DROPPED, BadField, Entry, Ledger, Unsupported
 from planner.recipes.model import map_loader, map_model_id
-from planner.recipes.optim import choose_optim, map_eval, map_extras, map_optim
+from planner.recipes.optim import choose_optim, map_extras, map_optim
 from planner.recipes.quant import kind_of, map_quant
 from planner.recipes.target import map_compile, resolve_target
 
@@ -35,6 +36,7 @@ class Build:
     row: dict[str, str] = field(default_factory=dict)  # model id, type, task, target, precision
     draft: Draft | None = None
     entries: list[Entry] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # imported, but will not plan until...
 
     @property
     def shown(self) -> str:
@@ -70,6 +72,7 @@ def convert(files: list[RecipeFile], target: str | None = None,
     draft.set("model.name", "-".join(p for p in (hub_name, first.task, role) if p),
               "the model id and task")
     build.draft, build.entries = draft, entries
+    build.warnings = list(dict.fromkeys(w for cx in contexts for w in cx.warnings))
     return build
 
 

@@ -51,6 +51,7 @@ class Context:
     kind: str = ""                     # quant kind: none | qdq | fp16 (once read)
     task: str = ""                     # the modelplan task
     model_type: str = ""               # the checkpoint's model type (aliases resolved)
+    warnings: list[str] = field(default_factory=list)  # what will stop the config planning
 
     @property
     def pair(self) -> bool:

@@ -14,7 +14,7 @@ from planner.recipes.convert import Build
 from planner.recipes.ledger import DROPPED
 
 MARKER = "# Imported by `modelplan import`"
-GROUP_ORDER = ("model", "export", "optim", "quant", "target", "verify")
+GROUP_ORDER = ("model", "export", "optim", "quant", "target", "verify", "eval")
 PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
 YAML_WORDS = {"null", "true", "false", "yes", "no", "on", "off", "y", "n", "~"}
 
@@ -58,6 +58,7 @@ def _header(build: Build, tree_dir: str) -> list[str]:
              "# model.path is a local copy of the checkpoint; without it the model is read",
              "# from the local Hugging Face cache. origin.fields lists every recipe field and",
              "# what became of it; `modelplan plan --format md` shows them by step."]
+    lines += [_safe(f"# Will not plan yet: {w}") for w in build.warnings]
     if dropped:
         lines.append(f"# Not applied ({len(dropped)} of {len(build.entries)} fields):")
         by_note: dict[str, list[str]] = {}

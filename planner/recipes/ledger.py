@@ -11,9 +11,9 @@ from typing import Any
 from planner.errors import ConfigError
 
 MAPPED, DROPPED = "mapped", "dropped"
-# Fields read as a whole rather than leaf by leaf (lists of tensor specs, dataset settings).
+# Fields read as a whole rather than leaf by leaf (lists of tensor specs, label maps...).
 WHOLE = ("export.input_tensors", "export.output_tensors", "export.dynamic_axes",
-         "eval.dataset", "compile.ep_config.provider_options", "quant.op_types_to_quantize",
+         "eval.dataset.label_mapping", "compile.ep_config.provider_options", "quant.op_types_to_quantize",
          "quant.nodes_to_exclude", "quant.fp16_op_block_list")
 
 

@@ -1,5 +1,5 @@
 """`optim` -> `optim.flags` (the fusions modelplan runs) and the legalize step (mask constants
-and IsNaN guards); `eval` -> `verify`; winml-cli's top-level switches."""
+and IsNaN guards); winml-cli's top-level switches."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from planner.recipes.ledger import BadField
 
 STEP = ("optimize",)
 PACKAGED = {"none": (), "transformer": ("gelu", "layer_norm", "matmul_add")}
-VERIFY = ("verify",)
 
 
 def map_optim(cx: Context) -> None:
@@ -86,32 +85,6 @@ def _legalize(cx: Context, key: str, value: Any) -> None:
     else:
         ledger.dropped(path, f"the {cx.target} EP runs IsNaN; modelplan drops these guards "
                        "for qnn_htp only (HTP has no IsNaN)")
-
-
-def map_eval(cx: Context) -> None:
-    ledger = cx.ledger
-    ev = ledger.get("eval")
-    if ev is None:
-        if ledger.has("eval"):
-            ledger.mapped("eval", "verify", VERIFY, "null: modelplan still verifies against "
-                          "the fp32 export (verify=cosine)", value=None)
-        return
-    if not isinstance(ev, dict):
-        raise BadField("eval", "not a section (an object with task and dataset) or null")
-    cx.draft.choose("verify", "cosine", "eval")
-    task = ev.get("task")
-    if "task" in ev:
-        ledger.mapped("eval.task", "verify", VERIFY, f"modelplan verifies the {cx.target} "
-                      "build against the fp32 export (cosine) on its own samples"
-                      + ("" if task in (cx.task, None) else
-                         f"; {task!r} is the pipeline winml-cli evaluates"))
-    dataset = ev.get("dataset")
-    if "dataset" in ev:
-        where = dataset.get("path") if isinstance(dataset, dict) else None
-        what = "a local dataset winml-cli builds" if str(where).startswith(("~", "/", ".")) \
-            else "a Hugging Face dataset"
-        ledger.dropped("eval.dataset", f"{what} ({where}), not read offline: verify uses "
-                       "modelplan's shipped samples (verify.samples)")
 
 
 def map_extras(cx: Context) -> None:

@@ -52,6 +52,23 @@ def text_table(builds: list[Build], out: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def warnings(builds: list[Build], shown: int | None = None) -> list[str]:
+    """What stops imported configs planning (an eval dataset not on this machine), each once
+    with the configs it stops (the first `shown` of them named)."""
+    by: dict[str, list[str]] = {}
+    for b in builds:
+        if b.status == IMPORTED:
+            for w in b.warnings:
+                by.setdefault(w, []).append(b.name)
+    out = []
+    for w, names in by.items():
+        named = names if shown is None else names[:shown]
+        more = f" and {len(names) - len(named)} more" if len(named) < len(names) else ""
+        out.append(f"{w} ({len(names)} config{'s' * (len(names) > 1)}: "
+                   f"{', '.join(named)}{more})")
+    return out
+
+
 def summary(builds: list[Build]) -> str:
     files = Counter()
     for b in builds:
@@ -69,10 +86,14 @@ def markdown(builds: list[Build], out: str) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows(builds, out)]
     lines += ["", summary(builds), ""]
+    lines += [f"- **Will not plan yet:** {cell(w)}" for w in warnings(builds)]
+    lines += [""] if warnings(builds) else []
     for b in builds:
         if b.status != IMPORTED:
             continue
         lines += [f"### `{b.name}`", "", f"{cell(b.shown)}: {counts(b)}.", ""]
+        lines += [f"> **Will not plan yet:** {cell(w)}" for w in b.warnings]
+        lines += [""] if b.warnings else []
         lines += [f"- {cell(entry_line(e))}" for e in b.entries]
         lines.append("")
     return "\n".join(lines)
@@ -81,5 +102,5 @@ def markdown(builds: list[Build], out: str) -> str:
 def to_json(builds: list[Build], out: str) -> list[dict[str, Any]]:
     return [{"recipes": [f.shown for f in b.files], "status": b.status, "message": b.message,
              "config": f"{out}/{b.name}.yaml" if b.status == IMPORTED else None,
-             "config_name": b.name or None, **b.row,
+             "config_name": b.name or None, **b.row, "warnings": b.warnings,
              "fields": [e.to_json() for e in b.entries]} for b in builds]

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from planner.core.plan import ACTIONS
+from planner.models import evaluation
 
 MARK = dict(zip(ACTIONS, "+=-", strict=True))  # run, cached, elided
 GROUP_KEYS = ("model", "optim", "quant", "target", "verify", "eval", "perf")
+
+
+# What a plan says of an op's step beside its params, in words (label, text from params).
+DETAILS: dict[str, tuple[tuple[str, Callable[[dict[str, Any]], str]], ...]] = {
+    "eval": (("gate", evaluation.gate), ("data", evaluation.summary)),
+}
+
+
+def details(step: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, words) for a step whose op says more than its params (eval: gate and data)."""
+    return [(label, say(step["params"])) for label, say in DETAILS.get(step["op"], ())]
 
 
 def short(key: str) -> str:

@@ -8,6 +8,7 @@ from planner.core import resources
 from planner.core.ops import OPS
 from planner.render import origin
 from planner.render.common import (
+    details,
     headline,
     params_line,
     premise_text,
@@ -36,6 +37,9 @@ def render(ir: dict[str, Any]) -> str:
             if on_ray else ""
         lines.append(f"| `{s['id']}` | {s['op']} | {action} | `{short(s['key'])}` | "
                      f"{cell(params_line(s['params']))} | {cell(why(s))} |{ask}")
+    said = [f"- `{s['id']}` {label}: {cell(text)}" for s in ir["steps"]
+            for label, text in details(s)]
+    lines += ["", *said] if said else []
     lines += origin.markdown(ir, cell)
     if ir["rewrites"]:
         lines += ["", "<details><summary>Proofs</summary>", ""]

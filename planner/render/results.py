@@ -7,6 +7,7 @@ import csv
 import io
 from typing import Any
 
+from planner.render import accuracy
 from planner.render.run import result_summary
 from planner.support.units import human_bytes
 
@@ -32,7 +33,7 @@ def rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
                     "size_bytes": r.get("size_bytes"), "cosine_mean": r.get("cosine_mean"),
                     "cosine_min": r.get("cosine_min"),
                     "latency_ms_median": r.get("latency_ms_median"),
-                    "error": j.get("error")})
+                    **accuracy.fields(j["record"]), "error": j.get("error")})
     return out
 
 
@@ -55,21 +56,44 @@ def _cell(row: dict[str, Any], col: str) -> str:
     return str(v)
 
 
-def table(summary: dict[str, Any]) -> str:
-    """The results table and the sweep's summary line."""
+def _eval_cell(row: dict[str, Any]) -> str:
+    """metric, target value and verdict in one cell (results.csv has each in a column)."""
+    if row["eval_verdict"] is None:
+        return "-"
+    return f"{row['eval_metric']} {accuracy.number(row['eval_target'])} {row['eval_verdict']}"
+
+
+def grid(summary: dict[str, Any]) -> list[list[str]]:
+    """The shown results: a header and a row per job (eval's columns in one, when any job
+    evaluated)."""
     data = rows(summary)
-    cols = [c for c in data[0] if c not in ("cosine_min", "error")] if data else []
-    grid = [cols] + [[_cell(r, c) for c in cols] for r in data]
-    widths = [max(len(row[i]) for row in grid) for i in range(len(cols))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in grid]
+    hidden = ("cosine_min", "error", *accuracy.FIELDS)
+    cols = [c for c in data[0] if c not in hidden] if data else []
+    evaluated = any(r["eval_verdict"] is not None for r in data)
+    return [cols + ["eval"] * evaluated,
+            *[[_cell(r, c) for c in cols] + [_eval_cell(r)] * evaluated for r in data]]
+
+
+def summary_line(summary: dict[str, Any]) -> str:
     unique = summary["steps"]
     built = sum(s["action"] == "run" and s["status"] == "ok" for s in unique)
     failed = [j for j in summary["jobs"] if j["status"] != "ok"]
     cached = sum(s["action"] == "cached" for s in unique)
     elided = sum(s["action"] == "elided" for s in unique)
-    lines += ["", (f"Sweep: {len(summary['jobs'])} jobs, {len(unique)} unique steps "
-                   f"({built} run, {cached} cached, {elided} elided), {len(failed)} failed, "
-                   f"in {summary['wall_s']:.1f} s.")]
+    return (f"Sweep: {len(summary['jobs'])} jobs, {len(unique)} unique steps ({built} run, "
+            f"{cached} cached, {elided} elided), {len(failed)} failed, in "
+            f"{summary['wall_s']:.1f} s.")
+
+
+def table(summary: dict[str, Any]) -> str:
+    """The results table and the sweep's summary line."""
+    shown = grid(summary)
+    widths = [max(len(row[i]) for row in shown) for i in range(len(shown[0]))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip()
+             for row in shown]
+    failed = [j for j in summary["jobs"] if j["status"] != "ok"]
+    lines += ["", summary_line(summary)]
     lines += [f"  job {j['index']} failed: {j['error']}" for j in failed]
     lines.append(f"Results: {summary['sweep_dir']}/results.csv")
     return "\n".join(lines) + "\n"
+

@@ -10,7 +10,7 @@ from planner.core.ops import OPS
 from planner.core.plan import ACTIONS, MAIN_GRAPH, graph_of
 from planner.core.storelayout import WEIGHTS
 from planner.outputs import FAILED_RECORD, record_file
-from planner.render import modules
+from planner.render import accuracy, modules
 from planner.support.units import human_bytes
 
 MAIN_OUTPUTS = ("model.onnx", "metrics.json", "source.json")
@@ -25,18 +25,26 @@ def _main_output(step: dict[str, Any]) -> str:
 
 
 def _show_metric(name: str, value: Any) -> str:
-    return f"{name}={value:.4f}" if isinstance(value, float) and "cosine" in name else \
+    fine = "cosine" in name or name.startswith("eval_")  # scores in [0, 1]-ish units
+    return f"{name}={value:.4f}" if isinstance(value, float) and fine else \
         f"{name}={value:.1f}" if isinstance(value, float) else f"{name}={value}"
 
 
 def _note(step: dict[str, Any]) -> str:
     if step["status"] != "ok":
-        return step["status"].upper()
+        gate = OPS[step["op"]].gate if step["op"] in OPS else ""
+        judged = gate and step["metrics"].get(gate)  # failed on its verdict: say on what
+        return step["status"].upper() + (f" {_headline(step)}" if judged else "")
     pc = step["proof_check"]
     if pc is not None and not pc["held"]:
         return "proof did not hold"
     if step.get("quarantined"):
         return "rebuilt: its store entry was corrupt"
+    return _headline(step)
+
+
+def _headline(step: dict[str, Any]) -> str:
+    """The step's first headline metric, as `name=value` (blank without one)."""
     headline = OPS[step["op"]].headline if step["op"] in OPS else ()
     shown = [m for m in headline[:1] if m in step["metrics"]]
     return _show_metric(shown[0], step["metrics"][shown[0]]) if shown else ""
@@ -115,6 +123,7 @@ def table(record: dict[str, Any], limit: int | None = modules.TOP) -> str:
               f"{s['quarantined']['moved_to']}" for s in record["steps"] if s.get("quarantined")]
     if record.get("published"):
         lines.extend(_deliverable(record))
+    lines.extend(accuracy.text(record))
     lines.extend(modules.text(record, limit))
     if record["outputs_dir"]:
         lines.append("")
@@ -137,5 +146,6 @@ def markdown(record: dict[str, Any]) -> str:
         lines.append(f"| `{s['id']}` | {action} | {wall} | {rss} | {_note(s)} |")
     if record.get("published"):
         lines += ["", *[f"- {line}" for line in _deliverable(record)]]
+    lines.extend(accuracy.markdown(record))
     lines.extend(modules.markdown(record))
     return "\n".join(lines) + "\n"

@@ -1,10 +1,13 @@
-"""The merged sweep plan as text (`modelplan plan -m`)."""
+"""A sweep for people: its merged plan as text (`modelplan plan -m`) and its results with the
+accuracy matrix (`modelplan report <sweep dir>`, text or Markdown)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from planner.render import matrix, results
 from planner.render.common import short, summary_line
+from planner.render.markdown import cell
 
 
 def render(sweep: dict[str, Any]) -> str:
@@ -23,4 +26,22 @@ def render(sweep: dict[str, Any]) -> str:
                    f"{s['unique_steps']} unique ({s['run']} to run, {s['cached']} cached, "
                    f"{s['elided']} elided), {s['shared_steps']} shared, "
                    f"{s['failed_jobs']} job(s) with config errors.")]
+    return "\n".join(lines) + "\n"
+
+
+def report_text(summary: dict[str, Any]) -> str:
+    """The results table as `modelplan run -m` printed it, then the accuracy matrix."""
+    return results.table(summary) + "".join(f"{line}\n" for line in matrix.text(summary))
+
+
+def report_markdown(summary: dict[str, Any]) -> str:
+    """The sweep for a pull-request comment: a row per job, then the accuracy matrix."""
+    shown = results.grid(summary)
+    lines = [f"### modelplan sweep — {cell(results.summary_line(summary))}", ""]
+    if shown[0]:
+        lines += ["| " + " | ".join(shown[0]) + " |", "|" + "---|" * len(shown[0])]
+        lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in shown[1:]]
+    lines += [f"- job {j['index']} failed: {cell(j['error'] or '')}"
+              for j in summary["jobs"] if j["status"] != "ok"]
+    lines += matrix.markdown(summary)
     return "\n".join(lines) + "\n"

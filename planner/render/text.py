@@ -9,6 +9,7 @@ from planner.core import resources
 from planner.render import origin
 from planner.render.common import (
     MARK,
+    details,
     headline,
     params_line,
     premise_text,
@@ -30,6 +31,7 @@ def render(ir: dict[str, Any]) -> str:
                      f"{short(s['key'])}  {params_line(s['params'])}".rstrip())
         reads = f"reads {inputs}; " if inputs else ""
         lines.append(f"  {'':<{width + 2}}  {'':<6}  {reads}{why(s, brief=True)}")
+        lines += [f"  {'':<{width + 2}}  {'':<6}  {label}: {said}" for label, said in details(s)]
         if on_ray:
             ask = resources.request(s, ir["config"]["executor"]).describe()
             lines.append(f"  {'':<{width + 2}}  {'':<6}  ray: {ask}")

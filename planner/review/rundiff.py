@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import UsageError
+from planner.review import evaldiff
 
 TEXT_ROWS = 30        # module rows in the text diff; the Markdown diff lists them all
 LATENCY = "latency_ms_median"
@@ -48,6 +49,34 @@ def load_record(path: str) -> dict[str, Any]:
     return doc
 
 
+SWEEP = "sweep.json"  # a sweep directory's summary (beside results.csv and each job's folder)
+
+
+def load_sweep(path: str) -> dict[str, Any]:
+    """The summary of a sweep directory (or its sweep.json), every job's record checked."""
+    file = Path(path) / SWEEP if Path(path).is_dir() else Path(path)
+    try:
+        doc = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: neither a run record nor a sweep directory with a readable "
+                         f"{SWEEP} ({exc}); give outputs/<name>/run.json or the directory "
+                         "`modelplan run -m` wrote (multirun/DATE/TIME)") from exc
+    if not is_sweep(doc):
+        raise UsageError(f"{file}: not a sweep summary (no jobs); give the {SWEEP} of a "
+                         "`modelplan run -m`")
+    for job in doc["jobs"]:
+        if job.get("record") is not None:
+            check_record(job["record"], f"{file} job {job.get('index')}")
+    return doc
+
+
+def is_sweep(doc: Any) -> bool:
+    return isinstance(doc, dict) and isinstance(doc.get("jobs"), list) and \
+        isinstance(doc.get("steps"), list) and all(
+            isinstance(j, dict) and {"index", "overrides", "status"} <= set(j)
+            for j in doc["jobs"])
+
+
 def _perf_steps(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {s["id"]: s for s in record["steps"] if s["status"] == "ok" and LATENCY in s["metrics"]}
 
@@ -65,7 +94,7 @@ def _change(old: float | None, new: float | None) -> dict[str, Any]:
 
 
 def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Latency per perf step and time per module, old (a) vs new (b)."""
+    """Latency per perf step, the eval metrics and time per module, old (a) vs new (b)."""
     pa, pb = _perf_steps(a), _perf_steps(b)
     latency = [{"step": i, "ep": [pa[i]["metrics"].get("ep"), pb[i]["metrics"].get("ep")],
                 **_change(pa[i]["metrics"][LATENCY], pb[i]["metrics"][LATENCY])}
@@ -79,8 +108,11 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
                         "alone": bool(row.get("alone")),
                         **_change(ra[key]["ms"] if key in ra else None,
                                   rb[key]["ms"] if key in rb else None)})
-    return {"old": _identity(a), "new": _identity(b), "latency": latency, "modules": modules,
-            "summary": {"perf_steps": len(latency), "modules": len(modules),
+    evals = evaldiff.diff(a, b)
+    return {"old": _identity(a), "new": _identity(b), "latency": latency, "eval": evals,
+            "modules": modules,
+            "summary": {"perf_steps": len(latency), "eval_steps": len(evals),
+                        "modules": len(modules),
                         "only_old": sum(1 for m in modules if m["new_ms"] is None),
                         "only_new": sum(1 for m in modules if m["old_ms"] is None)}}
 
@@ -96,8 +128,9 @@ def _who(run: dict[str, Any], quote: str) -> str:
 
 def summary_line(d: dict[str, Any]) -> str:
     s = d["summary"]
+    evals = f", {s['eval_steps']} eval step(s)" if s.get("eval_steps") else ""
     return (f"Diff: {s['perf_steps']} perf step(s), {s['modules']} module row(s) "
-            f"({s['only_old']} only in the old run, {s['only_new']} only in the new).")
+            f"({s['only_old']} only in the old run, {s['only_new']} only in the new){evals}.")
 
 
 def _ms(v: float | None) -> str:
@@ -126,6 +159,7 @@ def render_text(d: dict[str, Any], limit: int | None = TEXT_ROWS) -> str:
     for lat in d["latency"]:
         lines.append(f"  {lat['step']}: median latency {_ms(lat['old_ms'])} -> "
                      f"{_ms(lat['new_ms'])} ms ({_delta(lat)})")
+    lines += [""] * bool(d["latency"] and d.get("eval")) + evaldiff.text(d.get("eval", []))
     shown = _shown(d["modules"], limit)
     if shown:
         names = [_label(m, "  ", "") for m in shown]
@@ -147,6 +181,7 @@ def render_md(d: dict[str, Any]) -> str:
         lines += ["| perf step | old ms | new ms | change |", "|---|---:|---:|---:|"]
         lines += [f"| `{lat['step']}` | {_ms(lat['old_ms'])} | {_ms(lat['new_ms'])} | "
                   f"{_delta(lat)} |" for lat in d["latency"]]
+    lines += [""] * bool(d["latency"] and d.get("eval")) + evaldiff.markdown(d.get("eval", []))
     if d["modules"]:
         lines += ["", "| step | module | old ms | new ms | change |", "|---|---|---:|---:|---:|"]
         lines += [f"| `{m['step']}` | {_label(m, '&emsp;', '`')} | {_ms(m['old_ms'])} | "

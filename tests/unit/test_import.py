@@ -73,8 +73,14 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("recipes")
     recipe = write(root, "acme_tiny-bert/text-classification_w8a16_config.json", RECIPE)
     conf = root / "conf"
-    result = run_cli("import", str(recipe), "-o", str(conf))
+    result = run_cli("import", str(recipe), "-o", str(conf), env=no_datasets(root))
     return {"root": root, "conf": conf, "result": result, "recipe": recipe}
+
+
+def no_datasets(root: Path) -> dict[str, str]:
+    """An environment whose Hugging Face caches are empty folders under `root`."""
+    return {"HF_HOME": str(root / "hf"), "HF_HUB_CACHE": str(root / "hf" / "hub"),
+            "HF_DATASETS_CACHE": str(root / "hf" / "datasets")}
 
 
 def test_a_recipe_becomes_a_primary_config(imported: dict[str, Any]) -> None:
@@ -93,6 +99,12 @@ def test_a_recipe_becomes_a_primary_config(imported: dict[str, Any]) -> None:
                                           "shape": [1, 32], "min": 0, "max": 999}
     assert cfg["export"]["outputs"] == ["logits"]
     assert cfg["verify"]["name"] == "cosine"
+    assert cfg["eval"]["name"] == "task"
+    assert {k: cfg["eval"]["dataset"][k] for k in ("path", "name", "split", "samples")} == \
+        {"path": "nyu-mll/glue", "name": "sst2", "split": "validation", "samples": 100}
+    assert "Will not plan yet: dataset nyu-mll/glue is not available offline; `modelplan " \
+        "plan` fails until it is saved on this machine (datasets.load_dataset(" \
+        "'nyu-mll/glue', 'sst2')" in result.stdout
 
 
 def test_every_field_is_mapped_or_dropped_with_a_reason(imported: dict[str, Any]) -> None:
@@ -104,17 +116,18 @@ def test_every_field_is_mapped_or_dropped_with_a_reason(imported: dict[str, Any]
         "ignores it)"
     assert "modelplan's: attention, bias_gelu, gelu" in dropped["optim.bias_softmax_fusion"]
     assert "quantizes every node" in dropped["quant.nodes_to_exclude"]
-    assert "not read offline" in dropped["eval.dataset"]
+    assert "is not available offline" in fields["eval.dataset.path"]["note"]
+    assert fields["eval.dataset.split"]["config"] == "eval.dataset.split"
     assert "not a WinMLBuildConfig section" in dropped["notes"]
     assert fields["notes"]["value"] == '"${not.an.interpolation}"'  # written, not resolved
     assert fields["optim.clamp_constant_values"]["steps"] == ["legalize"]
     assert set(dropped) <= {"optim.made_up_flag", "optim.bias_softmax_fusion", "notes",
-                            "quant.nodes_to_exclude", "eval.dataset", "export.verbose"}
+                            "quant.nodes_to_exclude", "export.verbose"}
 
 
 def test_plan_markdown_says_which_steps_each_field_shaped(imported: dict[str, Any]) -> None:
     result = run_cli("plan", "--config-dir", str(imported["conf"]), "--config-name", NAME,
-                     "--symbolic-sources", "--format", "md")
+                     "--symbolic-sources", "--format", "md", env=no_datasets(imported["root"]))
     assert result.returncode == 0, result.stderr
     rows = {line.split("|")[1].strip(): line for line in result.stdout.splitlines()
             if line.startswith("| `") and line.count("|") == 6}
@@ -123,7 +136,8 @@ def test_plan_markdown_says_which_steps_each_field_shaped(imported: dict[str, An
     assert "`legalize`" in rows["`optim.clamp_constant_values`"]
     assert "`export`" in rows["`export.input_tensors`"]
     assert "`compile`" in rows["`(ep/device folder)`"]
-    assert "Recipe fields not applied (6)" in result.stdout
+    assert "`eval`" in rows["`eval.dataset.path`"] and "`eval`" in rows["`eval.task`"]
+    assert "Recipe fields not applied (5)" in result.stdout
     text = run_cli("plan", "--config-dir", str(imported["conf"]), "--config-name", NAME,
                    "--symbolic-sources")
     assert "From winml-cli recipe acme_tiny-bert/text-classification_w8a16_config.json: " \

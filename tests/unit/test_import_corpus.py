@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.recipe_models import SKIP_WHY, corpus_dir
-from tests.unit.test_import import covered, leaves
+from tests.unit.test_import import covered, leaves, no_datasets
 
 CORPUS = corpus_dir()
 pytestmark = pytest.mark.skipif(CORPUS is None, reason=SKIP_WHY)
@@ -23,8 +23,9 @@ ONE_LINE = re.compile(r"^[^:\n]+: [^\n]+$")
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    conf = tmp_path_factory.mktemp("corpus") / "conf"
-    result = run_cli("import", str(CORPUS), "-o", str(conf), "--json")
+    root = tmp_path_factory.mktemp("corpus")
+    conf = root / "conf"
+    result = run_cli("import", str(CORPUS), "-o", str(conf), "--json", env=no_datasets(root))
     assert result.stdout.startswith("["), result.stderr
     return {"conf": conf, "builds": json.loads(result.stdout), "code": result.returncode}
 
@@ -79,3 +80,23 @@ def test_imported_configs_plan(corpus: dict[str, Any], tmp_path: Path) -> None:
         assert result.returncode == 0, f"{key} {name}: {result.stderr}"
         assert "From winml-cli recipe" in result.stdout
         assert ("compile" in result.stdout) == (key[0] == "qnn_htp")
+        assert ("+ eval " in result.stdout) == ("gate: " in result.stdout)
+
+
+def test_eval_sections_become_eval_task(corpus: dict[str, Any]) -> None:
+    """Every eval section's dataset is mapped to eval.dataset.* or dropped with the reason, and
+    each dataset that is not on this machine is reported once per build (none is cached here)."""
+    assert CORPUS is not None
+    warned = 0
+    for b in corpus["builds"]:
+        if b["status"] != "imported":
+            continue
+        evals = [f for f in b["fields"] if f["field"].split(":")[-1].startswith("eval")]
+        assert all(f["config"] is None or f["config"].startswith("eval") for f in evals)
+        assert all(f["outcome"] == "mapped" or f["note"] for f in evals)
+        paths = [f for f in evals if f["field"].endswith("eval.dataset.path")]
+        assert len(b["warnings"]) == len({f["value"] for f in paths})
+        assert all("is not available offline; `modelplan plan` fails until" in w
+                   for w in b["warnings"])
+        warned += bool(b["warnings"])
+    assert warned == 68  # 72 eval sections; the 4 of CLIP towers evaluate another pipeline
