@@ -104,18 +104,18 @@ def test_a_hub_id_not_cached_is_one_line_saying_how_to_make_it_available(
         D.locate("mteb/stsbenchmark-sts")
     assert len(err.value.lines) == 1
     assert "save_to_disk" in str(err.value) and "eval.dataset.path=DIR" in str(err.value)
-    symbolic = D.read({"dataset": {"path": "mteb/stsbenchmark-sts"}}, DigestMemo(None), True)
+    symbolic = D.read({"dataset": {"path": "mteb/stsbenchmark-sts", "name": None}}, DigestMemo(None), True)
     assert symbolic.kind == "symbolic" and len(symbolic.digest) == 64
 
 
 def test_digest_follows_the_content(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "rows.jsonl")
-    ev = {"dataset": {"path": str(path)}}
+    ev = {"dataset": {"path": str(path), "name": None}}
     first = D.read(ev, DigestMemo(None)).digest
     assert D.read(ev, DigestMemo(None)).digest == first
     write_jsonl(path, ROWS[::-1])
     assert D.read(ev, DigestMemo(None)).digest != first
-    assert D.read({"dataset": {"path": None}}, DigestMemo(None)).digest == D.SHIPPED
+    assert D.read({"dataset": {"path": None, "name": None}}, DigestMemo(None)).digest == D.SHIPPED
 
 
 def test_missing_columns_and_splits_are_one_line_each(tmp_path: Path) -> None:
