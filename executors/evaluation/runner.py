@@ -127,14 +127,20 @@ def evaluate(params: dict[str, Any], inputs: dict[str, Path], cache_dir: Path | 
         n = len(prepared.feeds)
         start = time.perf_counter()
         preds[which] = ev.predictions(
-            graphs, prepared, cx, lambda i, w=which, n=n: say(f"  eval {w} {i + 1}/{n}"))
+            graphs, prepared, cx, lambda i, w=which, n=n: _progress(say, w, i, n))
         seconds[which] = round(time.perf_counter() - start, 3)
         del graphs
     truth = ev.truth(prepared, cx) if rows.labelled else preds["pytorch"]
     scores = {w: ev.score(preds[w], truth, cx) for w in MODELS}
     notes = ev.notes(cx)
-    return {**verdict(params, scores, rows, seconds, len(prepared.feeds)),
+    return {**verdict(params, scores, rows, seconds, len(prepared.rows)),
             **({"notes": notes} if notes else {})}
+
+
+def _progress(say: Callable[[str], None], which: str, i: int, n: int) -> None:
+    """About ten progress lines per model, and the last one."""
+    if (i + 1) % max(1, n // 10) == 0 or i + 1 == n:
+        say(f"  eval {which} {i + 1}/{n}")
 
 
 def verdict(params: dict[str, Any], scores: dict[str, dict[str, float]], rows: data.Rows,
