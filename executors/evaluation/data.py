@@ -16,7 +16,7 @@ import numpy as np
 from executors.evaluation.base import EvalDataError
 from executors.samples import media, text
 from planner.models.evaluation import EVAL
-from planner.models.tasks import AUDIO, IMAGE
+from planner.models.tasks import AUDIO, IMAGE, TEXT
 
 # Column names a role is found under when eval.dataset.columns does not map it, in order.
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -206,6 +206,8 @@ def shipped(task: str, modality: str | None, samples: int) -> Rows:
     roles = set(EVAL[task].roles)
     if modality in (IMAGE, AUDIO):  # a task of several modalities: the model's own input
         roles = (roles - {"text", "text_pair", "audio", "image"}) | {modality}
+    elif modality == TEXT:
+        roles -= {"audio", "image"}
     lines = text.sentences("verify") + text.sentences("calibration")
     photos = media.views("verify") + media.views("calibration")
     rows: list[dict[str, Any]] = []

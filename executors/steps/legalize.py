@@ -44,9 +44,9 @@ def run(ctx: StepContext) -> StepResult:
     del model  # the weights: the output check below runs two sessions of its own
     max_abs = _outputs_unchanged(ctx, path)
     return StepResult(metrics={"rewrites": {k: v for k, v in done.items() if v},
-                               "wheres_rewritten": done["mask_wheres"],
-                               "constants_clamped": done["clamp_constants"],
-                               "gelus_fused": done["erf_gelu"],
+                               "wheres_rewritten": done.get("mask_wheres", 0),
+                               "constants_clamped": done.get("clamp_constants", 0),
+                               "gelus_fused": done.get("erf_gelu", 0),
                                "max_abs_valid_tokens": max_abs,
                                "floor": rewrites.FLOOR})
 

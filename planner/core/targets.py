@@ -67,7 +67,7 @@ class Target:
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("cpu", "cpu", "CPUExecutionProvider", None, reference=True, resource=None,
-           qdq=QdqProfile("static_quant_config"), legalizer=None,
+           qdq=QdqProfile("static_quant_config"), legalizer="qdq",
            session=SessionSpec("cpu", log_severity=4)),
     Target("qnn_htp", "qnn", "QNNExecutionProvider", "htp", reference=False,
            resource="qnn_htp", qdq=QdqProfile("qnn_qdq_config"), legalizer="htp",

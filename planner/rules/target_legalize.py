@@ -46,5 +46,6 @@ def _insertion(plan: Plan, s: Step, target: str, known: dict[str, F.Facts]) -> R
     ]
     return Rewrite(NAME, "insert", new.id, premises,
                    f"{op.name}{{target={target}}} inserted after {anchor.id}: without it "
-                   f"{s.id} fails on {target} (e.g. HTP graph finalization rejects -inf mask "
-                   "constants and the mask Where)", anchor=anchor.id, new_step=new)
+                   f"{s.id} fails or loses accuracy on {target} (e.g. -inf mask constants "
+                   "stretch a quantized range until every score rounds to one value; HTP "
+                   "graph finalization rejects them and the mask Where)", anchor=anchor.id, new_step=new)

@@ -118,8 +118,18 @@ def test_target_legalize_inserts_before_quantize_for_qnn_htp() -> None:
     assert plan.step("legalize").inputs["model"] == "normalize"
 
 
-def test_target_legalize_does_not_fire_for_cpu() -> None:
-    assert target_legalize.apply(lowered("model=tiny_bert", "target=cpu", "quant=w8a8")) == []
+def test_target_legalize_does_not_fire_for_an_unquantized_cpu_build() -> None:
+    assert target_legalize.apply(lowered("model=tiny_bert", "target=cpu", "quant=none")) == []
+
+
+def test_a_quantized_cpu_build_is_legalized_before_quantize() -> None:
+    """Mask sentinels ruin any QDQ range: the CPU's legalizer floors them (MiniLM w8a16_pc
+    on the CPU EP: cosine 0.62 without, 0.999 with)."""
+    (rw,) = target_legalize.apply(lowered("model=tiny_bert", "target=cpu", "quant=w8a8"))
+    assert rw.action == "insert" and rw.new_step.params == {"target": "cpu"}
+    plan = fixed_point("model=tiny_bert", "target=cpu", "quant=w8a8")
+    ops = [s.op for s in plan.live()]
+    assert ops.index("legalize") < ops.index("quantize")
 
 
 def test_target_legalize_does_not_fire_twice() -> None:
@@ -169,5 +179,5 @@ def test_unmet_requires_is_read_by_input_role() -> None:
     assert F.unmet_requires(verify, {}, {"candidate": onnx, "reference": onnx}) == []
     unmet = F.unmet_requires(verify, {}, {"candidate": onnx})  # no reference input: no facts
     assert [(r.fact, r.role) for r in unmet] == [("format", "reference")]
-    assert [r.fact for r in F.unmet_requires(OPS["quantize"], {}, {"model": onnx})] == \
-        ["normalized"]
+    assert [r.fact for r in F.unmet_requires(OPS["quantize"], {"profile": "cpu"},
+                                             {"model": onnx})] == ["normalized", "legal_for"]

@@ -119,12 +119,12 @@ def test_a_proof_that_does_not_hold_runs_the_step_and_rekeys_what_follows() -> N
                                             "detail": "not normalized on the real input"}
     ran = [(w.step["id"], w.step["action"], w.key) for w in runner.started]
     assert ("optimize", "run", planned["optimize"]) in ran  # under its own key
-    for sid in ("quantize", "tag", "verify", "perf"):  # they read optimize now
+    for sid in ("legalize", "quantize", "tag", "verify", "perf"):  # they read optimize now
         assert job.keys[sid] != planned[sid]
         assert scheduler.outcomes[job.keys[sid]].ok
         assert planned[sid] not in dag.nodes  # no job needs the planned key any more
-    quantize = next(w for w in runner.started if w.step["id"] == "quantize")
-    assert quantize.inputs["model"] == Path("/store") / planned["optimize"]
+    legalize = next(w for w in runner.started if w.step["id"] == "legalize")
+    assert legalize.inputs["model"] == Path("/store") / planned["optimize"]
 
 
 def test_a_sweep_runs_shared_keys_once_within_the_runners_slots() -> None:

@@ -73,7 +73,8 @@ def test_requires_are_checked_on_the_input_before_the_step_runs(
     src = stamped_dir(tmp_path / "in", tiny_model(), {"format": "onnx"})  # not normalized
     monkeypatch.setattr(wrapper, "implementation",
                         lambda _name: pytest.fail("the step must not run"))
-    ctx = ctx_for("quantize", {}, {"model": src, "source": src}, tmp_path / "out")
+    ctx = ctx_for("quantize", {"profile": "cpu"}, {"model": src, "source": src},
+                  tmp_path / "out")
     with pytest.raises(RequiresError, match="its model input does not have normalized"):
         apply_step(ctx)
 
@@ -133,7 +134,9 @@ def test_legal_for_names_what_htp_rejects(tmp_path: Path) -> None:
     path = stamped_dir(tmp_path / "m", tiny_model(nodes, [mask]), {})
     why = check(Artifact(path), FactName.LEGAL_FOR, "qnn_htp")
     assert why is not None and "Erf node '/model/act/Erf'" in why and "+1 more" in why
-    assert check(Artifact(path), FactName.LEGAL_FOR, "cpu") is None  # nothing to reject
+    # the CPU runs Erf; a mask sentinel is what it cannot quantize
+    assert check(Artifact(path), FactName.LEGAL_FOR, "cpu") == \
+        "mask constant 'm' at or below -1e+30"
 
 
 def test_fused_set_checks_each_flag(tmp_path: Path) -> None:

@@ -62,7 +62,7 @@ def test_merged_plan_has_each_key_once_and_shares_the_prefix(tmp_path: Path) -> 
     assert len(keys) == len(set(keys))
     by_id = {s["id"]: s for s in data["steps"] if len(s["jobs"]) == 4}
     assert set(by_id) == {"resolve", "export", "normalize", "optimize"}
-    assert data["summary"]["total_steps"] == 36 and data["summary"]["unique_steps"] == 23
+    assert data["summary"]["total_steps"] == 38 and data["summary"]["unique_steps"] == 24
     merges = [rw for rw in data["rewrites"] if rw["rule"] == "sweep-CSE"]
     assert {rw["step"] for rw in merges} >= {"export", "legalize"}
     assert all(rw["action"] == "merge" and rw["premises"] for rw in merges)
@@ -91,7 +91,7 @@ def test_plan_m_cli_text_and_json(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "Shared steps" in result.stdout
     assert result.stdout.strip().splitlines()[-1].startswith(
-        "Sweep plan: 4 jobs, 36 steps, 23 unique")
+        "Sweep plan: 4 jobs, 38 steps, 24 unique")
 
 
 def test_ready_steps_start_longest_remaining_path_first(tmp_path: Path) -> None:
@@ -113,7 +113,6 @@ def test_ready_steps_start_longest_remaining_path_first(tmp_path: Path) -> None:
     for key in builds:
         by_op.setdefault(unique[key]["step"]["op"], []).append(key)
     # after normalize, the HTP chain (legalize, quantize, tag, compile, verify) is longer
-    # than the CPU one (quantize, tag, verify): its first step starts first
-    htp_first = by_op["legalize"][0]
-    cpu_quantize = next(k for k in by_op["quantize"] if deps[k]["model"] != htp_first)
-    assert first(htp_first) < first(cpu_quantize)
+    # than the CPU one (legalize, quantize, tag, verify): its first step starts first
+    legalize = {unique[k]["step"]["params"]["target"]: k for k in by_op["legalize"]}
+    assert first(legalize["qnn_htp"]) < first(legalize["cpu"])
