@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from executors.evaluation.base import EvalDataError, Evaluator
 from executors.evaluation.classify import Classify
+from executors.evaluation.depth import Depth
+from executors.evaluation.detect import Detect, ZeroShotDetect
 from executors.evaluation.fillmask import FillMask
 from executors.evaluation.generation import Generation
+from executors.evaluation.keypoints import Keypoints
 from executors.evaluation.qa import QuestionAnswering
+from executors.evaluation.segment import Segment
 from executors.evaluation.similarity import Similarity
 from executors.evaluation.speech import Speech
 from executors.evaluation.tokens import TokenTags
+from executors.evaluation.zeroshot import ZeroShotClassify
 
 FAMILIES: tuple[Evaluator, ...] = (Classify(), Similarity(), TokenTags(), QuestionAnswering(),
-                                   FillMask(), Speech(), Generation())
+                                   FillMask(), Speech(), Generation(), Segment(), Depth(),
+                                   Detect(), ZeroShotDetect(), Keypoints(), ZeroShotClassify())
 BY_TASK: dict[str, Evaluator] = {t: f for f in FAMILIES for t in f.tasks}
 
 

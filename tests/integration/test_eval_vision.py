@@ -1,0 +1,355 @@
+"""`eval` of the vision tasks on tiny random-weight models: segmentation, depth, detection
+(softmax and focal-loss heads, zero-shot with text queries), keypoints and zero-shot
+classification, on small datasets written here (a save_to_disk folder, JSON Lines with image
+paths, an image folder) and on the shipped photographs (agreement with PyTorch). Every run
+reports the metric for PyTorch, the fp32 export and the target; on the CPU in fp32 the export
+scores what PyTorch scores. Segmentation also runs on QNN HTP (w8a16 per-channel)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from filelock import FileLock
+
+from planner.models.evaluation import EVAL
+from tests.conftest import shared_dir
+from tests.integration.conftest import run_json
+
+SAMPLES = "eval.dataset.samples=4"
+CPU = ("quant=none", "target=cpu")
+HTP = ("quant=w8a16_pc", "target=qnn_htp", "quant.calibration.samples=8")
+TEXT = ("export.shapes.sequence_length=16",)   # text queries of a few tokens
+
+
+def tiny(model_type: str, task: str) -> tuple[str, ...]:
+    return ("model=tiny_random", f"model.random_init.model_type={model_type}",
+            f"model.task={task}")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One store for the module, whichever xdist worker builds a model first."""
+    path = shared_dir(tmp_path_factory) / "eval-vision-store"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def evaluate(store: Path, out: Path, *args: str) -> dict[str, Any]:
+    """The eval step's metrics of `modelplan run ARGS eval=task`."""
+    code, record, err = run_json(*args, "verify=none", "perf=none", "eval=task", SAMPLES,
+                                 store=store, outputs=out)
+    assert code == 0, err
+    return next(s for s in record["steps"] if s["op"] == "eval")["metrics"]
+
+
+def last_record(out: Path) -> dict[str, Any]:
+    """The run record `evaluate` left under `out`."""
+    return json.loads(next(out.rglob("run.json")).read_text())
+
+
+PERFECT = {"abs_rel": 0.0}   # PyTorch against itself; 1.0 for the others
+
+
+def three_ways(metrics: dict[str, Any], task: str) -> dict[str, dict[str, float]]:
+    """Every declared metric for PyTorch, the fp32 export and the target."""
+    scores = metrics["scores"]
+    assert set(scores) == {"pytorch", "fp32_onnx", "target"}
+    for which in scores.values():
+        assert set(which) == set(EVAL[task].metrics)
+        assert all(np.isfinite(v) for v in which.values())
+    return scores
+
+
+def agreement(metrics: dict[str, Any], task: str) -> dict[str, dict[str, float]]:
+    """Scores of a run on the shipped photographs: PyTorch's predictions are the truth."""
+    assert not metrics["labelled"] and metrics["against"] == "PyTorch's predictions"
+    scores = three_ways(metrics, task)
+    assert scores["pytorch"] == {m: PERFECT.get(m, 1.0) for m in EVAL[task].metrics}
+    return scores
+
+
+def same_in_fp32(scores: dict[str, dict[str, float]], tol: float = 1e-6) -> None:
+    for name, value in scores["pytorch"].items():
+        assert scores["fp32_onnx"][name] == pytest.approx(value, abs=tol), name
+        assert scores["target"][name] == pytest.approx(value, abs=tol), name
+
+
+# --- datasets the tests write ---------------------------------------------------------------
+
+def _photo(i: int, size: tuple[int, int] = (40, 56)) -> np.ndarray:
+    """A small image with structure (gradients and a bright square) that differs per i."""
+    h, w = size
+    y, x = np.mgrid[0:h, 0:w]
+    img = np.stack([(x * 255 // w + 40 * i) % 256, (y * 255 // h) % 256,
+                    np.full((h, w), (60 * i) % 256)], axis=-1).astype(np.uint8)
+    img[h // 4: h // 2, w // 4 + i: w // 2 + i] = 255
+    return img
+
+
+def _save_png(array: np.ndarray, path: Path) -> str:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(array).save(path)
+    return str(path)
+
+
+def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def segmentation_set(root: Path) -> Path:
+    """save_to_disk: image + annotation (a grey class-id image: 0 left, 1 right, 255 border)."""
+    import datasets
+    from PIL import Image
+
+    images, masks = [], []
+    for i in range(4):
+        mask = np.zeros((40, 56), np.uint8)
+        mask[:, 28 + i:] = 1
+        mask[:2], mask[-2:] = 255, 255
+        images.append(Image.fromarray(_photo(i)))
+        masks.append(Image.fromarray(mask, mode="L"))
+    features = datasets.Features({"image": datasets.Image(), "annotation": datasets.Image()})
+    table = datasets.Dataset.from_dict({"image": images, "annotation": masks}, features=features)
+    table.save_to_disk(str(root / "seg"))
+    return root / "seg"
+
+
+def depth_set(root: Path) -> Path:
+    """JSON Lines: image path + 16-bit PNG depth in millimetres (0 = no measurement)."""
+    rows = []
+    for i in range(4):
+        depth = np.tile(np.linspace(500, 3000, 56, dtype=np.float64), (40, 1)) + 100 * i
+        depth[:3] = 0
+        rows.append({"image": _save_png(_photo(i), root / f"img{i}.png"),
+                     "depth": _save_png(depth.astype(np.uint16), root / f"depth{i}.png")})
+    return _jsonl(root / "depth.jsonl", rows)
+
+
+def images(root: Path, n: int = 4) -> list[str]:
+    return [_save_png(_photo(i), root / f"img{i}.png") for i in range(n)]
+
+
+def pytorch_predictions(record: dict[str, Any], rows: list[dict[str, Any]],
+                        labelled: bool = False) -> list[Any]:
+    """PyTorch's predictions on `rows`, computed as eval computes them, from the checkpoint and
+    export of a run's record."""
+    from executors.evaluation import runner
+    from executors.evaluation.tasks import evaluator
+
+    steps = {s["op"]: s for s in record["steps"]}
+    source = Path(steps["resolve"]["outputs"]["source.json"]).parent
+    cx = runner.context(json.loads((source / "source.json").read_text())["task"], source,
+                        {"model": Path(steps["export"]["outputs"]["model.onnx"])})
+    cx.labelled = labelled
+    family = evaluator(cx.task)
+    prepared = family.prepare(rows, cx)
+    return family.predictions(runner.torch_graphs(source, cx), prepared, cx, lambda i: None)
+
+
+def detection_set(root: Path, record: dict[str, Any]) -> Path:
+    """JSON Lines: image path + HF-style objects {bbox: [[x, y, w, h]], category: [...]}, the
+    objects being PyTorch's own detections of at least CONFIDENT: PyTorch's mAP is 1 exactly
+    when boxes are read and scaled as they are predicted."""
+    from executors.evaluation.detect import confident
+
+    paths = images(root)
+    rows = []
+    for path, det in zip(paths, pytorch_predictions(record, [{"image": p} for p in paths]),
+                         strict=True):
+        kept = confident(det)
+        xywh = np.concatenate([kept["boxes"][:, :2], kept["boxes"][:, 2:] - kept["boxes"][:, :2]],
+                              axis=1)
+        rows.append({"image": path, "objects": {"bbox": xywh.tolist(),
+                                                "category": kept["labels"].tolist()}})
+    return _jsonl(root / "detection.jsonl", rows)
+
+
+def keypoint_set(root: Path, record: dict[str, Any]) -> Path:
+    """JSON Lines: image path + COCO-style persons {keypoints: flat x, y, v; bbox}: two persons
+    an image (the tiny ViTPose has 2 keypoints), PyTorch's keypoints on their boxes with the
+    second one moved 20 pixels away, and not labelled (v = 0) on the second person: PyTorch's
+    PCK is 2/3 exactly."""
+    paths = images(root)
+    boxes = [[4.0, 4.0, 30.0, 34.0], [30.0, 2.0, 24.0, 36.0]]
+    blank = [{"keypoints": [0.0] * 6, "bbox": b} for b in boxes]
+    got = pytorch_predictions(record, [{"image": p, "keypoints": blank} for p in paths], True)
+    rows = []
+    for path, pred in zip(paths, got, strict=True):
+        persons = []
+        for points, box, seen in zip(pred["points"], boxes, (2, 0), strict=True):
+            (x1, y1), (x2, y2) = points
+            persons.append({"keypoints": [x1, y1, 2, x2 + 20.0, y2, seen], "bbox": box})
+        rows.append({"image": path, "keypoints": persons})
+    return _jsonl(root / "keypoints.jsonl", rows)
+
+
+def zero_shot_detection_set(root: Path, record: dict[str, Any]) -> Path:
+    """JSON Lines: image path, three text queries, and as objects (a list of {bbox, category})
+    PyTorch's confident detections, their categories naming the queries."""
+    from executors.evaluation.detect import confident
+
+    paths = images(root)
+    queries = ["a cat", "a rocket", "a cup of coffee"]
+    got = pytorch_predictions(record, [{"image": p, "text": queries} for p in paths])
+    rows = []
+    for path, det in zip(paths, got, strict=True):
+        kept = confident(det)
+        objects = [{"bbox": [x0, y0, x1 - x0, y1 - y0], "category": queries[c]}
+                   for (x0, y0, x1, y1), c in zip(kept["boxes"].tolist(),
+                                                  kept["labels"].tolist(), strict=True)]
+        rows.append({"image": path, "text": queries, "objects": objects})
+    return _jsonl(root / "zsd.jsonl", rows)
+
+
+def class_folder(root: Path) -> Path:
+    """An image folder with one subfolder per class (labels: a ClassLabel of the names)."""
+    for i in range(4):
+        _save_png(_photo(i), root / "classes" / ("cat" if i % 2 else "rocket") / f"{i}.png")
+    return root / "classes"
+
+
+def text_image_checkpoint(dest: Path, model_type: str, cls: str) -> Path:
+    """A tiny random `cls` (CLIP or OWL-ViT towers) with the packaged MiniLM's tokenizer, made
+    once per test session (under the store's parent, which every xdist worker sees)."""
+    with FileLock(f"{dest}.lock"):  # xdist workers: one builds it, the others wait
+        if not (dest / "config.json").is_file():
+            _save_text_image(dest, model_type, cls)
+    return dest
+
+
+def _save_text_image(dest: Path, model_type: str, cls: str) -> None:
+    import torch
+    import transformers
+
+    from planner.models.tiny import TINY
+    from tests.checkpoints import TOKENIZER_FILES, minilm_dir
+
+    torch.manual_seed(0)
+    config = json.loads(json.dumps(TINY[model_type]))
+    vocab = sum(1 for _ in (minilm_dir() / "vocab.txt").open())
+    config["text_config"].update(vocab_size=vocab, pad_token_id=0, bos_token_id=101,
+                                 eos_token_id=102)  # [CLS] and [SEP] of the WordPiece vocab
+    model = getattr(transformers, cls)(transformers.AutoConfig.for_model(model_type, **config))
+    tmp = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.eval().save_pretrained(str(tmp))
+    for name in TOKENIZER_FILES:
+        if (minilm_dir() / name).is_file():
+            shutil.copy(minilm_dir() / name, tmp / name)
+    tmp.rename(dest)
+
+
+# --- labelled datasets, CPU fp32 ------------------------------------------------------------
+
+def test_segmentation_against_masks(store: Path, tmp_path: Path) -> None:
+    metrics = evaluate(store, tmp_path / "out", *tiny("segformer", "image-segmentation"), *CPU,
+                       f"eval.dataset.path={segmentation_set(tmp_path)}")
+    assert metrics["labelled"] and metrics["against"] == "labels" and metrics["passed"]
+    scores = three_ways(metrics, "image-segmentation")
+    assert 0.0 < scores["pytorch"]["miou"] < 1.0
+    same_in_fp32(scores)
+
+
+def test_depth_against_depth_maps(store: Path, tmp_path: Path) -> None:
+    metrics = evaluate(store, tmp_path / "out", *tiny("dpt", "depth-estimation"), *CPU,
+                       f"eval.dataset.path={depth_set(tmp_path)}")
+    assert metrics["labelled"] and not metrics["higher_is_better"]
+    scores = three_ways(metrics, "depth-estimation")
+    assert scores["pytorch"]["abs_rel"] > 0.0
+    same_in_fp32(scores)
+
+
+@pytest.mark.parametrize("model_type", ["yolos", "rt_detr"])
+def test_detection_against_pytorch_then_against_objects(model_type: str, store: Path,
+                                                        tmp_path: Path) -> None:
+    """A softmax head with a no-object class (YOLOS) and a focal-loss one (RT-DETR): on the
+    shipped photographs, then on objects that are PyTorch's own confident detections: its mAP
+    is 1 exactly when the boxes are read and scaled as they are predicted."""
+    model = tiny(model_type, "object-detection")
+    same_in_fp32(agreement(evaluate(store, tmp_path / "shipped", *model, *CPU),
+                           "object-detection"))
+    dataset = detection_set(tmp_path / "data", last_record(tmp_path / "shipped"))
+    metrics = evaluate(store, tmp_path / "out", *model, *CPU, f"eval.dataset.path={dataset}")
+    assert metrics["labelled"]
+    scores = three_ways(metrics, "object-detection")
+    assert scores["pytorch"] == {"map": 1.0, "map_50": 1.0}
+    same_in_fp32(scores)
+
+
+def test_keypoints_against_pytorch_then_against_persons(store: Path, tmp_path: Path) -> None:
+    model = tiny("vitpose", "keypoint-detection")
+    same_in_fp32(agreement(evaluate(store, tmp_path / "shipped", *model, *CPU),
+                           "keypoint-detection"))
+    dataset = keypoint_set(tmp_path / "data", last_record(tmp_path / "shipped"))
+    metrics = evaluate(store, tmp_path / "out", *model, *CPU, f"eval.dataset.path={dataset}")
+    assert metrics["labelled"] and metrics["samples"] == 4  # rows, of two persons each
+    scores = three_ways(metrics, "keypoint-detection")
+    assert scores["pytorch"]["pck"] == pytest.approx(2 / 3)
+    same_in_fp32(scores)
+
+
+@pytest.mark.parametrize("model", [tiny("segformer", "image-segmentation"),
+                                   tiny("dpt", "depth-estimation")], ids=["segformer", "dpt"])
+def test_shipped_photographs_agree_with_pytorch(model: tuple[str, ...], store: Path,
+                                                tmp_path: Path) -> None:
+    task = model[-1].split("=")[1]
+    scores = agreement(evaluate(store, tmp_path / "out", *model, *CPU), task)
+    # AbsRel is itself a relative error: the runtimes' float32 roundoff on a random DPT's tiny
+    # depths (about 1e-9) shows as about 2e-6
+    same_in_fp32(scores, 1e-5 if task == "depth-estimation" else 1e-6)
+
+
+def test_zero_shot_classification_prompts_the_class_names(store: Path, tmp_path: Path) -> None:
+    """CLIP exported with one text per image: the two class prompts ("a photo of a cat",
+    "a photo of a rocket", from the folder names) go through it in two runs per image; on the
+    shipped photographs, the shipped queries in eight."""
+    ckpt = text_image_checkpoint(store.parent / "eval-vision-clip", "clip", "CLIPModel")
+    args = ("model=local_hf", f"model.path={ckpt}", "model.task=zero-shot-image-classification",
+            *CPU, *TEXT)
+    metrics = evaluate(store, tmp_path / "out", *args,
+                       f"eval.dataset.path={class_folder(tmp_path)}")
+    assert metrics["labelled"] and metrics["samples"] == 4  # rows, two runs each
+    same_in_fp32(three_ways(metrics, "zero-shot-image-classification"))
+    same_in_fp32(agreement(evaluate(store, tmp_path / "shipped", *args),
+                           "zero-shot-image-classification"))
+
+
+def test_zero_shot_detection_with_the_rows_queries(store: Path, tmp_path: Path) -> None:
+    """OWL-ViT exported for two queries per image, rows with three: two runs per image;
+    categories name the queries."""
+    ckpt = text_image_checkpoint(store.parent / "eval-vision-owlvit", "owlvit",
+                                 "OwlViTForObjectDetection")
+    args = ("model=local_hf", f"model.path={ckpt}", "model.task=zero-shot-object-detection",
+            *CPU, *TEXT)
+    same_in_fp32(agreement(evaluate(store, tmp_path / "shipped", *args),
+                           "zero-shot-object-detection"))
+    dataset = zero_shot_detection_set(tmp_path / "data", last_record(tmp_path / "shipped"))
+    labelled = evaluate(store, tmp_path / "labelled", *args, f"eval.dataset.path={dataset}")
+    assert labelled["labelled"]
+    scores = three_ways(labelled, "zero-shot-object-detection")
+    # below 1: against labels every detection counts, and this random OWL-ViT is sure of boxes
+    # under a pixel high, which the labels leave out
+    assert 0.0 < scores["pytorch"]["map"] < 1.0
+    same_in_fp32(scores)
+
+
+def test_segmentation_on_htp(store: Path, tmp_path: Path) -> None:
+    """The deliverable quantized w8a16 per-channel and compiled for HTP: its mIoU against the
+    labels beside PyTorch's and the fp32 export's, and the drop the verdict is on."""
+    metrics = evaluate(store, tmp_path / "out", *tiny("segformer", "image-segmentation"), *HTP,
+                       f"eval.dataset.path={segmentation_set(tmp_path)}",
+                       "eval.max_drop=1.0")
+    scores = three_ways(metrics, "image-segmentation")
+    assert metrics["ep"] == "qnn" and metrics["labelled"]
+    assert scores["fp32_onnx"]["miou"] == pytest.approx(scores["pytorch"]["miou"], abs=1e-6)
+    assert 0.0 < scores["target"]["miou"] <= 1.0
+    assert metrics["eval_drop"] == pytest.approx(
+        scores["pytorch"]["miou"] - scores["target"]["miou"], abs=1e-6)
