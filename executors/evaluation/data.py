@@ -76,9 +76,10 @@ def load(params: dict[str, Any], modality: str | None) -> Rows:
 
 
 def _located(role: str, value: Any, base: Path) -> Any:
-    """A relative image or audio path in a data file is relative to the file's folder."""
-    if role in ("image", "audio") and isinstance(value, str) and not Path(value).is_absolute() \
-            and (base / value).is_file():
+    """A relative media path (image, audio, mask, depth) in a data file is relative to the
+    file's folder."""
+    if role in ("image", "audio", "mask", "depth") and isinstance(value, str) \
+            and not Path(value).is_absolute() and (base / value).is_file():
         return str(base / value)
     return value
 

@@ -160,3 +160,10 @@ def test_relative_image_paths_in_a_data_file_are_relative_to_its_folder(tmp_path
     path = write_jsonl(tmp_path / "set" / "rows.jsonl", [{"image": "imgs/a.png", "label": 0}])
     got = data.load(params(path, "file", task="image-classification"), "image")
     assert data.image_array(got.rows[0]["image"]).shape == (4, 4, 3)
+
+
+def test_every_task_modelplan_builds_has_an_evaluator_for_its_declared_metrics() -> None:
+    from executors.evaluation.tasks import BY_TASK
+    from planner.models.tasks import TASKS
+
+    assert set(EVAL) == set(TASKS) == set(BY_TASK)
