@@ -123,11 +123,20 @@ def _table(params: dict[str, Any]) -> tuple[Any, str]:
     if isinstance(found, datasets.Dataset):
         return found, params["split"] or "all"
     splits = list(found)
-    split = params["split"] or next((s for s in SPLITS if s in found), splits[0])
+    split = params["split"] or next((s for s in SPLITS if s in found and not _hidden(found[s])),
+                                    splits[0])
     if split not in found:
         raise EvalDataError(f"eval.dataset.split: {params['dataset']} has no split {split!r} "
                             f"(it has {', '.join(splits)}); set eval.dataset.split to one of them")
     return found[split], split
+
+
+def _hidden(table: Any) -> bool:
+    """A split whose class labels are all -1, the `datasets` mark of a withheld test set
+    (GLUE's test splits): not the default split to evaluate on."""
+    labels = [c for c, f in table.features.items() if getattr(f, "names", None)]
+    return bool(labels) and len(table) > 0 and all(
+        v == -1 for v in table.select(range(min(len(table), 64)))[labels[0]])
 
 
 def _audio_folder_without_decoder(folder: Path) -> bool:

@@ -167,3 +167,20 @@ def test_every_task_modelplan_builds_has_an_evaluator_for_its_declared_metrics()
     from planner.models.tasks import TASKS
 
     assert set(EVAL) == set(TASKS) == set(BY_TASK)
+
+
+def test_a_withheld_test_split_is_not_the_default(tmp_path: Path) -> None:
+    """GLUE's test splits carry label -1: validation is evaluated unless a split is named."""
+    import datasets
+
+    features = datasets.Features({"sentence": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["no", "yes"])})
+    hidden = [{"sentence": r["sentence"], "label": -1} for r in ROWS]
+    datasets.DatasetDict({
+        "test": datasets.Dataset.from_list(hidden, features=features),
+        "validation": datasets.Dataset.from_list(ROWS, features=features),
+    }).save_to_disk(str(tmp_path / "glue"))
+    got = data.load(params(tmp_path / "glue", "saved"), "text")
+    assert "split validation" in got.origin and {r["label"] for r in got.rows} == {0, 1}
+    named = data.load(params(tmp_path / "glue", "saved", split="test"), "text")
+    assert "split test" in named.origin
