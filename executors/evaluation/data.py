@@ -253,8 +253,9 @@ def _question(sentence: str) -> str:
     return f"What is said about {word}?"
 
 
-def image_array(value: Any) -> np.ndarray:
-    """An image cell (PIL image, path, array, {'bytes'|'path'}) as uint8 RGB [H, W, 3]."""
+def opened(value: Any) -> Any:
+    """An image-like cell opened: {'bytes'|'path'}, bytes or a path (a .npy array file too)
+    as a PIL image or an array; anything else as it is."""
     from PIL import Image
 
     if isinstance(value, dict):
@@ -262,9 +263,17 @@ def image_array(value: Any) -> np.ndarray:
     if isinstance(value, bytes):
         import io
 
-        value = Image.open(io.BytesIO(value))
+        return Image.open(io.BytesIO(value))
     if isinstance(value, str | Path):
-        value = Image.open(value)
+        return np.load(value) if str(value).endswith(".npy") else Image.open(value)
+    return value
+
+
+def image_array(value: Any) -> np.ndarray:
+    """An image cell (PIL image, path, array, {'bytes'|'path'}) as uint8 RGB [H, W, 3]."""
+    from PIL import Image
+
+    value = opened(value)
     if isinstance(value, Image.Image):
         return np.asarray(value.convert("RGB"))
     arr = np.asarray(value)

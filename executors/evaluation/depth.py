@@ -11,15 +11,13 @@ not with published AbsRel. Without labels the truth is PyTorch's depth."""
 
 from __future__ import annotations
 
-import io
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from executors.evaluation.base import Context, EvalDataError, Evaluator, Prepared, first
-from executors.evaluation.data import image_array
-from executors.evaluation.inputs import image_feed
+from executors.evaluation.data import opened
+from executors.evaluation.inputs import dense_rows
 
 DELTA = 1.25
 
@@ -66,15 +64,7 @@ def depth_scores(predictions: list[np.ndarray], truth: list[np.ndarray]) -> dict
 def depth_map(value: Any) -> np.ndarray:
     """A depth cell (an image, a path to an image or .npy, {'bytes'|'path'}, an array or
     nested list) as float64 [H, W]."""
-    from PIL import Image
-
-    if isinstance(value, dict):
-        value = value.get("path") if value.get("bytes") is None else value["bytes"]
-    if isinstance(value, bytes):
-        value = Image.open(io.BytesIO(value))
-    if isinstance(value, str | Path):
-        value = np.load(value) if str(value).endswith(".npy") else Image.open(value)
-    depth = np.asarray(value, np.float64)
+    depth = np.asarray(opened(value), np.float64)
     if depth.ndim == 3 and depth.shape[0] == 1:
         depth = depth[0]
     if depth.ndim == 3 and (depth[..., :1] == depth).all():
@@ -90,20 +80,7 @@ class Depth(Evaluator):
     tasks = ("depth-estimation",)
 
     def prepare(self, rows: list[dict[str, Any]], cx: Context) -> Prepared:
-        """`extra` per row: the depth truth (None without labels) and the size predictions are
-        upsampled to."""
-        feeds, extra = [], []
-        for row in rows:
-            img = image_array(row["image"])
-            feeds.append(image_feed(cx, img))
-            gt = None
-            if cx.labelled:
-                if row.get("depth") is None:
-                    raise EvalDataError("eval.dataset.columns.depth: a row has no depth map; "
-                                        "map the depth role to a column every row fills")
-                gt = depth_map(row["depth"])
-            extra.append((gt, gt.shape if gt is not None else img.shape[:2]))
-        return Prepared(feeds, rows, extra)
+        return dense_rows(rows, cx, "depth", depth_map)
 
     def predict(self, outputs: list[dict[str, np.ndarray]], prepared: Prepared,
                 cx: Context) -> list[Any]:

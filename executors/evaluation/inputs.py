@@ -4,13 +4,14 @@ graph's size, audio through its feature extractor at the graph's length."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from executors.evaluation.base import Context, EvalDataError, Feed
+from executors.evaluation.base import Context, EvalDataError, Feed, Prepared
 from executors.evaluation.data import audio_array, image_array
 from executors.samples import kind_of, media
 from executors.samples import text as shipped_text
@@ -102,6 +103,25 @@ def audio_feed(cx: Context, value: Any) -> Feed:
     frames = int(spec["shape"][1])
     feats = np.pad(feats[:frames], ((0, max(0, frames - len(feats))), (0, 0)))
     return {spec["name"]: feats[None]}
+
+
+def dense_rows(rows: list[dict[str, Any]], cx: Context, role: str,
+               read: Callable[[Any], np.ndarray]) -> Prepared:
+    """Feeds of each row's image; `extra` per row: its truth map under `role` read by `read`
+    (None without labels) and the size predictions are upsampled to (the map's, else the
+    image's)."""
+    feeds, extra = [], []
+    for row in rows:
+        img = image_array(row["image"])
+        feeds.append(image_feed(cx, img))
+        truth = None
+        if cx.labelled:
+            if row.get(role) is None:
+                raise EvalDataError(f"eval.dataset.columns.{role}: a row has no {role}; map the "
+                                    f"{role} role to a column every row fills")
+            truth = read(row[role])
+        extra.append((truth, truth.shape if truth is not None else img.shape[:2]))
+    return Prepared(feeds, rows, extra)
 
 
 def modality_feed(cx: Context, row: dict[str, Any]) -> Feed:

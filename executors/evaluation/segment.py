@@ -6,7 +6,6 @@ labels the truth is PyTorch's predicted mask."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from executors.evaluation.base import Context, EvalDataError, Evaluator, Prepared, first
-from executors.evaluation.data import image_array
-from executors.evaluation.inputs import image_feed
+from executors.evaluation.data import opened
+from executors.evaluation.inputs import dense_rows
 
 IGNORE = 255
 CHUNK = 1 << 24      # upsampled logits held at once (floats): classes are upsampled in groups
@@ -73,15 +72,7 @@ def label_mask(value: Any, reduce_labels: bool = False) -> np.ndarray:
     """A mask cell (an image of class ids, a path, {'bytes'|'path'}, an array) as int [H, W];
     `reduce_labels` applies the image processor's do_reduce_labels (0 = background -> 255,
     every other class id minus 1)."""
-    from PIL import Image
-
-    if isinstance(value, dict):
-        value = value.get("path") if value.get("bytes") is None else value["bytes"]
-    if isinstance(value, bytes):
-        value = Image.open(io.BytesIO(value))
-    if isinstance(value, str | Path):
-        value = Image.open(value)
-    mask = np.asarray(value)  # a palette or grey image gives its indices as they are
+    mask = np.asarray(opened(value))  # a palette or grey image gives its indices as they are
     if mask.ndim == 3:
         if not (mask[..., :1] == mask[..., :3]).all():
             raise EvalDataError("eval.dataset.columns.mask: the mask is a colour image; map the "
@@ -110,21 +101,8 @@ class Segment(Evaluator):
     tasks = ("image-segmentation",)
 
     def prepare(self, rows: list[dict[str, Any]], cx: Context) -> Prepared:
-        """`extra` per row: the label mask (None without labels) and the size predictions are
-        upsampled to."""
         reduce = reduces_labels(cx.checkpoint)
-        feeds, extra = [], []
-        for row in rows:
-            img = image_array(row["image"])
-            feeds.append(image_feed(cx, img))
-            mask = None
-            if cx.labelled:
-                if row.get("mask") is None:
-                    raise EvalDataError("eval.dataset.columns.mask: a row has no mask; map the "
-                                        "mask role to a column every row fills")
-                mask = label_mask(row["mask"], reduce)
-            extra.append((mask, mask.shape if mask is not None else img.shape[:2]))
-        return Prepared(feeds, rows, extra)
+        return dense_rows(rows, cx, "mask", lambda v: label_mask(v, reduce))
 
     def predict(self, outputs: list[dict[str, np.ndarray]], prepared: Prepared,
                 cx: Context) -> list[Any]:
