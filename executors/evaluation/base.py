@@ -37,6 +37,7 @@ class Context:
     info: dict[str, Any] = field(default_factory=dict)
     labelled: bool = False
     label_names: dict[str, list[str]] = field(default_factory=dict)  # role -> ClassLabel names
+    baseline: list[Any] = field(default_factory=list)  # PyTorch's predictions, once scored
 
     @property
     def inputs(self) -> list[dict[str, Any]]:

@@ -30,6 +30,8 @@ class Classify(Evaluator):
         by_name = {v.lower(): k for k, v in cx.id2label().items()}
         if names and all(n.lower() in by_name for n in names):  # the dataset's own id order
             return [by_name[names[int(r["label"])].lower()] for r in prepared.rows]
+        if names and all(n.isdigit() for n in names):  # class folders named by class id
+            return [int(names[int(r["label"])]) for r in prepared.rows]
         return [class_id(r["label"], cx) for r in prepared.rows]
 
     def score(self, predictions: list[Any], truth: list[Any], cx: Context) -> dict[str, float]:

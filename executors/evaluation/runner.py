@@ -131,6 +131,7 @@ def evaluate(params: dict[str, Any], inputs: dict[str, Path], cache_dir: Path | 
         seconds[which] = round(time.perf_counter() - start, 3)
         del graphs
     truth = ev.truth(prepared, cx) if rows.labelled else preds["pytorch"]
+    cx.baseline = preds["pytorch"]  # agreement metrics beside labelled ones compare with it
     scores = {w: ev.score(preds[w], truth, cx) for w in MODELS}
     notes = ev.notes(cx)
     return {**verdict(params, scores, rows, seconds, len(prepared.rows)),
@@ -153,8 +154,8 @@ def verdict(params: dict[str, Any], scores: dict[str, dict[str, float]], rows: d
     fp32_drop = round(sign * (base - fp32), 6) + 0.0
     passed = drop <= params["max_drop"]
     against = "labels" if rows.labelled else "PyTorch's predictions"
-    line = (f"{metric} on {params['ep']} {got:.4f} against {against} (PyTorch {base:.4f}, fp32 "
-            f"ONNX {fp32:.4f}): drop {drop:.4f} is "
+    line = (f"{metric} on {of_params(params).name} {got:.4f} against {against} (PyTorch "
+            f"{base:.4f}, fp32 ONNX {fp32:.4f}): drop {drop:.4f} is "
             f"{'within' if passed else 'above'} eval.max_drop {params['max_drop']}")
     return {"task": task, "metric": metric, "higher_is_better": not lower,
             "labelled": rows.labelled, "against": against, "data": rows.origin,

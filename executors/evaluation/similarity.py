@@ -64,8 +64,8 @@ class Similarity(Evaluator):
 
         pairs = all(len(p) == 2 for p in predictions)
         flat = [v for p in predictions for v in p]
-        want_flat = flat if not truth or isinstance(truth[0], float) else \
-            [v for p in truth for v in p]
+        reference = truth if truth and not isinstance(truth[0], float) else cx.baseline
+        want_flat = [v for p in reference for v in p] if reference else flat
         out = {"retrieval_agreement": _retrieval(flat, want_flat)}
         if pairs:
             sims = [float(a @ b) for a, b in predictions]

@@ -184,3 +184,32 @@ def test_a_withheld_test_split_is_not_the_default(tmp_path: Path) -> None:
     assert "split validation" in got.origin and {r["label"] for r in got.rows} == {0, 1}
     named = data.load(params(tmp_path / "glue", "saved", split="test"), "text")
     assert "split test" in named.origin
+
+
+def test_class_folders_named_by_class_id_give_those_ids(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from executors.evaluation.base import Context, Prepared
+    from executors.evaluation.classify import Classify
+
+    for cls in ("281", "967"):
+        (tmp_path / "imgs" / cls).mkdir(parents=True)
+        Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / "imgs" / cls / "a.png")
+    kind, where = D.locate(str(tmp_path / "imgs"))
+    got = data.load(params(where, kind, task="image-classification"), "image")
+    cx = Context("image-classification", {}, {}, None, label_names=got.names, labelled=True)
+    assert sorted(Classify().truth(Prepared([], got.rows), cx)) == [281, 967]
+
+
+def test_retrieval_agreement_beside_a_score_column_compares_with_pytorch() -> None:
+    from executors.evaluation.base import Context
+    from executors.evaluation.similarity import Similarity
+
+    rng = np.random.default_rng(0)
+    unit = [v / np.linalg.norm(v) for v in rng.normal(size=(8, 16))]
+    torch_side = [(unit[i], unit[i + 4]) for i in range(4)]
+    shuffled = [(unit[(i + 1) % 4], unit[i + 4]) for i in range(4)]
+    cx = Context("sentence-similarity", {}, {}, None, baseline=torch_side)
+    same = Similarity().score(torch_side, [0.1, 0.5, 0.3, 0.9], cx)
+    other = Similarity().score(shuffled, [0.1, 0.5, 0.3, 0.9], cx)
+    assert same["retrieval_agreement"] == 1.0 and other["retrieval_agreement"] < 1.0
