@@ -27,11 +27,23 @@ def qnn_devices(target: Target) -> list[Any]:
     if not _REGISTERED:
         import onnxruntime_qnn
 
+        _load_before_the_backend()
+
         with native_log():  # the library announces itself on load
             ort.register_execution_provider_library(target.provider,
                                                     onnxruntime_qnn.get_library_path())
         _REGISTERED.append(True)
     return [d for d in ort.get_ep_devices() if d.ep_name == target.provider]
+
+
+def _load_before_the_backend() -> None:
+    """Load libsndfile before the HTP backend: once the backend is loaded, python-soundfile's
+    import fails (libsndfile's version call returns NULL, measured with onnxruntime-qnn 2.7.0),
+    and transformers imports it with every image or audio processor."""
+    import importlib.util
+
+    if importlib.util.find_spec("soundfile") is not None:
+        import soundfile  # noqa: F401
 
 
 def session_options(target: Target, provider_options: dict[str, Any],

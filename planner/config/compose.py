@@ -14,6 +14,7 @@ from planner.config.conftree import (
 )
 from planner.config.overrides import first_line, parse_overrides
 from planner.config.provenance import check_with_files
+from planner.config.unread import settle_chosen
 from planner.config.validate import known_paths, open_paths
 from planner.errors import ConfigError
 from planner.support.suggest import did_you_mean
@@ -41,6 +42,7 @@ def compose(overrides: list[str] | tuple[str, ...] = (),
     except Exception as exc:
         raise ConfigError(f"config: {first_line(exc)}") from exc
     assert isinstance(config, dict)
+    settle_chosen(config, overrides)
     if not tree.packaged_only:
         check_with_files(config, tree, list(overrides))
     return config

@@ -26,6 +26,28 @@ def unread_keys(group: str, node: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def settle_chosen(config: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> None:
+    """A group option chosen on the command line (`eval=none`) sets aside what a config file
+    set in that group and the option ignores: choosing it is the intent (an imported recipe's
+    `eval.dataset`, with `eval=none`, is not evaluated, and the config is that of eval=none).
+    A key the command line itself sets stays, and is still an error when ignored."""
+    from planner.config.overrides import parse_overrides
+
+    parsed = parse_overrides(list(overrides))
+    chosen = {o.key_or_group for o in parsed if "." not in o.key_or_group
+              and isinstance(config.get(o.key_or_group), dict)
+              and not o.is_sweep_override() and not o.is_delete()}
+    given = [o.key_or_group for o in parsed]
+    for group in chosen:
+        node = config.get(group)
+        if not isinstance(node, dict):
+            continue
+        for key, unset in unread_keys(group, node).items():
+            path = f"{group}.{key}"
+            if not any(g == path or g.startswith(path + ".") for g in given):
+                node[key] = unset
+
+
 def unread_lines(config: dict[str, Any], tree: ConfigTree = PACKAGED) -> list[str]:
     """One line per set key that the chosen option of its group ignores."""
     lines = []

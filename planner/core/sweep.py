@@ -51,7 +51,10 @@ class Composer:
         self.composes = 0
 
     def __call__(self, overrides: list[str]) -> dict[str, Any]:
+        from planner.config.unread import settle_chosen
+
         config = self._compose_job(overrides)
+        settle_chosen(config, overrides)
         if not self.tree.packaged_only:
             from planner.config.provenance import check_with_files
 

@@ -93,7 +93,7 @@ def locate(path: str | None, name: str | None = None) -> tuple[str, Path | None]
             f"eval.dataset.path: '{path}' is neither a local file or folder nor a dataset in "
             f"the local cache ({hub_cache()}, {datasets_cache()}) and this machine works "
             f"offline; where there is network, save it with `datasets.load_dataset({args})"
-            f".save_to_disk(DIR)`, copy DIR here and set eval.dataset.path=DIR")
+            f".save_to_disk(DIR)`, copy DIR here and set eval.dataset.path=DIR (or eval=none)")
     raise ConfigError(f"eval.dataset.path: '{path}' does not exist; point it at a local "
                       "dataset file or folder, or set it to null for the shipped inputs")
 

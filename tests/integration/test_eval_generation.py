@@ -77,13 +77,12 @@ def agrees(metrics: dict[str, Any], *, labelled: bool) -> None:
 
 def bart_checkpoint(shared: Path) -> Path:
     """A tiny BART with MiniLM's tokenizer: decoding starts at [CLS], ends at [SEP]."""
-    with FileLock(f"{shared}/bart.lock"):
-        return text_checkpoint(
-            shared / "bart", cls="BartForConditionalGeneration", model_type="bart", d_model=64,
-            encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-            decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128, pad_token_id=0,
-            bos_token_id=101, eos_token_id=102, decoder_start_token_id=101,
-            forced_eos_token_id=None, tie_word_embeddings=False, init_std=0.1)
+    return text_checkpoint(  # locked there: xdist workers share it
+        shared / "bart", cls="BartForConditionalGeneration", model_type="bart", d_model=64,
+        encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128, pad_token_id=0,
+        bos_token_id=101, eos_token_id=102, decoder_start_token_id=101,
+        forced_eos_token_id=None, tie_word_embeddings=False, init_std=0.1)
 
 
 def ctc_checkpoint(shared: Path) -> Path:

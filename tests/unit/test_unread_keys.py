@@ -80,3 +80,24 @@ def test_a_key_set_inside_an_open_mapping_says_how_to_add_it() -> None:
     assert run_cli(*base, "+model.random_init.config.hidden_size=48").returncode == 0
     typed = run_cli(*base, "+model.random_init.config.hidden_size=abc")
     assert typed.returncode == 2 and "'abc' is not an integer" in typed.stderr
+
+
+def test_a_group_chosen_on_the_command_line_sets_aside_what_a_file_set_in_it(
+        tmp_path: Path) -> None:
+    """An imported recipe evaluates on a dataset; `eval=none` turns that off, as asked, and
+    the config is eval=none's; a key the command line sets itself is still checked."""
+    from planner.config.conftree import ConfigTree
+
+    (tmp_path / "mine.yaml").write_text(
+        "defaults:\n  - config\n  - override model: tiny_bert\n  - override eval: task\n"
+        "  - _self_\neval:\n  dataset:\n    path: org/data\n    samples: 100\n")
+    tree = ConfigTree((tmp_path,), "mine")
+    config = compose(["eval=none"], tree)
+    check_config(config, tree)
+    assert config["eval"] == compose(["eval=none"])["eval"]
+    assert compose([], tree)["eval"]["dataset"]["path"] == "org/data"
+    with pytest.raises(ConfigError, match="eval.dataset is set but eval=none"):
+        check_config(compose(["eval=none", "eval.dataset.path=x"], tree), tree)
+    sweep = plan_sweep(["eval=none,task", "eval.dataset.path=null", "target=cpu", "quant=none"],
+                       tree=tree)
+    assert len(sweep.jobs) == 2
