@@ -158,3 +158,34 @@ def test_labelled_classification_on_htp(classifier: Path, tmp_path: Path) -> Non
     assert m["ep"] == "qnn" and m["eval_pytorch"] == pytest.approx(pytorch_accuracy(classifier))
     assert 0.0 <= m["eval_target"] <= 1.0 and m["eval_verdict"] == "PASS"
     assert m["seconds"]["target"] > 0 and m["target_s_per_sample"] > 0
+
+
+def test_image_classification_on_a_class_folder_and_audio_on_shipped_speech(
+        tmp_path: Path) -> None:
+    """Class folders named by class id are those classes; speech without labels is agreement."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for cls in ("0", "1"):
+        (tmp_path / "imgs" / cls).mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(
+                tmp_path / "imgs" / cls / f"{i}.png")
+    code, record, err = run_json(
+        "model=tiny_random", "model.random_init.model_type=vit",
+        "model.task=image-classification", "target=cpu", "quant=w8a16_pc", "perf=none",
+        "verify.samples=2", "eval=task", f"eval.dataset.path={tmp_path / 'imgs'}",
+        "eval.max_drop=1", store=tmp_path / "store", outputs=tmp_path / "out")
+    assert code == 0, err
+    m = eval_metrics(record)
+    assert m["labelled"] and m["samples"] == 4 and "labels from label" in m["data"]
+    assert m["eval_fp32"] == m["eval_pytorch"] and 0 <= m["eval_target"] <= 1
+    code, record, err = run_json(
+        "model=tiny_random", "model.random_init.model_type=audio-spectrogram-transformer",
+        "model.task=audio-classification", "target=cpu", "quant=none", "perf=none",
+        "verify.samples=2", "eval=task", "eval.dataset.samples=3",
+        store=tmp_path / "store", outputs=tmp_path / "out")
+    assert code == 0, err
+    m = eval_metrics(record)
+    assert not m["labelled"] and "synthesized speech" in m["data"]
+    assert m["eval_pytorch"] == m["eval_fp32"] == m["eval_target"] == 1.0
