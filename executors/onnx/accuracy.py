@@ -1,0 +1,229 @@
+"""Per-module accuracy: where a quantized (QDQ) graph departs from its fp32 graph.
+
+Both graphs run on the CPU EP with graph optimizations off (so no tensor is fused away) and
+every float tensor that both produce under the same name exposed as an output. The QDQ
+graph's nodes are grouped by hierarchy tag; a module's outputs are the float tensors its
+nodes produce (not the Q/DQ copies) that a node outside it, or the graph's output, reads
+(seen through Q -> DQ pairs). A parent module is the union of its children. Per module:
+SQNR in dB, 10*log10(sum(ref^2) / sum((ref - q)^2)), and the cosine of all its output values,
+over every sample.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from executors.onnx.artifacts import TAG_KEY
+
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+UNTAGGED = "(untagged)"
+
+
+@dataclass
+class Stats:
+    """Running sums over a set of tensors: what SQNR and cosine are made of."""
+
+    ref2: float = 0.0   # sum(ref^2)
+    q2: float = 0.0     # sum(q^2)
+    err2: float = 0.0   # sum((ref - q)^2)
+    dot: float = 0.0    # sum(ref * q)
+    values: int = 0
+
+    def add(self, ref: np.ndarray, got: np.ndarray) -> None:
+        r, g = ref.astype(np.float64).ravel(), got.astype(np.float64).ravel()
+        self.ref2 += float(r @ r)
+        self.q2 += float(g @ g)
+        self.err2 += float((r - g) @ (r - g))
+        self.dot += float(r @ g)
+        self.values += r.size
+
+    def merge(self, other: Stats) -> None:
+        self.ref2 += other.ref2
+        self.q2 += other.q2
+        self.err2 += other.err2
+        self.dot += other.dot
+        self.values += other.values
+
+    def sqnr_db(self) -> float:
+        if self.err2 == 0.0:
+            return math.inf
+        if self.ref2 == 0.0:
+            return -math.inf
+        return 10.0 * math.log10(self.ref2 / self.err2)
+
+    def cosine(self) -> float:
+        if self.ref2 == 0.0 and self.q2 == 0.0:
+            return 1.0
+        return self.dot / max(math.sqrt(self.ref2 * self.q2), np.finfo(np.float64).tiny)
+
+
+def node_tag(node: onnx.NodeProto) -> str:
+    return next((p.value for p in node.metadata_props if p.key == TAG_KEY), UNTAGGED)
+
+
+def in_module(tag: str, module: str) -> bool:
+    return tag == module or tag.startswith(module + "/")
+
+
+def float_names(model: onnx.ModelProto) -> tuple[set[str], set[str]]:
+    """(names shape inference types as float32, names it types as anything else)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # noqa: BLE001 - an op it cannot type leaves the graph's own types
+        inferred = model
+    g = inferred.graph
+    floats, others = set(), set()
+    for v in [*g.value_info, *g.output, *g.input]:
+        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
+            (floats if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+             else others).add(v.name)
+    return floats, others
+
+
+def common_tensors(fp32: onnx.ModelProto, qdq: onnx.ModelProto) -> list[str]:
+    """Float tensors produced by a node of both graphs (Q/DQ outputs aside), in QDQ order."""
+    made_fp32 = {o for n in fp32.graph.node for o in n.output if o}
+    f_float, f_other = float_names(fp32)
+    q_float, q_other = float_names(qdq)
+    quantized = {n.input[0] for n in qdq.graph.node if n.op_type == "QuantizeLinear"}
+    out = []
+    for node in qdq.graph.node:
+        if node.op_type in QDQ_OPS:
+            continue
+        for name in node.output:
+            if not name or name not in made_fp32 or name in f_other | q_other:
+                continue
+            if name in f_float or name in q_float or name in quantized:
+                out.append(name)
+    return out
+
+
+def readers(qdq: onnx.ModelProto) -> dict[str, list[str]]:
+    """tensor -> the tags of the nodes that read it, seen through Q and DQ nodes; a graph
+    output is read by "" (outside every module)."""
+    direct: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for node in qdq.graph.node:
+        for name in node.input:
+            if name:
+                direct[name].append(node)
+    outputs = {o.name for o in qdq.graph.output}
+
+    def tags(name: str, seen: frozenset[str]) -> list[str]:
+        found = [""] if name in outputs else []
+        for node in direct.get(name, []):
+            if node.op_type in QDQ_OPS and node.output[0] not in seen:
+                found += tags(node.output[0], seen | {node.output[0]})
+            elif node.op_type not in QDQ_OPS:
+                found.append(node_tag(node))
+        return found
+
+    return {name: tags(name, frozenset({name})) for name in {*direct, *outputs}}
+
+
+def lineage(tag: str) -> list[str]:
+    """A tag and its ancestors, root first: /A/B -> [/A, /A/B]."""
+    if not tag.startswith("/"):
+        return [tag]
+    parts = tag.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def module_outputs(qdq: onnx.ModelProto,
+                   tensors: Iterable[str]) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """({module: its output tensors among `tensors`}, {module: nodes in it}) for every tag of
+    the QDQ graph and every ancestor of one."""
+    wanted, read_by = set(tensors), readers(qdq)
+    outs: dict[str, list[str]] = defaultdict(list)
+    nodes: dict[str, int] = defaultdict(int)
+    for node in qdq.graph.node:
+        tag = node_tag(node)
+        for module in lineage(tag):
+            nodes[module] += 1
+        if node.op_type in QDQ_OPS:
+            continue
+        for name in node.output:
+            if name not in wanted:
+                continue
+            for module in lineage(tag):
+                if any(not in_module(r, module) for r in read_by.get(name, [])):
+                    outs[module].append(name)
+    return dict(outs), dict(nodes)
+
+
+def exposed(model: onnx.ModelProto, names: list[str]) -> bytes:
+    """A copy of `model` with `names` added as float outputs (those not outputs already)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    have = {o.name for o in copy.graph.output}
+    copy.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
+                             for n in names if n not in have)
+    return copy.SerializeToString()
+
+
+def session(model: bytes) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+
+
+def tensor_stats(fp32: onnx.ModelProto, qdq: onnx.ModelProto, names: list[str],
+                 feeds: list[dict[str, np.ndarray]]) -> dict[str, Stats]:
+    """{tensor: Stats of the QDQ graph's values against the fp32 graph's} over `feeds`."""
+    ref_sess, q_sess = session(exposed(fp32, names)), session(exposed(qdq, names))
+    stats = {n: Stats() for n in names}
+    for feed in feeds:
+        want = dict(zip(names, ref_sess.run(names, _inputs(ref_sess, feed)), strict=True))
+        got = dict(zip(names, q_sess.run(names, _inputs(q_sess, feed)), strict=True))
+        for n in names:
+            if want[n].shape == got[n].shape:
+                stats[n].add(want[n], got[n])
+    return {n: s for n, s in stats.items() if s.values}
+
+
+def _inputs(sess: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {i.name: feed[i.name] for i in sess.get_inputs() if i.name in feed}
+
+
+def class_of(tag: str) -> str:
+    """/BertModel/BertEncoder/BertLayer.0 -> BertLayer."""
+    return tag.rsplit("/", 1)[-1].split(".", 1)[0]
+
+
+def module_rows(qdq: onnx.ModelProto, stats: dict[str, Stats]) -> list[dict[str, Any]]:
+    """One row per module with compared outputs, in tree order (tag order)."""
+    outs, nodes = module_outputs(qdq, stats)
+    rows = []
+    for tag in sorted(outs):
+        total = Stats()
+        for name in dict.fromkeys(outs[tag]):
+            total.merge(stats[name])
+        rows.append({"tag": tag, "class": class_of(tag), "nodes": nodes[tag],
+                     "outputs": len(dict.fromkeys(outs[tag])), "values": total.values,
+                     "sqnr_db": total.sqnr_db(), "cosine": total.cosine()})
+    return rows
+
+
+def compare(fp32: onnx.ModelProto, qdq: onnx.ModelProto,
+            feeds: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+    """Per-module accuracy of `qdq` (tagged) against `fp32` on `feeds`: rows in tree order,
+    and the whole graph's outputs as one row."""
+    fp32_outputs = {o.name for o in fp32.graph.output}
+    names = common_tensors(fp32, qdq)
+    names += [o.name for o in qdq.graph.output if o.name in fp32_outputs and o.name not in names]
+    stats = tensor_stats(fp32, qdq, names, feeds)
+    whole = Stats()
+    for o in qdq.graph.output:
+        if o.name in stats:
+            whole.merge(stats[o.name])
+    return {"samples": len(feeds), "tensors": len(stats), "modules": module_rows(qdq, stats),
+            "graph": {"sqnr_db": whole.sqnr_db(), "cosine": whole.cosine()}}

@@ -1,0 +1,123 @@
+"""Per-module accuracy on a hand-made QDQ graph: which tensors are a module's outputs (seen
+through Q/DQ pairs, parents the union of children), and SQNR and cosine against numpy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from executors.onnx import accuracy
+from executors.onnx.artifacts import TAG_KEY
+
+RNG = np.random.default_rng(0)
+W1 = RNG.standard_normal((4, 4)).astype(np.float32)
+W2 = RNG.standard_normal((4, 3)).astype(np.float32)
+TAGS = {"mm1": "/M/A", "relu": "/M/A", "mm2": "/M/B"}
+
+
+def _node(op: str, ins: list[str], outs: list[str], name: str, tag: str | None) -> onnx.NodeProto:
+    node = helper.make_node(op, ins, outs, name=name)
+    if tag:
+        node.metadata_props.add(key=TAG_KEY, value=tag)
+    return node
+
+
+def _model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto]) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def fp32_model() -> onnx.ModelProto:
+    return _model([_node("MatMul", ["X", "W1"], ["h"], "mm1", None),
+                   _node("Relu", ["h"], ["r"], "relu", None),
+                   _node("MatMul", ["r", "W2"], ["Y"], "mm2", None)],
+                  [numpy_helper.from_array(W1, "W1"), numpy_helper.from_array(W2, "W2")])
+
+
+def _qdq(tensor: str, scale: str, tag: str) -> list[onnx.NodeProto]:
+    return [_node("QuantizeLinear", [tensor, scale, "zp"], [f"{tensor}_q"], f"{tensor}_Q", tag),
+            _node("DequantizeLinear", [f"{tensor}_q", scale, "zp"], [f"{tensor}_dq"],
+                  f"{tensor}_DQ", tag)]
+
+
+def qdq_model() -> onnx.ModelProto:
+    """X, h and r each pass through a Q/DQ pair; r's scale is coarse (the loss is in /M/A)."""
+    nodes = [*_qdq("X", "s_fine", "/M/A"),
+             _node("MatMul", ["X_dq", "W1"], ["h"], "mm1", TAGS["mm1"]),
+             *_qdq("h", "s_fine", "/M/A"),
+             _node("Relu", ["h_dq"], ["r"], "relu", TAGS["relu"]),
+             *_qdq("r", "s_coarse", "/M/A"),
+             _node("MatMul", ["r_dq", "W2"], ["Y"], "mm2", TAGS["mm2"])]
+    inits = [numpy_helper.from_array(W1, "W1"), numpy_helper.from_array(W2, "W2"),
+             numpy_helper.from_array(np.array(0.02, np.float32), "s_fine"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "s_coarse"),
+             numpy_helper.from_array(np.array(0, np.int8), "zp")]
+    return _model(nodes, inits)
+
+
+def _fake_quant(x: np.ndarray, scale: float) -> np.ndarray:
+    return (np.clip(np.round(x / scale), -128, 127) * scale).astype(np.float32)
+
+
+def _reference(x: np.ndarray) -> dict[str, np.ndarray]:
+    h = x @ W1
+    r = np.maximum(h, 0)
+    return {"h": h, "r": r, "Y": r @ W2}
+
+
+def _quantized(x: np.ndarray) -> dict[str, np.ndarray]:
+    h = _fake_quant(x, 0.02) @ W1
+    r = np.maximum(_fake_quant(h, 0.02), 0)
+    return {"h": h, "r": r, "Y": _fake_quant(r, 0.5) @ W2}
+
+
+def _sqnr(ref: np.ndarray, got: np.ndarray) -> float:
+    return 10 * math.log10(float((ref.astype(np.float64) ** 2).sum())
+                           / float(((ref.astype(np.float64) - got) ** 2).sum()))
+
+
+def test_common_tensors_leave_out_qdq_copies() -> None:
+    assert accuracy.common_tensors(fp32_model(), qdq_model()) == ["h", "r", "Y"]
+
+
+def test_module_outputs_see_through_qdq_and_parents_union_children() -> None:
+    outs, nodes = accuracy.module_outputs(qdq_model(), ["h", "r", "Y"])
+    assert outs == {"/M/A": ["r"], "/M/B": ["Y"], "/M": ["Y"]}
+    assert nodes == {"/M": 9, "/M/A": 8, "/M/B": 1}
+
+
+def test_lineage_and_class() -> None:
+    assert accuracy.lineage("/Bert/Enc/Layer.0") == ["/Bert", "/Bert/Enc", "/Bert/Enc/Layer.0"]
+    assert accuracy.class_of("/Bert/Enc/Layer.0") == "Layer"
+    assert accuracy.lineage(accuracy.UNTAGGED) == [accuracy.UNTAGGED]
+
+
+def test_sqnr_and_cosine_match_numpy() -> None:
+    feeds = [{"X": RNG.standard_normal((2, 4)).astype(np.float32)} for _ in range(3)]
+    result = accuracy.compare(fp32_model(), qdq_model(), feeds)
+    rows = {r["tag"]: r for r in result["modules"]}
+    assert set(rows) == {"/M", "/M/A", "/M/B"}
+    refs = [_reference(f["X"]) for f in feeds]
+    gots = [_quantized(f["X"]) for f in feeds]
+    for tag, tensor in (("/M/A", "r"), ("/M/B", "Y"), ("/M", "Y")):
+        ref = np.concatenate([r[tensor].ravel() for r in refs])
+        got = np.concatenate([g[tensor].ravel() for g in gots])
+        assert math.isclose(rows[tag]["sqnr_db"], _sqnr(ref, got), rel_tol=1e-4)
+        cos = float(ref @ got / np.linalg.norm(ref) / np.linalg.norm(got))
+        assert math.isclose(rows[tag]["cosine"], cos, rel_tol=1e-6)
+    assert rows["/M/A"]["class"] == "A" and rows["/M"]["outputs"] == 1
+    assert result["graph"]["sqnr_db"] == rows["/M"]["sqnr_db"]
+
+
+def test_stats_edge_cases() -> None:
+    exact = accuracy.Stats()
+    exact.add(np.ones(3), np.ones(3))
+    assert exact.sqnr_db() == math.inf and exact.cosine() == 1.0
+    silent = accuracy.Stats()
+    silent.add(np.zeros(3), np.zeros(3))
+    assert silent.cosine() == 1.0
