@@ -158,6 +158,13 @@ class LocalExecutor:
 
         return hierarchy_counts(described, config)
 
+    @staticmethod
+    def diagnose_accuracy(reference: Path, candidate: Path, source: Path | None,
+                          samples: int) -> dict[str, Any]:
+        from executors.onnx.accuracy import diagnose
+
+        return diagnose(reference, candidate, source, samples)
+
     # -- commands ------------------------------------------------------------------------
     @staticmethod
     def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -15,6 +15,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -87,21 +88,26 @@ def float_names(model: onnx.ModelProto) -> tuple[set[str], set[str]]:
     return floats, others
 
 
-def common_tensors(fp32: onnx.ModelProto, qdq: onnx.ModelProto) -> list[str]:
-    """Float tensors produced by a node of both graphs (Q/DQ outputs aside), in QDQ order."""
+def common_tensors(fp32: onnx.ModelProto, qdq: onnx.ModelProto) -> dict[str, str]:
+    """{QDQ graph tensor: the fp32 graph's tensor of the same value} for the float outputs of
+    the QDQ graph's nodes (Q/DQ aside), in QDQ order: the same name, or, where the quantizer
+    renamed an op's output, the name its Q -> DQ copy carries (a graph output's, say)."""
     made_fp32 = {o for n in fp32.graph.node for o in n.output if o}
     f_float, f_other = float_names(fp32)
     q_float, q_other = float_names(qdq)
-    quantized = {n.input[0] for n in qdq.graph.node if n.op_type == "QuantizeLinear"}
-    out = []
+    quantized = {n.input[0]: n.output[0] for n in qdq.graph.node if n.op_type == "QuantizeLinear"}
+    dequantized = {n.input[0]: n.output[0] for n in qdq.graph.node
+                   if n.op_type == "DequantizeLinear"}
+    out = {}
     for node in qdq.graph.node:
         if node.op_type in QDQ_OPS:
             continue
         for name in node.output:
-            if not name or name not in made_fp32 or name in f_other | q_other:
+            ref = name if name in made_fp32 else dequantized.get(quantized.get(name, ""), "")
+            if not name or ref not in made_fp32 or {name, ref} & (f_other | q_other):
                 continue
-            if name in f_float or name in q_float or name in quantized:
-                out.append(name)
+            if ref in f_float or name in q_float or name in quantized:
+                out[name] = ref
     return out
 
 
@@ -163,30 +169,34 @@ def exposed(model: onnx.ModelProto, names: list[str]) -> bytes:
     copy.CopyFrom(model)
     have = {o.name for o in copy.graph.output}
     copy.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
-                             for n in names if n not in have)
+                             for n in dict.fromkeys(names) if n not in have)
     return copy.SerializeToString()
 
 
 def session(model: bytes) -> Any:
     import onnxruntime as ort
 
+    from executors.runtime.adapters import host_providers
+
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.log_severity_level = 3
-    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model, opts, providers=host_providers())
 
 
-def tensor_stats(fp32: onnx.ModelProto, qdq: onnx.ModelProto, names: list[str],
+def tensor_stats(fp32: onnx.ModelProto, qdq: onnx.ModelProto, pairs: dict[str, str],
                  feeds: list[dict[str, np.ndarray]]) -> dict[str, Stats]:
-    """{tensor: Stats of the QDQ graph's values against the fp32 graph's} over `feeds`."""
-    ref_sess, q_sess = session(exposed(fp32, names)), session(exposed(qdq, names))
-    stats = {n: Stats() for n in names}
+    """{QDQ tensor: Stats of its values against its fp32 tensor's} over `feeds`."""
+    got_names, want_names = list(pairs), list(pairs.values())
+    ref_sess = session(exposed(fp32, want_names))
+    q_sess = session(exposed(qdq, got_names))
+    stats = {n: Stats() for n in pairs}
     for feed in feeds:
-        want = dict(zip(names, ref_sess.run(names, _inputs(ref_sess, feed)), strict=True))
-        got = dict(zip(names, q_sess.run(names, _inputs(q_sess, feed)), strict=True))
-        for n in names:
-            if want[n].shape == got[n].shape:
-                stats[n].add(want[n], got[n])
+        want = ref_sess.run(want_names, _inputs(ref_sess, feed))
+        got = q_sess.run(got_names, _inputs(q_sess, feed))
+        for n, w, g in zip(got_names, want, got, strict=True):
+            if w.shape == g.shape:
+                stats[n].add(w, g)
     return {n: s for n, s in stats.items() if s.values}
 
 
@@ -218,12 +228,27 @@ def compare(fp32: onnx.ModelProto, qdq: onnx.ModelProto,
     """Per-module accuracy of `qdq` (tagged) against `fp32` on `feeds`: rows in tree order,
     and the whole graph's outputs as one row."""
     fp32_outputs = {o.name for o in fp32.graph.output}
-    names = common_tensors(fp32, qdq)
-    names += [o.name for o in qdq.graph.output if o.name in fp32_outputs and o.name not in names]
-    stats = tensor_stats(fp32, qdq, names, feeds)
+    pairs = common_tensors(fp32, qdq)
+    pairs |= {o.name: o.name for o in qdq.graph.output
+              if o.name in fp32_outputs and o.name not in pairs}
+    stats = tensor_stats(fp32, qdq, pairs, feeds)
     whole = Stats()
     for o in qdq.graph.output:
         if o.name in stats:
             whole.merge(stats[o.name])
     return {"samples": len(feeds), "tensors": len(stats), "modules": module_rows(qdq, stats),
             "graph": {"sqnr_db": whole.sqnr_db(), "cosine": whole.cosine()}}
+
+
+def diagnose(reference: Path, candidate: Path, source: Path | None,
+             samples: int) -> dict[str, Any]:
+    """compare() on the files of a run: the fp32 reference and the tagged QDQ candidate, on
+    `samples` verify inputs made as the verify step makes them."""
+    from executors.onnx.artifacts import load
+    from executors.samples import Samples, io_specs
+
+    specs, _ = io_specs(reference)
+    made = Samples(specs, "verify", source=source)
+    result = compare(load(reference), load(candidate), made.feeds(samples))
+    return {**result, "data": made.origin, "reference": str(reference),
+            "candidate": str(candidate)}

@@ -110,6 +110,17 @@ def inspect_hierarchy(described: dict[str, Any], config: dict[str, Any]) -> dict
     return cls.inspect_hierarchy(described, config)
 
 
+def diagnose_accuracy(config: dict[str, Any], reference: Path, candidate: Path,
+                      source: Path | None, samples: int) -> dict[str, Any]:
+    """Per-module SQNR and cosine of a QDQ graph against its fp32 graph, by the executor the
+    config names."""
+    cls = executor_class(config["executor"]["name"])
+    if not hasattr(cls, "diagnose_accuracy"):
+        raise UsageError(f"diagnose: executor {config['executor']['name']!r} cannot compare "
+                         "graphs; use executor=local")
+    return cls.diagnose_accuracy(reference, candidate, source, samples)
+
+
 def add_plugin_commands(sub: Any, common: Any) -> None:
     """Let every installed executor register its own CLI commands."""
     for name in executor_names():

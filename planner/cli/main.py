@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from planner.cli import importing, read, review
+from planner.cli import diagnose, importing, read, review
 from planner.cli.common import config_tree, writable_dir, write_output
 from planner.errors import ModelplanError, UsageError
 
@@ -238,6 +238,7 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
 
     _run_commands(add)
     read.add_commands(add)
+    diagnose.add_commands(add)
     review.add_commands(sub, common)
     importing.add_commands(sub, common)
     if plugins:
@@ -287,7 +288,7 @@ def _needs_plugins(argv: list[str]) -> bool:
     """Plugin commands are loaded only when the command is not a core one (or for help)."""
     first = next((a for a in argv if not a.startswith("-")), None)
     return not any(first in c for c in (COMMANDS, read.COMMANDS, review.COMMANDS,
-                                         importing.COMMANDS))
+                                         importing.COMMANDS, diagnose.COMMANDS))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -82,7 +82,7 @@ def _sqnr(ref: np.ndarray, got: np.ndarray) -> float:
 
 
 def test_common_tensors_leave_out_qdq_copies() -> None:
-    assert accuracy.common_tensors(fp32_model(), qdq_model()) == ["h", "r", "Y"]
+    assert accuracy.common_tensors(fp32_model(), qdq_model()) == {"h": "h", "r": "r", "Y": "Y"}
 
 
 def test_module_outputs_see_through_qdq_and_parents_union_children() -> None:
@@ -98,7 +98,8 @@ def test_lineage_and_class() -> None:
 
 
 def test_sqnr_and_cosine_match_numpy() -> None:
-    feeds = [{"X": RNG.standard_normal((2, 4)).astype(np.float32)} for _ in range(3)]
+    rng = np.random.default_rng(2)
+    feeds = [{"X": rng.standard_normal((2, 4)).astype(np.float32)} for _ in range(3)]
     result = accuracy.compare(fp32_model(), qdq_model(), feeds)
     rows = {r["tag"]: r for r in result["modules"]}
     assert set(rows) == {"/M", "/M/A", "/M/B"}
@@ -112,6 +113,23 @@ def test_sqnr_and_cosine_match_numpy() -> None:
         assert math.isclose(rows[tag]["cosine"], cos, rel_tol=1e-6)
     assert rows["/M/A"]["class"] == "A" and rows["/M"]["outputs"] == 1
     assert result["graph"]["sqnr_db"] == rows["/M"]["sqnr_db"]
+
+
+def test_an_output_the_quantizer_renamed_is_compared_under_its_fp32_name() -> None:
+    """The quantizer names an op's output anew when its Q -> DQ copy takes the graph output's
+    name: the op's output is compared with the fp32 graph output, and is /M/B's output."""
+    qdq = qdq_model()
+    mm2 = next(n for n in qdq.graph.node if n.name == "mm2")
+    mm2.output[0] = "Y_pre"
+    qdq.graph.node.extend([
+        _node("QuantizeLinear", ["Y_pre", "s_fine", "zp"], ["Y_q"], "Y_Q", "/M/B"),
+        _node("DequantizeLinear", ["Y_q", "s_fine", "zp"], ["Y"], "Y_DQ", "/M/B")])
+    assert accuracy.common_tensors(fp32_model(), qdq) == {"h": "h", "r": "r", "Y_pre": "Y"}
+    feeds = [{"X": np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)}]
+    result = accuracy.compare(fp32_model(), qdq, feeds)
+    rows = {r["tag"]: r for r in result["modules"]}
+    assert set(rows) == {"/M", "/M/A", "/M/B"} and rows["/M/B"]["outputs"] == 1
+    assert result["graph"]["sqnr_db"] < rows["/M/B"]["sqnr_db"]  # the output's own Q/DQ adds
 
 
 def test_stats_edge_cases() -> None:

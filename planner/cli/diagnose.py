@@ -1,0 +1,129 @@
+"""`modelplan diagnose [overrides]`: where a quantized build loses accuracy, per module.
+
+The config is planned as given (its verify step names the fp32 reference and the quantized
+candidate), then run with verify, perf and eval off (the same keys up to the tagged QDQ
+graph, so a built store answers at once), and the executor compares the two graphs tensor by
+tensor on the verify inputs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from planner.cli.common import config_tree
+from planner.errors import UsageError
+
+MEASURES = ("verify", "perf", "eval")  # off in the run: diagnose measures on its own
+
+
+def _plans(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the plan as configured, the plan diagnose runs: its measurements off)."""
+    from planner.config.compose import compose_timed
+    from planner.planning import plan_for
+
+    tree = config_tree(args)
+    given = [o for o in args.overrides if o.lstrip("+~") != "verify=none"]  # verify names roles
+    full = compose_timed(given, store=args.store, tree=tree, timings=args.timings)
+    kept = [o for o in args.overrides
+            if o.split("=", 1)[0].lstrip("+~").split(".", 1)[0] not in MEASURES]
+    built = compose_timed([*kept, *(f"{m}=none" for m in MEASURES)], store=args.store,
+                          tree=tree, timings=args.timings)
+    return plan_for(full).to_json(), plan_for(built).to_json()
+
+
+def _roles(ir: dict[str, Any]) -> tuple[str, str, str | None]:
+    """(reference step, tagged quantized step, resolve step) from the plan's verify step."""
+    steps = {s["id"]: s for s in ir["steps"]}
+    verify = next((s for s in ir["steps"] if s["op"] == "verify"), None)
+    if not any(s["op"] == "quantize" for s in ir["steps"]) or verify is None:
+        raise UsageError("diagnose: the plan has no quantize or no verify step; diagnose "
+                         "compares a quantized graph with its fp32 reference (set quant=w8a8 "
+                         "or another quant)")
+    tagged = [s["id"] for s in ir["steps"] if s["op"] == "tag"
+              and any(steps[a]["op"] == "quantize" for a in _ancestors(steps, s["id"]))]
+    if not tagged:
+        raise UsageError("diagnose: the plan tags no quantized graph")
+    return verify["inputs"]["reference"], tagged[-1], verify["inputs"].get("source")
+
+
+def _ancestors(steps: dict[str, dict[str, Any]], step_id: str) -> list[str]:
+    out, todo = [], list(steps[step_id].get("inputs", {}).values())
+    while todo:
+        s = todo.pop()
+        if s not in out:
+            out.append(s)
+            todo += list(steps[s].get("inputs", {}).values())
+    return out
+
+
+def _entry(ir: dict[str, Any], record: dict[str, Any], step_id: str) -> Path:
+    """The store entry a step's output is in; an elided step's is its model input's."""
+    ran = {s["id"]: s for s in record["steps"]}
+    planned = {s["id"]: s for s in ir["steps"]}
+    while not ran[step_id]["outputs"]:
+        if ran[step_id]["status"] != "ok" or "model" not in planned[step_id]["inputs"]:
+            raise UsageError(f"diagnose: step {step_id} has no output "
+                             f"(status {ran[step_id]['status']})")
+        step_id = planned[step_id]["inputs"]["model"]
+    return Path(next(iter(ran[step_id]["outputs"].values()))).parent
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from planner.cli.app import RunOptions, diagnose_accuracy, run_plan
+    from planner.render import module_accuracy
+
+    full, built = _plans(args)
+    reference, candidate, source = _roles(full)
+    missing = [s for s in (reference, candidate, source) if s and s not in
+               {b["id"] for b in built["steps"]}]
+    if missing:
+        raise UsageError(f"diagnose: step(s) {', '.join(missing)} not in the plan without "
+                         "verify, perf and eval")
+    record = run_plan(built, None, [], RunOptions(
+        store=Path(args.store).resolve() if args.store else None, quiet=args.quiet,
+        debug=args.debug))
+    if record["error"]:
+        raise UsageError(f"diagnose: the build failed: {record['error']['message']}")
+    samples = args.samples or full["config"]["verify"].get("samples") or 4
+    result = diagnose_accuracy(full["config"], _entry(built, record, reference) / "model.onnx",
+                               _entry(built, record, candidate) / "model.onnx",
+                               _entry(built, record, source) if source else None, samples)
+    result |= {"reference_step": reference, "candidate_step": candidate}
+    if args.json:
+        print(json.dumps(_finite(result), indent=2))
+    else:
+        sys.stdout.write(module_accuracy.text(result, args.top or None))
+    return 0
+
+
+def _finite(value: Any) -> Any:
+    """JSON without Infinity: an exact match's SQNR is null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+COMMANDS = {"diagnose": cmd_diagnose}
+
+
+def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
+    sp = add("diagnose", "build a quantized config up to its tagged QDQ graph and rank its "
+             "modules by SQNR and cosine against the fp32 graph", overrides=True,
+             handler=cmd_diagnose)
+    sp.add_argument("--store", metavar="DIR", help="the content-addressed store "
+                    "(default: store.path, else ~/.cache/modelplan/store)")
+    sp.add_argument("--samples", type=int, metavar="N",
+                    help="verify inputs to compare on (default: verify.samples)")
+    sp.add_argument("--top", type=int, default=15, metavar="N",
+                    help="modules in the ranked table (0: all; default 15)")
+    sp.add_argument("--json", action="store_true", help="print the rows as JSON")
+    sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
