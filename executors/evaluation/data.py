@@ -240,7 +240,8 @@ def shipped(task: str, modality: str | None, samples: int) -> Rows:
             row["text_pair"] = lines[(2 * i + 1) % len(lines)]
         rows.append(row)
     what = {"image": "photographs", "audio": "synthesized speech"}
-    kind = next((what[r] for r in ("image", "audio") if r in roles), "sentences")
+    kind = next((what[r] for r in ("image", "audio") if r in roles),
+                "sentence pairs" if "text_pair" in roles else "sentences")
     own = EVAL[task].truth == ("text",)  # self-supervised: the input is its own label
     return Rows(rows, f"{samples} shipped {kind}; " + (
         "labels: the masked tokens" if own else

@@ -162,6 +162,7 @@ def verdict(params: dict[str, Any], scores: dict[str, dict[str, float]], rows: d
             "samples": samples, "dataset_digest": params["dataset_digest"], "scores": scores,
             "eval_pytorch": base, "eval_fp32": fp32, "eval_target": got, "eval_drop": drop,
             "eval_fp32_drop": fp32_drop, "max_drop": params["max_drop"], "ep": params["ep"],
+            "target": of_params(params).name,
             "eval_verdict": "PASS" if passed else "REGRESSION", "passed": passed,
             "verdict_line": line, "seconds": seconds,
             "target_s_per_sample": round(seconds["target"] / max(samples, 1), 4),

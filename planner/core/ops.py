@@ -209,7 +209,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.SINK, T.NEEDS_EP, T.HEAVY}),
        tools=("onnxruntime", "onnxruntime-qnn", "transformers"),
        outputs=("metrics",), chain_role="candidate", headline=("cosine_mean", "cosine_min")),
-    Op("eval", 1, "the task's metric for PyTorch, the fp32 export and the deliverable on its "
+    Op("eval", 2, "the task's metric for PyTorch, the fp32 export and the deliverable on its "
        "target, with a verdict against the largest drop allowed",
        params=("task", "metric", "max_drop", "dataset", "dataset_kind", "dataset_name", "split",
                "samples", "shuffle", "seed", "columns", "dataset_digest", "ep", "backend",

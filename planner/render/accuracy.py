@@ -84,7 +84,7 @@ def limit(v: Any) -> str:
 
 
 def target_label(m: dict[str, Any]) -> str:
-    return f"target ({m.get('ep', '?')})"
+    return f"target ({m.get('target') or m.get('ep', '?')})"
 
 
 def data_line(m: dict[str, Any]) -> str:
