@@ -38,13 +38,11 @@ class Context:
     labelled: bool = False
     label_names: dict[str, list[str]] = field(default_factory=dict)  # role -> ClassLabel names
     baseline: list[Any] = field(default_factory=list)  # PyTorch's predictions, once scored
+    model_class: str | None = None             # the class the plan loads (CLIP towers...)
 
     @property
     def inputs(self) -> list[dict[str, Any]]:
         return self.specs.get("model") or self.specs.get("encoder") or []
-
-    def spec(self, name: str) -> dict[str, Any] | None:
-        return next((s for s in self.inputs if s["name"] == name), None)
 
     def id2label(self) -> dict[int, str]:
         return {int(k): str(v) for k, v in (self.info.get("id2label") or {}).items()}

@@ -305,9 +305,4 @@ def audio_array(value: Any, rate: int) -> np.ndarray:
         wav, got = np.asarray(value, np.float32), rate
     if wav.ndim > 1:
         wav = wav.mean(axis=-1)
-    if got != rate:
-        from scipy.signal import resample_poly
-
-        divisor = np.gcd(rate, got)
-        wav = resample_poly(wav, rate // divisor, got // divisor).astype(np.float32)
-    return wav
+    return media.resampled(wav, got, rate)

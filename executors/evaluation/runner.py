@@ -46,7 +46,7 @@ def context(task: str, source: Path, reference_graphs: dict[str, Path]) -> Conte
     for graph, path in reference_graphs.items():
         ins, outs = io_specs(path)
         specs[graph], outputs[graph] = ins, [o["name"] for o in outs]
-    return Context(task, specs, outputs, ckpt, config)
+    return Context(task, specs, outputs, ckpt, config, model_class=info.get("model_class"))
 
 
 def _tiled(forward: Forward, specs: list[dict[str, Any]]) -> Forward:
@@ -104,8 +104,7 @@ def evaluate(params: dict[str, Any], inputs: dict[str, Path], cache_dir: Path | 
     task = params["task"]
     ref_files, cand_files = graph_files(inputs["reference"]), graph_files(inputs["candidate"])
     cx = context(task, inputs["source"], ref_files)
-    model_class = torchmodel.source_info(inputs["source"]).get("model_class")
-    modality = tasks.modality_of(cx.info, model_class) if cx.info else None
+    modality = tasks.modality_of(cx.info, cx.model_class) if cx.info else None
     rows = data.load(params, modality)
     cx.labelled, cx.label_names = rows.labelled, rows.names
     ev: Evaluator = evaluator(task)

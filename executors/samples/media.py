@@ -103,15 +103,22 @@ class Speaker:
 
     def say(self, text: str) -> np.ndarray:
         """`text` spoken, as float32 samples in [-1, 1] at 16 kHz."""
-        from scipy.signal import resample_poly
-
         self.chunks = []
         data = text.encode()
         self.lib.espeak_Synth(data, len(data) + 1, 0, 1, 0, 0, None, None)
         self.lib.espeak_Synchronize()
-        wav = np.concatenate(self.chunks).astype(np.float32) / 32768.0
-        divisor = np.gcd(RATE, self.rate)
-        return resample_poly(wav, RATE // divisor, self.rate // divisor).astype(np.float32)
+        return resampled(np.concatenate(self.chunks).astype(np.float32) / 32768.0, self.rate,
+                         RATE)
+
+
+def resampled(wav: np.ndarray, rate: int, to: int) -> np.ndarray:
+    """`wav` at `rate` Hz as float32 at `to` Hz (polyphase, exact for integer rates)."""
+    if rate == to:
+        return wav.astype(np.float32)
+    from scipy.signal import resample_poly
+
+    divisor = np.gcd(to, rate)
+    return resample_poly(wav, to // divisor, rate // divisor).astype(np.float32)
 
 
 @cache
