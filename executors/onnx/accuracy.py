@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from executors.onnx import own_error
 from executors.onnx.artifacts import TAG_KEY
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
@@ -163,13 +164,20 @@ def module_outputs(qdq: onnx.ModelProto,
     return dict(outs), dict(nodes)
 
 
-def exposed(model: onnx.ModelProto, names: list[str]) -> bytes:
-    """A copy of `model` with `names` added as float outputs (those not outputs already)."""
+def exposed(model: onnx.ModelProto, names: Iterable[str], floats: Iterable[str] = ()) -> bytes:
+    """A copy of `model` with `names` added as outputs (those not outputs already): typed
+    float when in `floats`, else left for ONNX Runtime to type."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    have = {o.name for o in copy.graph.output}
-    copy.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
-                             for n in dict.fromkeys(names) if n not in have)
+    have, typed = {o.name for o in copy.graph.output}, set(floats)
+    for n in dict.fromkeys(names):
+        if n in have:
+            continue
+        if n in typed:
+            copy.graph.output.append(
+                onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None))
+        else:
+            copy.graph.output.add(name=n)
     return copy.SerializeToString()
 
 
@@ -184,20 +192,26 @@ def session(model: bytes) -> Any:
     return ort.InferenceSession(model, opts, providers=host_providers())
 
 
-def tensor_stats(fp32: onnx.ModelProto, qdq: onnx.ModelProto, pairs: dict[str, str],
-                 feeds: list[dict[str, np.ndarray]]) -> dict[str, Stats]:
-    """{QDQ tensor: Stats of its values against its fp32 tensor's} over `feeds`."""
-    got_names, want_names = list(pairs), list(pairs.values())
-    ref_sess = session(exposed(fp32, want_names))
-    q_sess = session(exposed(qdq, got_names))
-    stats = {n: Stats() for n in pairs}
-    for feed in feeds:
-        want = ref_sess.run(want_names, _inputs(ref_sess, feed))
-        got = q_sess.run(got_names, _inputs(q_sess, feed))
-        for n, w, g in zip(got_names, want, got, strict=True):
-            if w.shape == g.shape:
-                stats[n].add(w, g)
-    return {n: s for n, s in stats.items() if s.values}
+class Runs:
+    """The fp32 and the QDQ graph on the CPU EP, each exposing the tensors asked of it: one
+    run of each per sample gives every value the comparison and the pieces read."""
+
+    def __init__(self, fp32: onnx.ModelProto, qdq: onnx.ModelProto, fp32_wanted: Iterable[str],
+                 qdq_wanted: Iterable[str], floats: tuple[Iterable[str], Iterable[str]]) -> None:
+        inputs = {i.name for i in fp32.graph.input} | {i.name for i in qdq.graph.input}
+        self.want_names = [n for n in dict.fromkeys(fp32_wanted) if n not in inputs]
+        self.got_names = [n for n in dict.fromkeys(qdq_wanted) if n not in inputs]
+        self.ref = session(exposed(fp32, self.want_names, floats[0]))
+        self.q = session(exposed(qdq, self.got_names, floats[1]))
+
+    def __call__(self, feed: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray],
+                                                           dict[str, np.ndarray]]:
+        """({fp32 tensor: value}, {QDQ tensor: value}), the graph inputs in both."""
+        want = dict(zip(self.want_names, self.ref.run(self.want_names, _inputs(self.ref, feed)),
+                        strict=True))
+        got = dict(zip(self.got_names, self.q.run(self.got_names, _inputs(self.q, feed)),
+                       strict=True))
+        return {**feed, **want}, {**feed, **got}
 
 
 def _inputs(sess: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -209,34 +223,69 @@ def class_of(tag: str) -> str:
     return tag.rsplit("/", 1)[-1].split(".", 1)[0]
 
 
-def module_rows(qdq: onnx.ModelProto, stats: dict[str, Stats]) -> list[dict[str, Any]]:
-    """One row per module with compared outputs, in tree order (tag order)."""
+def module_rows(qdq: onnx.ModelProto, stats: dict[str, Stats],
+                own: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One row per module with compared outputs, in tree order (tag order); with `own`
+    ({tag: Piece}), its own error and what it inherits (executors/onnx/own_error.py)."""
     outs, nodes = module_outputs(qdq, stats)
     rows = []
     for tag in sorted(outs):
         total = Stats()
         for name in dict.fromkeys(outs[tag]):
             total.merge(stats[name])
-        rows.append({"tag": tag, "class": class_of(tag), "nodes": nodes[tag],
-                     "outputs": len(dict.fromkeys(outs[tag])), "values": total.values,
-                     "sqnr_db": total.sqnr_db(), "cosine": total.cosine()})
+        row = {"tag": tag, "class": class_of(tag), "nodes": nodes[tag],
+               "outputs": len(dict.fromkeys(outs[tag])), "values": total.values,
+               "sqnr_db": total.sqnr_db(), "cosine": total.cosine()}
+        if own is not None and tag in own:
+            row |= own_fields(own[tag], row["sqnr_db"])
+        rows.append(row)
     return rows
 
 
-def compare(fp32: onnx.ModelProto, qdq: onnx.ModelProto,
-            feeds: list[dict[str, np.ndarray]]) -> dict[str, Any]:
-    """Per-module accuracy of `qdq` (tagged) against `fp32` on `feeds`: rows in tree order,
-    and the whole graph's outputs as one row."""
+def own_fields(piece: Any, sqnr_db: float) -> dict[str, Any]:
+    """A row's own error (SQNR, cosine) and the dB its cumulative figure inherits."""
+    if piece.error or not piece.stats:
+        return {"own_sqnr_db": None, "own_cosine": None, "inherited": None,
+                "own_error": piece.error or "no sample ran"}
+    total = Stats()
+    for s in piece.stats:
+        total.merge(s)
+    own_db = total.sqnr_db()
+    inherited = own_db - sqnr_db if math.isfinite(own_db) and math.isfinite(sqnr_db) else None
+    return {"own_sqnr_db": own_db, "own_cosine": total.cosine(), "inherited": inherited,
+            **({"qdq_fed": piece.qdq_fed} if piece.qdq_fed else {})}
+
+
+def compare(fp32: onnx.ModelProto, qdq: onnx.ModelProto, feeds: list[dict[str, np.ndarray]],
+            own: bool | Iterable[str] = True) -> dict[str, Any]:
+    """Per-module accuracy of `qdq` (tagged) against `fp32` on `feeds`: rows in tree order
+    (cumulative `sqnr_db`, `cosine`; with `own`, for every module or the tags it names, also
+    `own_sqnr_db`, `own_cosine` and `inherited`), and the whole graph's outputs as one row."""
     fp32_outputs = {o.name for o in fp32.graph.output}
     pairs = common_tensors(fp32, qdq)
     pairs |= {o.name: o.name for o in qdq.graph.output
               if o.name in fp32_outputs and o.name not in pairs}
-    stats = tensor_stats(fp32, qdq, pairs, feeds)
+    outs, _ = module_outputs(qdq, pairs)
+    tags = [t for t in outs if t != UNTAGGED] if own is True else [] if own is False else own
+    pieces = own_error.plan_pieces(fp32, qdq, pairs, outs, tags)
+    from_fp32, from_qdq = own_error.wanted(pieces)
+    runs = Runs(fp32, qdq, [*pairs.values(), *from_fp32], [*pairs, *from_qdq],
+                (pairs.values(), pairs))
+    stats = {n: Stats() for n in pairs}
+    for feed in feeds:
+        want, got = runs(feed)
+        for n, ref in pairs.items():
+            if want[ref].shape == got[n].shape:
+                stats[n].add(want[ref], got[n])
+        own_error.run_pieces(qdq, pieces, want, got,
+                             lambda p: session(p.model.SerializeToString()), Stats)
+    stats = {n: s for n, s in stats.items() if s.values}
     whole = Stats()
     for o in qdq.graph.output:
         if o.name in stats:
             whole.merge(stats[o.name])
-    return {"samples": len(feeds), "tensors": len(stats), "modules": module_rows(qdq, stats),
+    return {"samples": len(feeds), "tensors": len(stats),
+            "modules": module_rows(qdq, stats, {p.tag: p for p in pieces} if own else None),
             "graph": {"sqnr_db": whole.sqnr_db(), "cosine": whole.cosine()}}
 
 

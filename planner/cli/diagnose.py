@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.cli.common import config_tree
+from planner.core import diagnosis
 from planner.errors import UsageError
 
 MEASURES = ("verify", "perf", "eval")  # off in the run: diagnose measures on its own
@@ -38,39 +39,23 @@ def _plans(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _roles(ir: dict[str, Any]) -> tuple[str, str, str | None]:
     """(reference step, tagged quantized step, resolve step) from the plan's verify step."""
-    steps = {s["id"]: s for s in ir["steps"]}
     verify = next((s for s in ir["steps"] if s["op"] == "verify"), None)
     if not any(s["op"] == "quantize" for s in ir["steps"]) or verify is None:
         raise UsageError("diagnose: the plan has no quantize or no verify step; diagnose "
                          "compares a quantized graph with its fp32 reference (set quant=w8a8 "
                          "or another quant)")
-    tagged = [s["id"] for s in ir["steps"] if s["op"] == "tag"
-              and any(steps[a]["op"] == "quantize" for a in _ancestors(steps, s["id"]))]
-    if not tagged:
+    found = diagnosis.roles(ir, verify["id"])
+    if found is None:
         raise UsageError("diagnose: the plan tags no quantized graph")
-    return verify["inputs"]["reference"], tagged[-1], verify["inputs"].get("source")
-
-
-def _ancestors(steps: dict[str, dict[str, Any]], step_id: str) -> list[str]:
-    out, todo = [], list(steps[step_id].get("inputs", {}).values())
-    while todo:
-        s = todo.pop()
-        if s not in out:
-            out.append(s)
-            todo += list(steps[s].get("inputs", {}).values())
-    return out
+    return found
 
 
 def _entry(ir: dict[str, Any], record: dict[str, Any], step_id: str) -> Path:
     """The store entry a step's output is in; an elided step's is its model input's."""
-    ran = {s["id"]: s for s in record["steps"]}
-    planned = {s["id"]: s for s in ir["steps"]}
-    while not ran[step_id]["outputs"]:
-        if ran[step_id]["status"] != "ok" or "model" not in planned[step_id]["inputs"]:
-            raise UsageError(f"diagnose: step {step_id} has no output "
-                             f"(status {ran[step_id]['status']})")
-        step_id = planned[step_id]["inputs"]["model"]
-    return Path(next(iter(ran[step_id]["outputs"].values()))).parent
+    found = diagnosis.entry(ir, record["steps"], step_id)
+    if found is None:
+        raise UsageError(f"diagnose: step {step_id} has no output")
+    return found
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:

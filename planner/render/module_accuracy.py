@@ -1,19 +1,38 @@
-"""Where the accuracy goes, for people: `modelplan diagnose`'s per-module SQNR and cosine as a
-ranked table (worst SQNR first) and as a module tree."""
+"""Where the accuracy goes, for people: `modelplan diagnose`'s per-module accuracy as a ranked
+table (worst own error first: the module to repair, its cumulative figure beside), a module
+tree, and the same short table for a run record whose gate failed.
+
+Own error: the module's piece run alone on the fp32 graph's values at its inputs. Cumulative:
+its outputs in the whole QDQ graph (the error of every module before it included).
+Inherited: the dB the cumulative figure loses beyond the module's own."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 TOP = 15  # modules in the ranked table unless --top says otherwise
+HEAD = ("class", "nodes", "own_db", "own_cos", "cum_db", "cum_cos", "inherited")
 
 
 def depth(tag: str) -> int:
     return tag.strip("/").count("/") + 1 if tag.startswith("/") else 1
 
 
+def _db(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "inf" if math.isinf(value) and value > 0 else f"{value:.2f}"
+
+
+def _cos(value: float | None) -> str:
+    return "-" if value is None else f"{value:.5f}"
+
+
 def _cells(r: dict[str, Any], name: str) -> tuple[str, ...]:
-    return (name, r["class"], str(r["nodes"]), f"{r['sqnr_db']:.2f}", f"{r['cosine']:.5f}")
+    return (name, r["class"], str(r["nodes"]), _db(r.get("own_sqnr_db")),
+            _cos(r.get("own_cosine")), _db(r["sqnr_db"]), _cos(r["cosine"]),
+            _db(r.get("inherited")))
 
 
 def _columns(table: list[tuple[str, ...]]) -> list[str]:
@@ -23,12 +42,20 @@ def _columns(table: list[tuple[str, ...]]) -> list[str]:
             for row in table]
 
 
-HEAD = ("class", "nodes", "sqnr_db", "cosine")
+def own_db(r: dict[str, Any]) -> float:
+    """What a module is ranked by: its own SQNR, else (no piece ran) its cumulative one."""
+    own = r.get("own_sqnr_db")
+    value = own if own is not None else r["sqnr_db"]
+    return math.inf if value is None else value
+
+
+def worst_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """By own SQNR, worst first (a tie: the deeper module first)."""
+    return sorted(rows, key=lambda r: (own_db(r), -depth(r["tag"])))
 
 
 def ranked(rows: list[dict[str, Any]], limit: int | None = TOP) -> list[str]:
-    """The modules by SQNR, worst first (a tie: the deeper module first)."""
-    order = sorted(rows, key=lambda r: (r["sqnr_db"], -depth(r["tag"])))
+    order = worst_first(rows)
     shown = order if limit is None else order[:limit]
     lines = _columns([("module", *HEAD), *(_cells(r, r["tag"]) for r in shown)])
     if len(shown) < len(rows):
@@ -45,16 +72,65 @@ def tree(rows: list[dict[str, Any]]) -> list[str]:
     return _columns([("module", *HEAD), *cells])
 
 
+def on_target(result: dict[str, Any]) -> list[str]:
+    """The worst modules' pieces on the target beside the same pieces on the CPU EP."""
+    found = result.get("target_pieces")
+    if not found:
+        return []
+    lines = ["", (f"On the target ({found['target']}), each piece fed the fp32 values, outputs "
+                  f"through their Q/DQ ({found['samples']} samples):")]
+    table = [("module", "cpu_db", "cpu_cos", "target_db", "target_cos", "lost_db")]
+    for r in found["modules"]:
+        lost = None if r.get("target_sqnr_db") is None or r.get("cpu_sqnr_db") is None \
+            else r["cpu_sqnr_db"] - r["target_sqnr_db"]
+        table.append((r["tag"], _db(r.get("cpu_sqnr_db")), _cos(r.get("cpu_cosine")),
+                      _db(r.get("target_sqnr_db")), _cos(r.get("target_cosine")), _db(lost)))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines += ["  " + "  ".join([row[0].ljust(widths[0]), *(c.rjust(w) for c, w in
+                                zip(row[1:], widths[1:], strict=True))]) for row in table]
+    lines += [f"  {r['tag']}: {r['error']}" for r in found["modules"] if r.get("error")]
+    return lines
+
+
 def text(result: dict[str, Any], limit: int | None = TOP) -> str:
     whole = result["graph"]
     lines = [(f"Accuracy per module: {result['candidate_step']} (quantized) against "
              f"{result['reference_step']} (fp32), {result['samples']} samples "
              f"({result['data']}), {result['tensors']} tensors compared on the CPU EP"),
              f"Graph outputs: sqnr {whole['sqnr_db']:.2f} dB, cosine {whole['cosine']:.5f}",
-             "", "Worst modules (SQNR of their outputs, dB):", *ranked(result["modules"], limit),
+             "", ("Worst modules by own error (dB; cum: as the whole graph has it; inherited: "
+             "own - cum):"), *ranked(result["modules"], limit), *on_target(result),
              "", "Module tree:", *tree(result["modules"])]
-    worst = min(result["modules"], key=lambda r: r["sqnr_db"], default=None)
+    worst = worst_first(result["modules"])[:1]
     if worst:
-        lines += ["", (f"Worst: {worst['tag']} at {worst['sqnr_db']:.2f} dB "
-                      f"(cosine {worst['cosine']:.5f}).")]
+        w = worst[0]
+        lines += ["", (f"Worst: {w['tag']}, own {_db(w.get('own_sqnr_db'))} dB "
+                      f"(cumulative {_db(w['sqnr_db'])} dB, cosine {w['cosine']:.5f}).")]
     return "\n".join(lines) + "\n"
+
+
+RECORD_TOP = 5  # rows in a failed run's table
+
+
+def record_lines(record: dict[str, Any], limit: int = RECORD_TOP) -> list[str]:
+    """A failed gate's short table: the `limit` modules with the worst own error."""
+    rows = record.get("accuracy") or []
+    if not rows:
+        return []
+    lines = ["", (f"Where the accuracy goes ({len(rows)} modules, CPU EP; own: the module fed "
+                  "the fp32 values; `modelplan diagnose` for all of them):")]
+    return lines + ranked(rows, limit)
+
+
+def record_markdown(record: dict[str, Any], limit: int = RECORD_TOP) -> list[str]:
+    rows = record.get("accuracy") or []
+    if not rows:
+        return []
+    lines = ["", (f"#### Where the accuracy goes ({min(limit, len(rows))} worst of {len(rows)} "
+             "modules by own error, CPU EP)"), "",
+             "| module | class | nodes | own dB | own cos | cum dB | cum cos | inherited dB |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in worst_first(rows)[:limit]:
+        c = _cells(r, r["tag"])
+        lines.append(f"| `{c[0]}` | " + " | ".join(c[1:]) + " |")
+    return lines

@@ -139,3 +139,31 @@ def test_stats_edge_cases() -> None:
     silent = accuracy.Stats()
     silent.add(np.zeros(3), np.zeros(3))
     assert silent.cosine() == 1.0
+
+
+def test_own_error_is_the_module_fed_the_fp32_values_and_the_rest_is_inherited() -> None:
+    """/M/B's piece (the coarse Q/DQ on its input r, then its MatMul) is fed the fp32 r: its
+    own error is that quantization alone; its cumulative figure also carries /M/A's."""
+    rng = np.random.default_rng(3)
+    feeds = [{"X": rng.standard_normal((2, 4)).astype(np.float32)} for _ in range(3)]
+    rows = {r["tag"]: r for r in accuracy.compare(fp32_model(), qdq_model(), feeds)["modules"]}
+    refs = [_reference(f["X"]) for f in feeds]
+    ref = np.concatenate([r["Y"].ravel() for r in refs])
+    own_b = np.concatenate([(_fake_quant(r["r"], 0.5) @ W2).ravel() for r in refs])
+    b = rows["/M/B"]
+    assert math.isclose(b["own_sqnr_db"], _sqnr(ref, own_b), rel_tol=1e-4)
+    assert math.isclose(b["inherited"], b["own_sqnr_db"] - b["sqnr_db"], rel_tol=1e-9)
+    assert b["inherited"] > 0 and b["own_sqnr_db"] > b["sqnr_db"]
+    # /M/A reads the graph input: nothing to inherit; the root's piece is the whole graph
+    assert math.isclose(rows["/M/A"]["own_sqnr_db"], rows["/M/A"]["sqnr_db"], rel_tol=1e-6)
+    assert math.isclose(rows["/M"]["own_sqnr_db"], rows["/M"]["sqnr_db"], rel_tol=1e-6)
+    assert "qdq_fed" not in b
+
+
+def test_own_error_only_for_the_modules_asked() -> None:
+    feeds = [{"X": np.ones((2, 4), np.float32)}]
+    rows = {r["tag"]: r for r in accuracy.compare(fp32_model(), qdq_model(), feeds,
+                                                  own=["/M/B"])["modules"]}
+    assert "own_sqnr_db" in rows["/M/B"] and "own_sqnr_db" not in rows["/M/A"]
+    rows = accuracy.compare(fp32_model(), qdq_model(), feeds, own=False)["modules"]
+    assert not any("own_sqnr_db" in r for r in rows)

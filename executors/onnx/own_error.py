@@ -1,0 +1,151 @@
+"""A module's own error: its piece of the QDQ graph run alone on the fp32 graph's values.
+
+The cumulative figure of a module (executors/onnx/accuracy.py) carries the error of every
+module before it. Its own error is what its piece adds: the piece (executors/onnx/subgraph.py,
+the module's nodes with the Q/DQ chains in front of its inputs) is fed the values the fp32
+graph has at the piece's inputs, and its outputs are compared with the fp32 graph's. What the
+cumulative figure loses beyond that is inherited.
+
+A piece's input takes the fp32 graph's tensor of the same value (the same name, or the name
+`common_tensors` pairs it with); a tensor the fp32 graph has no counterpart for (rare: a
+quantizer-made tensor that is no Q/DQ copy) takes the QDQ graph's own value and is counted in
+`qdq_fed`, so a reader knows the figure is not wholly the module's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from executors.onnx import subgraph
+
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+
+
+@dataclass
+class Piece:
+    """One module's piece: what it reads and which of its tensors are compared."""
+
+    tag: str
+    cut: subgraph.Cut
+    outputs: list[str]                 # QDQ names of the compared tensors (piece outputs)
+    refs: list[str]                    # the fp32 name each output is compared with
+    feeds: dict[str, tuple[str, str]]  # piece input -> ("fp32" | "qdq", name in that graph)
+    model: onnx.ModelProto | None = None
+    session: Any = None
+    error: str | None = None           # why the piece could not run
+    stats: list[Any] = field(default_factory=list)
+
+    @property
+    def qdq_fed(self) -> int:
+        return sum(1 for side, _ in self.feeds.values() if side == "qdq")
+
+
+def fp32_names(fp32: onnx.ModelProto) -> set[str]:
+    """Every tensor the fp32 graph makes or takes in."""
+    return {o for n in fp32.graph.node for o in n.output if o} | \
+        {i.name for i in fp32.graph.input}
+
+
+def through_qdq(qdq: onnx.ModelProto, names: list[str]) -> dict[str, tuple[str, list[int]]]:
+    """{tensor: (its Q -> DQ copy, the indices of that Q and DQ)} for tensors with one."""
+    nodes = list(qdq.graph.node)
+    q_of = {n.input[0]: i for i, n in enumerate(nodes) if n.op_type == "QuantizeLinear"}
+    dq_of = {n.input[0]: i for i, n in enumerate(nodes) if n.op_type == "DequantizeLinear"}
+    out = {}
+    for name in names:
+        q = q_of.get(name)
+        dq = dq_of.get(nodes[q].output[0]) if q is not None else None
+        if dq is not None:
+            out[name] = (nodes[dq].output[0], [q, dq])
+    return out
+
+
+def plan_pieces(fp32: onnx.ModelProto, qdq: onnx.ModelProto, pairs: dict[str, str],
+                outs: dict[str, list[str]], modules: Iterable[str],
+                quantized_outputs: bool = False) -> list[Piece]:
+    """The pieces of `modules` (tags with compared outputs in `outs`). With
+    `quantized_outputs`, a piece's outputs are its output tensors' Q -> DQ copies (what a
+    quantized backend hands on), else the float tensors themselves (as the cumulative
+    figure compares them)."""
+    tags = subgraph.node_tags(qdq.graph)
+    have = fp32_names(fp32)
+    pieces = []
+    for tag in modules:
+        chosen = subgraph.members(tags, tag)
+        names = list(dict.fromkeys(outs.get(tag, [])))
+        if not chosen or not names:
+            continue
+        copies = through_qdq(qdq, names) if quantized_outputs else {}
+        extra = sorted({i for _, idx in copies.values() for i in idx} - set(chosen))
+        c = needed(qdq.graph, subgraph.cut(qdq.graph, tag, sorted({*chosen, *extra})),
+                   [copies.get(n, (n,))[0] for n in names])
+        feeds = {x: ("fp32", pairs.get(x, x)) if pairs.get(x, x) in have else ("qdq", x)
+                 for x in c.inputs}
+        pieces.append(Piece(tag, c, [copies.get(n, (n,))[0] for n in names],
+                            [pairs[n] for n in names], feeds))
+    return pieces
+
+
+def needed(graph: onnx.GraphProto, c: subgraph.Cut, outputs: list[str]) -> subgraph.Cut:
+    """The cut with only the nodes (and inputs) the compared outputs depend on: a node whose
+    outputs nothing in the piece reads would leave ONNX Runtime unused initializers."""
+    nodes, todo, keep = list(graph.node), set(outputs), set()
+    for i in reversed(c.keep):
+        if any(o in todo for o in nodes[i].output):
+            keep.add(i)
+            todo.update(subgraph.used_names(nodes[i]))
+    return subgraph.Cut(c.tag, sorted(keep), [x for x in c.inputs if x in todo], outputs,
+                        c.module_nodes)
+
+
+def wanted(pieces: list[Piece]) -> tuple[set[str], set[str]]:
+    """(fp32 tensors, QDQ tensors) the pieces' inputs are fed from."""
+    fp32 = {n for p in pieces for side, n in p.feeds.values() if side == "fp32"}
+    qdq = {n for p in pieces for side, n in p.feeds.values() if side == "qdq"}
+    return fp32, qdq
+
+
+def feed_of(piece: Piece, want: dict[str, np.ndarray],
+            got: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {x: (want if side == "fp32" else got)[name] for x, (side, name) in piece.feeds.items()}
+
+
+def piece_model(qdq: onnx.ModelProto, piece: Piece,
+                feed: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """The piece as a model: its inputs typed and shaped as the values fed to it, its outputs
+    the compared tensors (float)."""
+    infos = {x: onnx.helper.make_tensor_value_info(
+        x, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for x, v in feed.items()}
+    infos |= {o: onnx.helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None)
+              for o in piece.outputs}
+    return subgraph.build(qdq, piece.cut, infos)
+
+
+def run_pieces(qdq: onnx.ModelProto, pieces: list[Piece], want: dict[str, np.ndarray],
+               got: dict[str, np.ndarray], make_session: Callable[[Piece], Any],
+               new_stats: Callable[[], Any]) -> None:
+    """Run every piece on one sample and add its outputs against the fp32 values to its
+    stats (one Stats per output). A piece is built and opened on its first sample; one that
+    cannot be opened or run keeps its error and is left out from then on."""
+    for piece in pieces:
+        if piece.error:
+            continue
+        feed = feed_of(piece, want, got)
+        try:
+            if piece.session is None:
+                piece.model = piece_model(qdq, piece, feed)
+                piece.session = make_session(piece)
+                piece.stats = [new_stats() for _ in piece.outputs]
+            values = piece.session.run(piece.outputs, feed)
+        except Exception as exc:  # noqa: BLE001 - one piece that will not run is reported
+            piece.error = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            piece.session = None
+            continue
+        for stats, ref, value in zip(piece.stats, piece.refs, values, strict=True):
+            if want[ref].shape == value.shape:
+                stats.add(want[ref], value)
