@@ -152,7 +152,7 @@ def job_record(executor: str, store: Store, job: Job, outcomes: dict[str, StepOu
     record = records.run_record(
         job.ir, steps, executor=executor, store=store.root, started=started, wall_s=wall_s,
         overrides=list(overrides), deliverable=job.stand_in(job.ir["deliverable"], outcomes),
-        outputs_dir=out_dir, job=index, interrupted_by=signal_name)
+        outputs_dir=out_dir, job=index, interrupted_by=signal_name, say=say)
     if out_dir is not None:
         publish.outputs(record, out_dirs, out_dir, staging)
     if store.save_run(record) is None:

@@ -84,9 +84,11 @@ def choices(config: dict[str, Any]) -> dict[str, str]:
 def run_record(ir: dict[str, Any], steps: list[dict[str, Any]], *, executor: str,
                store: Path, started: float, wall_s: float, overrides: list[str],
                deliverable: str, outputs_dir: Path | None, job: int | None = None,
-               interrupted_by: str | None = None) -> dict[str, Any]:
+               interrupted_by: str | None = None, say: Any = None) -> dict[str, Any]:
     """The record of one plan's run. `started` is an epoch time; `job` a sweep job's index;
-    `interrupted_by` the signal that stopped it."""
+    `interrupted_by` the signal that stopped it. A failed gate (verify, eval) adds where the
+    accuracy went, per module (executors/run/gate_accuracy.py)."""
+
     error = first_error(steps)
     modules = lift_modules(steps)
     for s in steps:  # a timeline: when each built step began, from the run's start
@@ -102,6 +104,10 @@ def run_record(ir: dict[str, Any], steps: list[dict[str, Any]], *, executor: str
         "deliverable": deliverable, "outputs_dir": str(outputs_dir) if outputs_dir else None,
         "steps": steps, "error": error, "modules": modules,
     }
+    if error and not interrupted_by:
+        from executors.run.gate_accuracy import record_fields  # onnx, only after a failure
+
+        record.update(record_fields(ir, steps, say))
     if job is not None:
         record["job"] = job
     if interrupted_by:

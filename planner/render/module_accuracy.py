@@ -54,12 +54,13 @@ def worst_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (own_db(r), -depth(r["tag"])))
 
 
-def ranked(rows: list[dict[str, Any]], limit: int | None = TOP) -> list[str]:
+def ranked(rows: list[dict[str, Any]], limit: int | None = TOP,
+           more: str = "--top 0 lists them all") -> list[str]:
     order = worst_first(rows)
     shown = order if limit is None else order[:limit]
     lines = _columns([("module", *HEAD), *(_cells(r, r["tag"]) for r in shown)])
     if len(shown) < len(rows):
-        lines.append(f"  ({len(rows) - len(shown)} more modules; --top 0 lists them all)")
+        lines.append(f"  ({len(rows) - len(shown)} more modules; {more})")
     return lines
 
 
@@ -115,11 +116,13 @@ RECORD_TOP = 5  # rows in a failed run's table
 def record_lines(record: dict[str, Any], limit: int = RECORD_TOP) -> list[str]:
     """A failed gate's short table: the `limit` modules with the worst own error."""
     rows = record.get("accuracy") or []
+    if record.get("accuracy_error"):
+        return ["", f"Where the accuracy goes: {record['accuracy_error']}"]
     if not rows:
         return []
-    lines = ["", (f"Where the accuracy goes ({len(rows)} modules, CPU EP; own: the module fed "
-                  "the fp32 values; `modelplan diagnose` for all of them):")]
-    return lines + ranked(rows, limit)
+    lines = ["", (f"Where the accuracy goes ({len(rows)} modules, CPU EP, worst own error "
+                  "first; own: the module fed the fp32 values):")]
+    return lines + ranked(rows, limit, "`modelplan diagnose` lists them all")
 
 
 def record_markdown(record: dict[str, Any], limit: int = RECORD_TOP) -> list[str]:

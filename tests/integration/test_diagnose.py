@@ -46,17 +46,24 @@ def test_every_module_of_tiny_bert_has_sqnr_and_cosine(tiny: dict[str, Any]) -> 
                                       if t.startswith(f"{layer}/BertAttention/"))
     whole = data["graph"]
     assert 0.99 < whole["cosine"] <= 1 and whole["sqnr_db"] > 10
+    # own error: every module's piece ran on the fp32 values; the embeddings read only the
+    # graph's inputs, so they inherit nothing; a later module is better alone than in the graph
+    assert all(r["own_sqnr_db"] is not None and "own_error" not in r for r in rows.values())
+    assert rows["/BertModel/BertEmbeddings"]["inherited"] == pytest.approx(0, abs=1e-6)
+    out = rows[f"{layer}/BertOutput"]
+    assert out["own_sqnr_db"] > out["sqnr_db"] and out["inherited"] > 0
 
 
 def test_the_text_ranks_the_worst_module_first_and_draws_the_tree(tiny: dict[str, Any]) -> None:
     code, _data, out, err = diagnose(tiny["store"], *TINY, "--top", "3")
     assert code == 0, err
-    worst = min(tiny["data"]["modules"], key=lambda r: r["sqnr_db"])
+    worst = min(tiny["data"]["modules"], key=lambda r: r["own_sqnr_db"])
     lines = out.splitlines()
-    ranked = lines[lines.index("Worst modules (SQNR of their outputs, dB):") + 2]
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("Worst modules by own error"))
+    ranked = lines[head + 2]
     assert ranked.split()[0] == worst["tag"]
     assert "Module tree:" in lines and "  (" in out and "more modules" in out
-    assert lines[-1].startswith(f"Worst: {worst['tag']} at ")
+    assert lines[-1].startswith(f"Worst: {worst['tag']}, own ")
 
 
 def test_verify_none_is_read_as_the_build_diagnose_runs_anyway(tiny: dict[str, Any]) -> None:
@@ -68,6 +75,36 @@ def test_verify_none_is_read_as_the_build_diagnose_runs_anyway(tiny: dict[str, A
 def test_an_unquantized_build_is_refused_with_a_fix(tmp_path: Path) -> None:
     code, _data, _out, err = diagnose(tmp_path, "model=tiny_bert", "quant=none", "target=cpu")
     assert code != 0 and "set quant=w8a8" in err and "Traceback" not in err
+
+
+def record_of(outputs: Path) -> dict[str, Any]:
+    return json.loads(next(outputs.rglob("run.json")).read_text())
+
+
+def test_a_failed_verify_puts_the_modules_in_the_record_and_the_report(
+        tiny: dict[str, Any], tmp_path: Path) -> None:
+    """verify.threshold=0.99999 cannot be reached at w8a8: the run fails, and its record says
+    where the accuracy went (the diagnosis of its own tag and normalize entries); a passing
+    run of the same build has no rows."""
+    from planner.review import rundiff
+
+    store = str(tiny["store"])
+    failed = run_cli("run", *TINY, "verify.threshold=0.99999", "perf=none", "--store", store,
+                     "--outputs", str(tmp_path / "failed"), timeout=900)
+    assert failed.returncode == 1, failed.stderr
+    assert "Where the accuracy goes" in failed.stdout and "Traceback" not in failed.stderr
+    rec = record_of(tmp_path / "failed")
+    rundiff.check_record(rec, "run.json")
+    rows = {r["tag"]: r for r in rec["accuracy"]}
+    assert rows == {r["tag"]: {k: r[k] for k in rows[r["tag"]]} for r in tiny["data"]["modules"]}
+    md = run_cli("report", str(next((tmp_path / "failed").rglob("run.json"))), "--format", "md")
+    worst = min(rec["accuracy"], key=lambda r: r["own_sqnr_db"])
+    assert "Where the accuracy goes (5 worst of" in md.stdout and f"`{worst['tag']}`" in md.stdout
+    passed = run_cli("run", *TINY, "perf=none", "--store", store, "--outputs",
+                     str(tmp_path / "passed"), timeout=900)
+    assert passed.returncode == 0, passed.stderr
+    assert "accuracy" not in record_of(tmp_path / "passed")
+    assert "Where the accuracy goes" not in passed.stdout
 
 
 @pytest.mark.slow

@@ -167,3 +167,29 @@ def test_own_error_only_for_the_modules_asked() -> None:
     assert "own_sqnr_db" in rows["/M/B"] and "own_sqnr_db" not in rows["/M/A"]
     rows = accuracy.compare(fp32_model(), qdq_model(), feeds, own=False)["modules"]
     assert not any("own_sqnr_db" in r for r in rows)
+
+
+def _plan() -> dict:
+    steps = [("resolve", "resolve", {}), ("export", "export", {"model": "resolve"}),
+             ("normalize", "normalize", {"model": "export"}),
+             ("quantize", "quantize", {"model": "normalize", "source": "resolve"}),
+             ("tag", "tag", {"model": "quantize", "hierarchy": "export"}),
+             ("compile", "compile", {"model": "tag"}),
+             ("eval", "eval", {"candidate": "compile", "reference": "normalize",
+                               "source": "resolve"})]
+    return {"steps": [{"id": i, "op": op, "inputs": ins, "params": {}} for i, op, ins in steps]}
+
+
+def test_a_failed_eval_names_the_tagged_graph_behind_its_compiled_candidate() -> None:
+    from planner.core import diagnosis
+
+    ir = _plan()
+    ran = [{"id": s["id"], "op": s["op"], "status": "ok",
+            "outputs": {"model": f"/store/{s['id']}/model.onnx"}} for s in ir["steps"]]
+    assert diagnosis.failed_gate(ir, ran) is None  # the gate passed: nothing to diagnose
+    ran[-1] |= {"status": "failed", "outputs": {}}
+    assert diagnosis.failed_gate(ir, ran) == "eval"
+    assert diagnosis.roles(ir, "eval") == ("normalize", "tag", "resolve")
+    assert str(diagnosis.entry(ir, ran, "tag")) == "/store/tag"
+    ran[4]["status"], ran[4]["outputs"] = "skipped", {}
+    assert diagnosis.entry(ir, ran, "tag") is None
