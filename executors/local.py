@@ -160,10 +160,22 @@ class LocalExecutor:
 
     @staticmethod
     def diagnose_accuracy(reference: Path, candidate: Path, source: Path | None,
-                          samples: int) -> dict[str, Any]:
+                          samples: int, on_target: dict[str, Any] | None = None,
+                          quiet: bool = False) -> dict[str, Any]:
+        """Per-module accuracy on the CPU EP (cumulative and own); with `on_target`
+        ({"pieces": N, "samples": M, "target": the config's target}), the N worst modules'
+        pieces also on that target."""
         from executors.onnx.accuracy import diagnose
 
-        return diagnose(reference, candidate, source, samples)
+        result = diagnose(reference, candidate, source, samples)
+        if on_target and on_target["pieces"] > 0:
+            from executors.onnx.target_error import diagnose_on_target
+
+            say = None if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
+            result["target_pieces"] = diagnose_on_target(
+                reference, candidate, source, result["modules"], on_target["pieces"],
+                on_target["target"], on_target["samples"], say)
+        return result
 
     # -- commands ------------------------------------------------------------------------
     @staticmethod

@@ -207,11 +207,15 @@ class Runs:
     def __call__(self, feed: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray],
                                                            dict[str, np.ndarray]]:
         """({fp32 tensor: value}, {QDQ tensor: value}), the graph inputs in both."""
-        want = dict(zip(self.want_names, self.ref.run(self.want_names, _inputs(self.ref, feed)),
-                        strict=True))
-        got = dict(zip(self.got_names, self.q.run(self.got_names, _inputs(self.q, feed)),
-                       strict=True))
-        return {**feed, **want}, {**feed, **got}
+        return {**feed, **_run(self.ref, self.want_names, feed)}, \
+            {**feed, **_run(self.q, self.got_names, feed)}
+
+
+def _run(sess: Any, names: list[str], feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """{name: value} of `names` (none asked: no run; ORT would return every output)."""
+    if not names:
+        return {}
+    return dict(zip(names, sess.run(names, _inputs(sess, feed)), strict=True))
 
 
 def _inputs(sess: Any, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -256,15 +260,20 @@ def own_fields(piece: Any, sqnr_db: float) -> dict[str, Any]:
             **({"qdq_fed": piece.qdq_fed} if piece.qdq_fed else {})}
 
 
+def compared_tensors(fp32: onnx.ModelProto, qdq: onnx.ModelProto) -> dict[str, str]:
+    """common_tensors() and the graph outputs both graphs have."""
+    fp32_outputs = {o.name for o in fp32.graph.output}
+    pairs = common_tensors(fp32, qdq)
+    return pairs | {o.name: o.name for o in qdq.graph.output
+                    if o.name in fp32_outputs and o.name not in pairs}
+
+
 def compare(fp32: onnx.ModelProto, qdq: onnx.ModelProto, feeds: list[dict[str, np.ndarray]],
             own: bool | Iterable[str] = True) -> dict[str, Any]:
     """Per-module accuracy of `qdq` (tagged) against `fp32` on `feeds`: rows in tree order
     (cumulative `sqnr_db`, `cosine`; with `own`, for every module or the tags it names, also
     `own_sqnr_db`, `own_cosine` and `inherited`), and the whole graph's outputs as one row."""
-    fp32_outputs = {o.name for o in fp32.graph.output}
-    pairs = common_tensors(fp32, qdq)
-    pairs |= {o.name: o.name for o in qdq.graph.output
-              if o.name in fp32_outputs and o.name not in pairs}
+    pairs = compared_tensors(fp32, qdq)
     outs, _ = module_outputs(qdq, pairs)
     tags = [t for t in outs if t != UNTAGGED] if own is True else [] if own is False else own
     pieces = own_error.plan_pieces(fp32, qdq, pairs, outs, tags)

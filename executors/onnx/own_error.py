@@ -104,8 +104,9 @@ def needed(graph: onnx.GraphProto, c: subgraph.Cut, outputs: list[str]) -> subgr
 
 
 def wanted(pieces: list[Piece]) -> tuple[set[str], set[str]]:
-    """(fp32 tensors, QDQ tensors) the pieces' inputs are fed from."""
+    """(fp32 tensors, QDQ tensors) the pieces' inputs are fed from and compared with."""
     fp32 = {n for p in pieces for side, n in p.feeds.values() if side == "fp32"}
+    fp32 |= {n for p in pieces for n in p.refs}
     qdq = {n for p in pieces for side, n in p.feeds.values() if side == "qdq"}
     return fp32, qdq
 
@@ -128,7 +129,8 @@ def piece_model(qdq: onnx.ModelProto, piece: Piece,
 
 def run_pieces(qdq: onnx.ModelProto, pieces: list[Piece], want: dict[str, np.ndarray],
                got: dict[str, np.ndarray], make_session: Callable[[Piece], Any],
-               new_stats: Callable[[], Any]) -> None:
+               new_stats: Callable[[], Any],
+               progress: Callable[[Piece], None] | None = None) -> None:
     """Run every piece on one sample and add its outputs against the fp32 values to its
     stats (one Stats per output). A piece is built and opened on its first sample; one that
     cannot be opened or run keeps its error and is left out from then on."""
@@ -136,6 +138,8 @@ def run_pieces(qdq: onnx.ModelProto, pieces: list[Piece], want: dict[str, np.nda
         if piece.error:
             continue
         feed = feed_of(piece, want, got)
+        if progress:
+            progress(piece)
         try:
             if piece.session is None:
                 piece.model = piece_model(qdq, piece, feed)

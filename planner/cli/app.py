@@ -111,14 +111,18 @@ def inspect_hierarchy(described: dict[str, Any], config: dict[str, Any]) -> dict
 
 
 def diagnose_accuracy(config: dict[str, Any], reference: Path, candidate: Path,
-                      source: Path | None, samples: int) -> dict[str, Any]:
-    """Per-module SQNR and cosine of a QDQ graph against its fp32 graph, by the executor the
-    config names."""
+                      source: Path | None, samples: int, target_pieces: int = 0,
+                      target_samples: int = 2, quiet: bool = False) -> dict[str, Any]:
+    """Per-module SQNR and cosine (cumulative and own) of a QDQ graph against its fp32 graph,
+    by the executor the config names; with `target_pieces`, that many of the worst modules'
+    pieces also run on the config's target, on `target_samples` inputs."""
     cls = executor_class(config["executor"]["name"])
     if not hasattr(cls, "diagnose_accuracy"):
         raise UsageError(f"diagnose: executor {config['executor']['name']!r} cannot compare "
                          "graphs; use executor=local")
-    return cls.diagnose_accuracy(reference, candidate, source, samples)
+    on_target = {"pieces": target_pieces, "samples": target_samples,
+                 "target": config["target"]} if target_pieces else None
+    return cls.diagnose_accuracy(reference, candidate, source, samples, on_target, quiet)
 
 
 def add_plugin_commands(sub: Any, common: Any) -> None:

@@ -77,13 +77,25 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     samples = args.samples or full["config"]["verify"].get("samples") or 4
     result = diagnose_accuracy(full["config"], _entry(built, record, reference) / "model.onnx",
                                _entry(built, record, candidate) / "model.onnx",
-                               _entry(built, record, source) if source else None, samples)
+                               _entry(built, record, source) if source else None, samples,
+                               _target_pieces(args, full["config"]), args.target_samples,
+                               args.quiet)
     result |= {"reference_step": reference, "candidate_step": candidate}
     if args.json:
         print(json.dumps(_finite(result), indent=2))
     else:
         sys.stdout.write(module_accuracy.text(result, args.top or None))
     return 0
+
+
+def _target_pieces(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    """How many pieces run on the target: --target-pieces, or 3 for --on target."""
+    n = args.target_pieces if args.target_pieces is not None else \
+        (3 if args.on == "target" else 0)
+    if n and config["target"]["ep"] == "cpu":
+        raise UsageError("diagnose: the config's target is the CPU, where the pieces already "
+                         "ran; set target=qnn_htp to run them on the NPU")
+    return n
 
 
 def _finite(value: Any) -> Any:
@@ -111,4 +123,13 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     sp.add_argument("--top", type=int, default=15, metavar="N",
                     help="modules in the ranked table (0: all; default 15)")
     sp.add_argument("--json", action="store_true", help="print the rows as JSON")
+    sp.add_argument("--on", choices=("cpu", "target"), default="cpu",
+                    help="target: also run the 3 worst modules' pieces on the config's "
+                    "target (as --target-pieces 3)")
+    sp.add_argument("--target-pieces", type=int, metavar="N",
+                    help="run the N worst modules' pieces (by own CPU error, innermost "
+                    "modules) compiled for the config's target; the HTP simulator takes "
+                    "seconds per inference")
+    sp.add_argument("--target-samples", type=int, default=2, metavar="N",
+                    help="inputs each target piece runs on (default 2)")
     sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
