@@ -77,6 +77,27 @@ def test_an_unquantized_build_is_refused_with_a_fix(tmp_path: Path) -> None:
     assert code != 0 and "set quant=w8a8" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
+def test_the_worst_pieces_run_on_the_htp_beside_the_cpu(tmp_path: Path) -> None:
+    """--target-pieces 2 on qnn_htp: the two worst innermost modules' pieces compiled for the
+    HTP simulator, fed the fp32 values; they agree with the same pieces on the CPU EP within
+    a few dB (a tiny w8a8 model has no HTP-only loss)."""
+    htp = ("model=tiny_bert", "export.shapes.sequence_length=32", "quant=w8a8",
+           "target=qnn_htp")
+    code, data, _out, err = diagnose(tmp_path, *htp, "--target-pieces", "2", "--json")
+    assert code == 0, err
+    found = data["target_pieces"]
+    assert found["target"] == "qnn_htp" and found["samples"] == 2
+    rows = {r["tag"]: r for r in data["modules"]}
+    assert len(found["modules"]) == 2
+    for r in found["modules"]:
+        assert "error" not in r and not any(t.startswith(r["tag"] + "/") for t in rows)
+        assert r["cpu_sqnr_db"] > 15 and abs(r["target_sqnr_db"] - r["cpu_sqnr_db"]) < 3
+        assert 0.99 < r["target_cosine"] <= 1 + 1e-9
+    code, _data, _out, err = diagnose(tmp_path, *TINY, "--on", "target")
+    assert code != 0 and "set target=qnn_htp" in err and "Traceback" not in err
+
+
 def record_of(outputs: Path) -> dict[str, Any]:
     return json.loads(next(outputs.rglob("run.json")).read_text())
 

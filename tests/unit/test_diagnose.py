@@ -193,3 +193,11 @@ def test_a_failed_eval_names_the_tagged_graph_behind_its_compiled_candidate() ->
     assert str(diagnosis.entry(ir, ran, "tag")) == "/store/tag"
     ran[4]["status"], ran[4]["outputs"] = "skipped", {}
     assert diagnosis.entry(ir, ran, "tag") is None
+
+
+def test_the_target_runs_the_worst_innermost_modules() -> None:
+    from executors.onnx.target_error import worst_leaves
+
+    rows = [{"tag": "/M", "own_sqnr_db": 1.0}, {"tag": "/M/A", "own_sqnr_db": 9.0},
+            {"tag": "/M/B", "own_sqnr_db": 5.0}, {"tag": "/M/C", "own_sqnr_db": None}]
+    assert worst_leaves(rows, 2) == ["/M/B", "/M/A"]  # /M holds the others; C did not run
