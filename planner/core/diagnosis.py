@@ -8,7 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from planner.core.ops import OPS
+
 GATES = ("verify", "eval")  # ops whose failure asks where the accuracy went
+# what a gate's failure says when it is its verdict (verify fails the step, no metric kept)
+VERDICTS = {"verify": "is below verify.threshold"}
 
 
 def ancestors(steps: dict[str, dict[str, Any]], step_id: str) -> list[str]:
@@ -39,10 +43,18 @@ def roles(ir: dict[str, Any], gate_id: str) -> tuple[str, str, str | None] | Non
 
 
 def failed_gate(ir: dict[str, Any], record_steps: list[dict[str, Any]]) -> str | None:
-    """The id of the gate step (verify, eval) that failed in a run, if one did."""
+    """The id of the gate step that failed on its verdict in a run, if one did: an op whose
+    declared gate metric is set (eval's regression), or verify below its threshold; a gate
+    that failed for another reason (no tokenizer, a session that would not open) is none."""
     planned = {s["id"] for s in ir["steps"]}
-    return next((s["id"] for s in record_steps if s["op"] in GATES
-                 and s["status"] == "failed" and s["id"] in planned), None)
+    for s in record_steps:
+        if s["op"] not in GATES or s["status"] != "failed" or s["id"] not in planned:
+            continue
+        gate = OPS[s["op"]].gate
+        if (gate and (s.get("metrics") or {}).get(gate)) or \
+                VERDICTS.get(s["op"], "\0") in (s.get("error") or ""):
+            return s["id"]
+    return None
 
 
 def entry(ir: dict[str, Any], record_steps: list[dict[str, Any]], step_id: str) -> Path | None:

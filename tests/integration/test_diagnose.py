@@ -128,6 +128,25 @@ def test_a_failed_verify_puts_the_modules_in_the_record_and_the_report(
     assert "Where the accuracy goes" not in passed.stdout
 
 
+def test_an_eval_regression_puts_the_modules_in_the_record(
+        tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    """eval.max_drop=0 on a w8a8 embedder is a regression (eval's gate): the record has the
+    diagnosis of the tag step against eval's fp32 reference, though verify is off."""
+    from tests.checkpoints import text_checkpoint
+    from tests.conftest import shared_dir
+    from tests.integration.conftest import run_json
+
+    ckpt = text_checkpoint(shared_dir(tmp_path_factory) / "eval-embedder", cls="BertModel")
+    code, rec, err = run_json("model=local_hf", f"model.path={ckpt}", "target=cpu",
+                              "quant=w8a8", "export.shapes.sequence_length=32", "perf=none",
+                              "verify=none", "eval=task", "eval.max_drop=0",
+                              store=tmp_path / "store", outputs=tmp_path / "out")
+    assert code == 1 and "REGRESSION" in err
+    assert next(s for s in rec["steps"] if s["op"] == "eval")["metrics"]["regression"]
+    assert len(rec["accuracy"]) > 5 and "accuracy_error" not in rec
+    assert all(r["own_sqnr_db"] is not None for r in rec["accuracy"])
+
+
 @pytest.mark.slow
 def test_minilm_w8a8_names_the_modules_that_lose_accuracy(tmp_path: Path) -> None:
     code, data, _out, err = diagnose(tmp_path, "model=minilm", "quant=w8a8", "target=cpu",
@@ -137,3 +156,6 @@ def test_minilm_w8a8_names_the_modules_that_lose_accuracy(tmp_path: Path) -> Non
     assert data["graph"]["cosine"] < 0.99  # the known drop of the whole model
     assert len(rows) > 20 and rows[0]["sqnr_db"] < rows[-1]["sqnr_db"]
     assert all(0 < r["cosine"] <= 1 + 1e-9 for r in rows)
+    # most of a late module's cumulative loss is inherited: its own error is far smaller
+    assert all(r["own_sqnr_db"] is not None for r in rows)
+    assert max(r["inherited"] for r in rows) > 10

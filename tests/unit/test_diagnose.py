@@ -187,8 +187,14 @@ def test_a_failed_eval_names_the_tagged_graph_behind_its_compiled_candidate() ->
     ran = [{"id": s["id"], "op": s["op"], "status": "ok",
             "outputs": {"model": f"/store/{s['id']}/model.onnx"}} for s in ir["steps"]]
     assert diagnosis.failed_gate(ir, ran) is None  # the gate passed: nothing to diagnose
-    ran[-1] |= {"status": "failed", "outputs": {}}
+    ran[-1] |= {"status": "failed", "outputs": {}, "error": "eval: no tokenizer files"}
+    assert diagnosis.failed_gate(ir, ran) is None  # failed, but on no verdict
+    ran[-1]["metrics"] = {"regression": "accuracy dropped 0.05 > eval.max_drop 0.01"}
     assert diagnosis.failed_gate(ir, ran) == "eval"
+    verify = {"id": "verify", "op": "verify", "status": "failed", "outputs": {}, "metrics": {},
+              "error": "cosine_mean 0.9 is below verify.threshold 0.99 (...)"}
+    with_verify = {"steps": [*ir["steps"], {**verify, "inputs": {}, "params": {}}]}
+    assert diagnosis.failed_gate(with_verify, [*ran[:-1], verify]) == "verify"
     assert diagnosis.roles(ir, "eval") == ("normalize", "tag", "resolve")
     assert str(diagnosis.entry(ir, ran, "tag")) == "/store/tag"
     ran[4]["status"], ran[4]["outputs"] = "skipped", {}
