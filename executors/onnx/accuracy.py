@@ -281,13 +281,19 @@ def compare(fp32: onnx.ModelProto, qdq: onnx.ModelProto, feeds: list[dict[str, n
     runs = Runs(fp32, qdq, [*pairs.values(), *from_fp32], [*pairs, *from_qdq],
                 (pairs.values(), pairs))
     stats = {n: Stats() for n in pairs}
+    samples = []
     for feed in feeds:
         want, got = runs(feed)
         for n, ref in pairs.items():
             if want[ref].shape == got[n].shape:
                 stats[n].add(want[ref], got[n])
-        own_error.run_pieces(qdq, pieces, want, got,
-                             lambda p: session(p.model.SerializeToString()), Stats)
+        samples.append(own_error.kept(pieces, want, got))
+    graph_fed = {i.name for i in qdq.graph.input}
+    for p in pieces:  # fed only the graph's inputs: the piece computes what the graph does
+        if all(side == "fp32" and name in graph_fed for side, name in p.feeds.values()):
+            p.stats = [stats[n] for n in p.outputs]
+    own_error.run_pieces(qdq, [p for p in pieces if not p.stats], samples,
+                         lambda p: session(p.model.SerializeToString()), Stats)
     stats = {n: s for n, s in stats.items() if s.values}
     whole = Stats()
     for o in qdq.graph.output:

@@ -127,29 +127,38 @@ def piece_model(qdq: onnx.ModelProto, piece: Piece,
     return subgraph.build(qdq, piece.cut, infos)
 
 
-def run_pieces(qdq: onnx.ModelProto, pieces: list[Piece], want: dict[str, np.ndarray],
-               got: dict[str, np.ndarray], make_session: Callable[[Piece], Any],
-               new_stats: Callable[[], Any],
-               progress: Callable[[Piece], None] | None = None) -> None:
-    """Run every piece on one sample and add its outputs against the fp32 values to its
-    stats (one Stats per output). A piece is built and opened on its first sample; one that
-    cannot be opened or run keeps its error and is left out from then on."""
+Sample = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]  # (fp32 values, QDQ values)
+
+
+def kept(pieces: list[Piece], want: dict[str, np.ndarray],
+         got: dict[str, np.ndarray]) -> Sample:
+    """Of one sample's values, those the pieces read or compare with."""
+    from_fp32, from_qdq = wanted(pieces)
+    return {n: want[n] for n in from_fp32}, {n: got[n] for n in from_qdq}
+
+
+def run_pieces(qdq: onnx.ModelProto, pieces: list[Piece], samples: list[Sample],
+               make_session: Callable[[Piece], Any], new_stats: Callable[[], Any],
+               progress: Callable[[Piece, int], None] | None = None) -> None:
+    """Run each piece on every sample, one piece open at a time, and add its outputs against
+    the fp32 values to its stats (one Stats per output). A piece is built from its first
+    sample's values; one that cannot be opened or run keeps its error and no stats."""
     for piece in pieces:
-        if piece.error:
-            continue
-        feed = feed_of(piece, want, got)
-        if progress:
-            progress(piece)
         try:
-            if piece.session is None:
-                piece.model = piece_model(qdq, piece, feed)
-                piece.session = make_session(piece)
-                piece.stats = [new_stats() for _ in piece.outputs]
-            values = piece.session.run(piece.outputs, feed)
+            for i, (want, got) in enumerate(samples):
+                feed = feed_of(piece, want, got)
+                if progress:
+                    progress(piece, i)
+                if piece.session is None:
+                    piece.model = piece_model(qdq, piece, feed)
+                    piece.session = make_session(piece)
+                    piece.stats = [new_stats() for _ in piece.outputs]
+                values = piece.session.run(piece.outputs, feed)
+                for stats, ref, value in zip(piece.stats, piece.refs, values, strict=True):
+                    if want[ref].shape == value.shape:
+                        stats.add(want[ref], value)
         except Exception as exc:  # noqa: BLE001 - one piece that will not run is reported
             piece.error = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-            piece.session = None
-            continue
-        for stats, ref, value in zip(piece.stats, piece.refs, values, strict=True):
-            if want[ref].shape == value.shape:
-                stats.add(want[ref], value)
+            piece.stats = []
+        finally:
+            piece.session = piece.model = None  # one piece's weights in memory at a time

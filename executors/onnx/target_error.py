@@ -64,14 +64,13 @@ def compare_on_target(fp32: onnx.ModelProto, qdq: onnx.ModelProto,
     dev = own_error.plan_pieces(fp32, qdq, pairs, outs, tags, quantized_outputs=True)
     from_fp32, from_qdq = own_error.wanted(cpu)
     runs = Runs(fp32, qdq, from_fp32, from_qdq, ((), ()))
+    samples = [own_error.kept(cpu, *runs(feed)) for feed in feeds]
+    own_error.run_pieces(qdq, cpu, samples, lambda p: session(p.model.SerializeToString()),
+                         Stats)
     with tempfile.TemporaryDirectory(prefix="modelplan-pieces-") as tmp:
         make = target_session(adapter(target), target, provider_options, cpu_fallback, Path(tmp))
-        for i, feed in enumerate(feeds, 1):
-            want, got = runs(feed)
-            own_error.run_pieces(qdq, cpu, want, got,
-                                 lambda p: session(p.model.SerializeToString()), Stats)
-            own_error.run_pieces(qdq, dev, want, got, make, Stats, progress=lambda p, i=i: say(
-                f"  {target.name} sample {i}/{len(feeds)}: {p.tag}") if say else None)
+        own_error.run_pieces(qdq, dev, samples, make, Stats, progress=lambda p, i: say(
+            f"  {target.name}: {p.tag}, sample {i + 1}/{len(samples)}") if say else None)
     rows = []
     for c, d in zip(cpu, dev, strict=True):
         mine, theirs = own_fields(c, 0.0), own_fields(d, 0.0)
