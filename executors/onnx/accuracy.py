@@ -6,7 +6,13 @@ graph's nodes are grouped by hierarchy tag; a module's outputs are the float ten
 nodes produce (not the Q/DQ copies) that a node outside it, or the graph's output, reads
 (seen through Q -> DQ pairs). A parent module is the union of its children. Per module:
 SQNR in dB, 10*log10(sum(ref^2) / sum((ref - q)^2)), and the cosine of all its output values,
-over every sample.
+over every sample: the cumulative figure. Its own figure (executors/onnx/own_error.py) is its
+piece run alone on the fp32 values at its inputs; inherited = own - cumulative, in dB.
+
+API: `compare(fp32, qdq, feeds, own=True | [tags] | False)` -> {"modules": rows in tree order
+(tag, class, nodes, outputs, values, sqnr_db, cosine, own_sqnr_db, own_cosine, inherited), "graph",
+"samples", "tensors"}; `diagnose(reference, candidate, source, samples)` does it on model files
+with verify's inputs.
 """
 
 from __future__ import annotations
