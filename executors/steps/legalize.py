@@ -34,12 +34,9 @@ def run(ctx: StepContext) -> StepResult:
         done[name] = result
     left = rewrites.violations(model)
     if left:
-        why = {"Erf": "it is not part of a GELU pattern; export the model with a tanh or "
-                      "native GELU"}
-        fix = next((v for k, v in why.items() if left[0].startswith(k)),
-                   "report this model; legalize does not know this pattern")
         more = f" (+{len(left) - 1} more)" if len(left) > 1 else ""
-        raise ctx.fail(f"{left[0]} remains after legalization{more}", fix)
+        raise ctx.fail(f"{left[0]} remains after legalization{more}",
+                       rewrites.remedy(model))
     save(model, ctx.out / MODEL)
     del model  # the weights: the output check below runs two sessions of its own
     max_abs = _outputs_unchanged(ctx, path)
