@@ -23,7 +23,13 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from executors.onnx.graph_edit import Emitter, elem_types, replace, static_shapes
+from executors.onnx.graph_edit import (
+    Emitter,
+    drop_unread_initializers,
+    elem_types,
+    replace,
+    static_shapes,
+)
 
 
 class Refused(ValueError):
@@ -177,6 +183,7 @@ def lower_einsums(model: onnx.ModelProto) -> int:
         except Refused:
             continue
         replace(model, node, em.nodes)
+        drop_unread_initializers(model, list(node.input))
         count += 1
     return count
 

@@ -27,6 +27,14 @@ def replace(model: onnx.ModelProto, old: onnx.NodeProto, new: list[onnx.NodeProt
     model.graph.node.extend(nodes)
 
 
+def drop_unread_initializers(model: onnx.ModelProto, names: list[str]) -> None:
+    """Remove those of `names` that are initializers no node or graph output reads any more
+    (a weight a rewrite replaced by its reshaped copy)."""
+    read = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+    for init in [i for i in model.graph.initializer if i.name in names and i.name not in read]:
+        model.graph.initializer.remove(init)
+
+
 def elem_types(model: onnx.ModelProto) -> dict[str, int]:
     """Element type of every named tensor the graph says (value_info from shape inference)."""
     types = {v.name: v.type.tensor_type.elem_type for v in
@@ -84,6 +92,13 @@ class Emitter:
         self.model, self.base = model, base
         self.nodes: list[onnx.NodeProto] = []
         self._n = 0
+        self._inits = {i.name: i for i in model.graph.initializer}
+
+    def constant(self, name: str) -> np.ndarray | None:
+        """The value of `name` if it is an initializer (a weight reshaped or transposed stays
+        a weight, which the quantizer then quantizes as one)."""
+        init = self._inits.get(name)
+        return None if init is None else numpy_helper.to_array(init)
 
     def fresh(self, what: str) -> str:
         self._n += 1
@@ -92,6 +107,7 @@ class Emitter:
     def const(self, value: np.ndarray, what: str) -> str:
         name = self.fresh(what)
         self.model.graph.initializer.append(numpy_helper.from_array(value, name))
+        self._inits[name] = self.model.graph.initializer[-1]
         return name
 
     def node(self, op: str, inputs: list[str], output: str | None = None, **attrs) -> str:
@@ -100,11 +116,17 @@ class Emitter:
         return out
 
     def reshape(self, x: str, shape: list[int], output: str | None = None) -> str:
+        value = self.constant(x)
+        if value is not None and output is None:
+            return self.const(value.reshape(shape), "weight")
         return self.node("Reshape", [x, self.const(np.array(shape, np.int64), "shape")], output)
 
     def transpose(self, x: str, perm: list[int], output: str | None = None) -> str:
         if perm == sorted(perm) and output is None:
             return x
+        value = self.constant(x)
+        if value is not None and output is None:
+            return self.const(np.ascontiguousarray(value.transpose(perm)), "weight")
         return self.node("Transpose", [x], output, perm=perm)
 
     def reduce_sum(self, x: str, axes: list[int], keepdims: int = 0) -> str:

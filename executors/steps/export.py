@@ -10,8 +10,10 @@ import contextlib
 import gc
 import itertools
 import json
+import re
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +55,7 @@ def run(ctx: StepContext) -> StepResult:
     path = ctx.out / MODEL
     what = f" the {p['graph']}" if p["graph"] else ""
     ctx.progress(f"exporting{what} with {p['exporter']}, opset {p['opset']}")
-    _export(ctx, module, args, names, outputs, path)
+    used = _export(ctx, module, args, names, outputs, path)
     model_name = type(model).__name__
     weight_bytes = sum(t.numel() * t.element_size()
                        for t in itertools.chain(model.parameters(), model.buffers()))
@@ -67,6 +69,8 @@ def run(ctx: StepContext) -> StepResult:
     set_meta(onnx_model, "winml.io.outputs", json.dumps(out_specs, sort_keys=True))
     save(onnx_model, path)
     metrics: dict[str, Any] = {"nodes": len(onnx_model.graph.node), "sample": samples.origin}
+    if used.opset != p["opset"]:
+        metrics.update(opset_used=used.opset, opset_why=used.why)
     if p["hierarchy"]:
         root = scopes.get("", f"/{model_name}")
         meta = hierarchy.sidecar([n.name for n in onnx_model.graph.node], scopes,
@@ -95,22 +99,67 @@ def _kept_classes(ctx: StepContext, model: Any) -> frozenset[str]:
 
 
 def _export(ctx: StepContext, module: Any, args: tuple, names: list[str],
-            outputs: list[str], path: Path) -> None:
+            outputs: list[str], path: Path) -> Opset:
     try:
-        export_graph(module, args, names, outputs, path, ctx.params["exporter"],
-                     ctx.params["opset"])
+        used = export_graph(module, args, names, outputs, path, ctx.params["exporter"],
+                            ctx.params["opset"])
     except ExportFailed as exc:
         raise ctx.fail(str(exc), "try another exporter (export=dynamo or export=torchscript) "
                        "or export.opset") from exc.__cause__
+    if used.opset != ctx.params["opset"]:
+        ctx.progress(f"  opset {ctx.params['opset']} cannot express {used.why}: exported at "
+                     f"opset {used.opset}")
+    return used
 
 
 class ExportFailed(Exception):
     """torch.onnx.export raised; the message is its first line."""
 
 
+@dataclass(frozen=True)
+class Opset:
+    """The opset an export was written at, and why when it is not the configured one."""
+
+    opset: int
+    why: str = ""
+
+
+# torch: "Exporting the operator 'aten::col2im' to ONNX opset version 17 is not supported.
+# Support for this operator was added in version 18, try exporting with this version."
+_TOO_OLD = re.compile(r"operator '([^']+)' to ONNX opset version (\d+) is not supported")
+_ADDED_IN = re.compile(r"added in version (\d+)")
+
+
 def export_graph(module: Any, args: tuple, names: list[str], outputs: list[str], path: Path,
+                 exporter: str, opset: int) -> Opset:
+    """torch -> ONNX at `path` (TorchScript tracing, or dynamo with TorchScript-style names), at
+    `opset` or, when an operator needs a newer one, at the lowest newer one that expresses
+    every operator (the one torch names, else the next, up to the exporter's newest): the same
+    model and configured opset always give the same graph."""
+    from torch.onnx import _constants
+
+    newest = _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET if exporter != "dynamo" \
+        else _constants.ONNX_MAX_OPSET
+    at, why = opset, ""
+    while True:
+        try:
+            _export_once(module, args, names, outputs, path, exporter, at)
+            return Opset(at, why)
+        except ExportFailed as exc:
+            too_old = _TOO_OLD.search(str(exc))
+            if too_old is None or at >= newest:
+                raise
+            added = _ADDED_IN.search(str(exc))
+            nxt = max(at + 1, int(added.group(1))) if added else at + 1
+            if nxt > newest:
+                raise
+            why = f"{too_old.group(1)} (added in opset {nxt})" if added else \
+                f"{too_old.group(1)} (not in opset {at})"
+            at = nxt
+
+
+def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str], path: Path,
                  exporter: str, opset: int) -> None:
-    """torch -> ONNX at `path` (TorchScript tracing, or dynamo with TorchScript-style names)."""
     import torch
 
     dynamo = exporter == "dynamo"
@@ -122,7 +171,8 @@ def export_graph(module: Any, args: tuple, names: list[str], outputs: list[str],
                               opset_version=opset, dynamo=dynamo, do_constant_folding=True,
                               external_data=True)  # no 2 GB limit; `save` makes them blobs
         except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            text = str(exc).strip()
+            first = text.splitlines()[0] if text else ""
             raise ExportFailed(f"torch.onnx.export raised {type(exc).__name__}: {first}") \
                 from exc
     if dynamo:
