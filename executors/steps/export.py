@@ -163,6 +163,8 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
     import torch
 
     dynamo = exporter == "dynamo"
+    if not dynamo and opset >= COL2IM_OPSET:
+        _register_col2im()
     # the dynamo exporter reports progress on stdout, which belongs to `--json` output
     with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
         warnings.simplefilter("ignore")
@@ -177,6 +179,25 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
                 from exc
     if dynamo:
         _rename_dynamo_nodes(path)
+
+
+COL2IM_OPSET = 18
+
+
+def _register_col2im() -> None:
+    """aten::col2im (F.fold) for TorchScript export: torch's own symbolic reads the rank of
+    `output_size` from a static list, which a traced model (MobileViTV2's folding, whose output
+    size is read from a tensor's shape) does not give; ONNX's Col2Im takes it as a tensor."""
+    import torch
+    from torch.onnx import symbolic_helper
+
+    @symbolic_helper.parse_args("v", "v", "v", "is", "is", "is")
+    def col2im(g: Any, x: Any, output_size: Any, kernel_size: Any, dilation: list[int],
+               padding: list[int], stride: list[int]) -> Any:
+        return g.op("Col2Im", x, output_size, kernel_size, dilations_i=dilation,
+                    pads_i=[*padding, *padding], strides_i=stride)  # begins, then ends
+
+    torch.onnx.register_custom_op_symbolic("aten::col2im", col2im, COL2IM_OPSET)
 
 
 def _rename_dynamo_nodes(path: Path) -> None:

@@ -152,7 +152,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                 Ensure(N.IO_SPECS), Ensure(N.HIERARCHY_MAP, Param("hierarchy"))),
        traits=frozenset({T.HEAVY}),
        tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy"),
-       publish=("hierarchy",)),
+       publish=("hierarchy",), headline=("opset_used",)),
     Op("normalize", 2, "shape inference and ONNX Runtime basic optimizations",
        params=(), inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),
