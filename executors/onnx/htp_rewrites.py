@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from executors.onnx import col2im_lowering, einsum_lowering, htp_pooling
+from executors.onnx import col2im_lowering, einsum_lowering, htp_pooling, index_chains
 from executors.onnx.graph_edit import constants, drop_dead, elem_types, replace, shapes
 from executors.onnx.htp_ops import fix, lacks, scope
 
@@ -263,7 +263,8 @@ REWRITES: tuple[tuple[str, Rewrite], ...] = (
     ("isnan_guards", drop_isnan_guards), ("float_wheres", rewrite_float_wheres),
     ("erf_gelu", fuse_erf_gelu), ("reduce_l2", decompose_reduce_l2),
     ("einsum", einsum_to_matmul), ("einsum_general", einsum_lowering.lower_einsums),
-    ("col2im", col2im_lowering.lower_col2ims), ("max_pool_pads", htp_pooling.pad_max_pools),
+    ("col2im", col2im_lowering.lower_col2ims), ("index_chains", index_chains.fold_index_chains),
+    ("max_pool_pads", htp_pooling.pad_max_pools),
     ("covering_average_pools", htp_pooling.global_average_pools),
     ("unshare_weights", unshare_weights),
     ("batch_constants", tile_batch_constants),
