@@ -20,7 +20,16 @@ from typing import Any
 import numpy as np
 
 from executors.onnx import hierarchy
-from executors.onnx.artifacts import MODEL, REPORT, SIDECAR, clear_node_meta, load, save, set_meta
+from executors.onnx.artifacts import (
+    MODEL,
+    OPSET_RAISED_KEY,
+    REPORT,
+    SIDECAR,
+    clear_node_meta,
+    load,
+    save,
+    set_meta,
+)
 from executors.run.wrapper import StepContext, StepResult
 from executors.runtime import torchmodel
 from executors.runtime.adapters import host_providers
@@ -67,6 +76,9 @@ def run(ctx: StepContext) -> StepResult:
     out_specs = [{"name": n, "dtype": "float32"} for n in outputs]
     set_meta(onnx_model, "winml.io.inputs", json.dumps(specs, sort_keys=True))
     set_meta(onnx_model, "winml.io.outputs", json.dumps(out_specs, sort_keys=True))
+    if used.opset != p["opset"]:
+        set_meta(onnx_model, OPSET_RAISED_KEY, json.dumps(
+            {"from": p["opset"], "to": used.opset, "why": used.why}, sort_keys=True))
     save(onnx_model, path)
     metrics: dict[str, Any] = {"nodes": len(onnx_model.graph.node), "sample": samples.origin}
     if used.opset != p["opset"]:
