@@ -13,6 +13,7 @@ import json
 import re
 import sys
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,8 +178,9 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
     dynamo = exporter == "dynamo"
     if not dynamo and opset >= COL2IM_OPSET:
         _register_col2im()
-    # the dynamo exporter reports progress on stdout, which belongs to `--json` output
-    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
+    # the dynamo exporter reports progress on stdout, and the TorchScript one its graph when an
+    # operator fails, from native code: stdout belongs to `--json` output
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr), _fd1_to_stderr():
         warnings.simplefilter("ignore")
         try:
             torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs,
@@ -194,6 +196,23 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
 
 
 COL2IM_OPSET = 18
+
+
+@contextlib.contextmanager
+def _fd1_to_stderr() -> Iterator[None]:
+    """Send what native code writes to fd 1 inside the block to fd 2."""
+    import ctypes
+    import os
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        ctypes.CDLL(None).fflush(None)  # C stdio's buffer, before fd 1 is stdout again
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _register_col2im() -> None:
