@@ -1,9 +1,12 @@
 """Graph rewrites for what QNN HTP rejects or computes wrongly, each exact on fp32 and each
 measured on the HTP simulator (onnxruntime-qnn 2.7.0, ORT 1.32), and the checks that find what
-is left (the `legal_for` fact's checker).
+is left (the `legal_for` fact's checker): any op outside the QNN EP's HTP table (htp_ops), mask
+sentinels, float Wheres, dilated pooling.
 
 A rewrite takes a model and returns how many places it changed (the Erf GELU fold returns the
-new model too). executors/steps/legalize.py applies them in REWRITES order.
+new model too). executors/steps/legalize.py applies them in REWRITES order. The general
+lowerings live beside it: einsum_lowering (any Einsum), col2im_lowering (F.fold),
+index_chains (F.unfold's rank-6 chain), htp_pooling (pooling forms HTP gets wrong).
 """
 
 from __future__ import annotations

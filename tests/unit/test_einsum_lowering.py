@@ -117,3 +117,15 @@ def test_parse_spells_out_ellipsis_and_implicit_output():
     assert terms[0][1:] == "ij" and terms[1] == "jk" and out == terms[0][0] + "ik"
     with pytest.raises(Refused, match="rank"):
         parse("ijk->i", [2])
+
+
+def test_an_einsum_left_is_named_with_its_module_and_why():
+    from executors.onnx.htp_rewrites import remedy, violations
+
+    model = _einsum_model("ij,jk->ik", [(2, 3), (3, 4)])
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    lower_einsums(model)
+    assert violations(model) == [("Einsum node '/encoder/layer.0/Einsum' in /encoder/layer.0 "
+                                 "(HTP has no Einsum)")]
+    assert remedy(model) == ("legalize could not lower it: its input shapes are not static; "
+                             "export with fixed shapes")
