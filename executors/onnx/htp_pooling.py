@@ -2,9 +2,11 @@
 runs, exactly on fp32. Measured on the HTP simulator (onnxruntime-qnn 2.7.0, QNN 2.51; one
 pooling node, QDQ with 16-bit activations, CPU fallback off, against the CPU EP):
 
-* MaxPool with pads: HTP pads with zeros, not -inf (1-D k3 s2 p1 off by 0.97 on normal
-  inputs, 2-D k3 s2 p1 by 0.08) -> Pad(mode=edge) + MaxPool without pads. Exact: ONNX keeps
-  every pad below the kernel, so each padded window still holds the edge value it repeats.
+* MaxPool with pads: quantized, HTP pads with zeros, not -inf (1-D k3 s2 p1 off by 0.97 on
+  normal inputs, 2-D k3 s2 p1 by 0.08) -> the input's edges repeated (Slices and a Concat) +
+  MaxPool without pads. Exact: ONNX keeps every pad below the kernel, so each padded window
+  still holds the edge value it repeats. (Pad(mode=edge) would do on QDQ, but at fp16
+  precision HTP gets Pad(edge) wrong by the same 0.97, and MaxPool's pads right.)
   Left alone when the input cannot be negative (after a Relu: ResNet's stem), where zeros are
   exact.
 * AveragePool with count_include_pad=0 whose every window covers the whole input (a 3x3,
@@ -52,8 +54,28 @@ def _non_negative(model: onnx.ModelProto, name: str) -> bool:
     return False
 
 
+def _slice(em: Emitter, x: str, axis: int, start: int, stop: int) -> str:
+    return em.node("Slice", [x, *(em.const(np.array([v], np.int64), what) for v, what in
+                                  ((start, "start"), (stop, "stop"), (axis, "axis")))])
+
+
+def _edge_pad(em: Emitter, x: str, pads: list[int]) -> str:
+    """`x` with its edges repeated `pads` times on each spatial axis (pads: ONNX pooling order,
+    begins then ends), as Slices and a Concat per axis: HTP computes Pad(mode=edge) wrongly
+    at fp16 precision (it pads with zeros there too)."""
+    half = len(pads) // 2
+    for a in range(half):
+        begin, end = pads[a], pads[a + half]
+        if not begin and not end:
+            continue
+        first = _slice(em, x, 2 + a, 0, 1) if begin else ""
+        last = _slice(em, x, 2 + a, -1, np.iinfo(np.int64).max) if end else ""
+        x = em.node("Concat", [first] * begin + [x] + [last] * end, axis=2 + a)
+    return x
+
+
 def pad_max_pools(model: onnx.ModelProto) -> int:
-    """MaxPool(pads) over a possibly negative input -> Pad(edge) + MaxPool (no pads)."""
+    """MaxPool(pads) over a possibly negative input -> edges repeated + MaxPool (no pads)."""
     count = 0
     for node in [n for n in model.graph.node if n.op_type == "MaxPool"]:
         pads = list(_attr(node, "pads", []))
@@ -61,11 +83,8 @@ def pad_max_pools(model: onnx.ModelProto) -> int:
                 or any(d > 1 for d in _attr(node, "dilations", [])) \
                 or _non_negative(model, node.input[0]):
             continue
-        half = len(pads) // 2
-        onnx_pads = [0, 0, *pads[:half], 0, 0, *pads[half:]]
         em = Emitter(model, node.name or node.output[0])
-        padded = em.node("Pad", [node.input[0], em.const(np.array(onnx_pads, np.int64),
-                                                            "pads")], mode="edge")
+        padded = _edge_pad(em, node.input[0], pads)
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute
                  if a.name not in ("pads", "auto_pad")}
         em.nodes.append(helper.make_node("MaxPool", [padded], [node.output[0]],
