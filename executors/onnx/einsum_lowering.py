@@ -64,6 +64,8 @@ def parse(equation: str, ranks: list[int]) -> tuple[list[str], str]:
             raise Refused(f"equation {equation!r}: term of {len(term)} letters for an input "
                           f"of rank {rank}")
         spelled.append(term)
+    if len(set(out.replace("...", ""))) != len(out.replace("...", "")):
+        raise Refused(f"equation {equation!r} repeats a letter in its output")
     if "->" not in eq:
         once = sorted(c for c in set("".join(spelled)) if "".join(spelled).count(c) == 1
                       and c not in ellipsis)

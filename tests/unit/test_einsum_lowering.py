@@ -117,6 +117,8 @@ def test_parse_spells_out_ellipsis_and_implicit_output():
     assert terms[0][1:] == "ij" and terms[1] == "jk" and out == terms[0][0] + "ik"
     with pytest.raises(Refused, match="rank"):
         parse("ijk->i", [2])
+    with pytest.raises(Refused, match="repeats a letter in its output"):
+        parse("i->ii", [3])
 
 
 def test_an_einsum_left_is_named_with_its_module_and_why():
