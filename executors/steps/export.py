@@ -137,6 +137,7 @@ class Opset:
     why: str = ""
 
 
+NEWEST_OPSET = 21  # what the planner lets export.opset be (planner/recipes/export.py: 14 to 21)
 # torch: "Exporting the operator 'aten::col2im' to ONNX opset version 17 is not supported.
 # Support for this operator was added in version 18, try exporting with this version."
 _TOO_OLD = re.compile(r"operator '([^']+)' to ONNX opset version (\d+) is not supported")
@@ -147,12 +148,12 @@ def export_graph(module: Any, args: tuple, names: list[str], outputs: list[str],
                  exporter: str, opset: int) -> Opset:
     """torch -> ONNX at `path` (TorchScript tracing, or dynamo with TorchScript-style names), at
     `opset` or, when an operator needs a newer one, at the lowest newer one that expresses
-    every operator (the one torch names, else the next, up to the exporter's newest): the same
-    model and configured opset always give the same graph."""
+    every operator (the one torch names, else the next, up to the exporter's newest and
+    NEWEST_OPSET): the same model and configured opset always give the same graph."""
     from torch.onnx import _constants
 
-    newest = _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET if exporter != "dynamo" \
-        else _constants.ONNX_MAX_OPSET
+    newest = min(NEWEST_OPSET, _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
+                 if exporter != "dynamo" else _constants.ONNX_MAX_OPSET)
     at, why = opset, ""
     while True:
         try:
