@@ -19,6 +19,7 @@ SIDECAR = "model_htp_metadata.json"    # the export's hierarchy map
 REPORT = "model_hierarchy.md"          # the export's optional hierarchy report
 ROLE_FILES = {"hierarchy": (SIDECAR, REPORT)}  # an output role's files, besides the model
 FACTS_KEY = "modelplan.facts"
+OPSET_RAISED_KEY = "modelplan.opset_raised"  # export's record of an opset raised for an operator
 TAG_KEY = "winml.hierarchy.tag"
 DEPTH_KEY = "winml.hierarchy.depth"
 

@@ -1,9 +1,12 @@
 """Graph rewrites for what QNN HTP rejects or computes wrongly, each exact on fp32 and each
 measured on the HTP simulator (onnxruntime-qnn 2.7.0, ORT 1.32), and the checks that find what
-is left (the `legal_for` fact's checker).
+is left (the `legal_for` fact's checker): any op outside the QNN EP's HTP table (htp_ops), mask
+sentinels, float Wheres, dilated pooling.
 
 A rewrite takes a model and returns how many places it changed (the Erf GELU fold returns the
-new model too). executors/steps/legalize.py applies them in REWRITES order.
+new model too). executors/steps/legalize.py applies them in REWRITES order. The general
+lowerings live beside it: einsum_lowering (any Einsum), col2im_lowering (F.fold),
+index_chains (F.unfold's rank-6 chain), htp_pooling (pooling forms HTP gets wrong).
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from executors.onnx import col2im_lowering, einsum_lowering, htp_pooling, index_chains
+from executors.onnx.graph_edit import constants, drop_dead, elem_types, replace, shapes
+from executors.onnx.htp_ops import fix, lacks, scope
+
 HUGE = -1e30           # a constant at or below this is a mask sentinel (-inf, float-min)
 # Masked scores only need to vanish after softmax (e**-100 ~ 4e-44), and a small floor keeps
 # the quantized range of the masked-score tensor tight. Measured on MiniLM (QDQ, CPU EP):
@@ -25,49 +32,12 @@ WEIGHTED = ("MatMul", "Gemm", "Conv", "ConvTranspose")
 ELEMENTWISE = ("Add", "Sub", "Mul", "Div")
 
 
-def constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """Every constant tensor by name: initializers and Constant node outputs."""
-    out = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            out[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return out
-
-
 def is_sentinel(a: np.ndarray) -> bool:
     return a.dtype.kind == "f" and a.size > 0 and bool(np.any(a <= HUGE))
 
 
 def _near_floor(a: np.ndarray) -> bool:
     return a.dtype.kind == "f" and a.size > 0 and bool(np.any(a <= FLOOR))
-
-
-def _replace(model: onnx.ModelProto, old: onnx.NodeProto, new: list[onnx.NodeProto]) -> None:
-    nodes = list(model.graph.node)
-    i = nodes.index(old)
-    nodes[i:i + 1] = new
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-
-
-def elem_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Element type of every named tensor the graph says (value_info from shape inference)."""
-    types = {v.name: v.type.tensor_type.elem_type for v in
-             (*model.graph.value_info, *model.graph.input, *model.graph.output)}
-    types.update({i.name: i.data_type for i in model.graph.initializer})
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-            types[n.output[0]] = n.attribute[0].t.data_type
-    return types
-
-
-def shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
-    out = {v.name: [d.dim_value if d.HasField("dim_value") else None
-                    for d in v.type.tensor_type.shape.dim]
-           for v in (*model.graph.value_info, *model.graph.input, *model.graph.output)
-           if v.type.tensor_type.HasField("shape")}
-    out.update({i.name: list(i.dims) for i in model.graph.initializer})
-    return out
 
 
 # -- the attention mask ----------------------------------------------------------------------
@@ -93,7 +63,7 @@ def rewrite_mask_wheres(model: onnx.ModelProto) -> int:
         model.graph.initializer.extend([numpy_helper.from_array((a - b).astype(a.dtype), diff),
                                         numpy_helper.from_array(b.astype(b.dtype), offset)])
         to = helper.np_dtype_to_tensor_dtype(a.dtype)
-        _replace(model, where, [
+        replace(model, where, [
             helper.make_node("Cast", [where.input[0]], [f"{base}/legalized_cond"],
                              name=f"{base}/legalized_Cast", to=to),
             helper.make_node("Mul", [f"{base}/legalized_cond", diff],
@@ -126,11 +96,11 @@ def drop_isnan_guards(model: onnx.ModelProto) -> int:
         guard = producer.get(where.input[0])
         if guard is None or guard.op_type != "IsNaN" or guard.input[0] != where.input[2]:
             continue
-        _replace(model, where, [helper.make_node("Identity", [where.input[2]],
+        replace(model, where, [helper.make_node("Identity", [where.input[2]],
                                                 [where.output[0]], name=f"{where.name}/kept")])
         count += 1
     if count:
-        _drop_dead(model)
+        drop_dead(model)
     return count
 
 
@@ -145,7 +115,7 @@ def rewrite_float_wheres(model: onnx.ModelProto) -> int:
             continue
         base = where.name or where.output[0]
         c, a, b = where.input
-        _replace(model, where, [
+        replace(model, where, [
             helper.make_node("Cast", [c], [f"{base}/arith_cond"], to=TensorProto.FLOAT,
                              name=f"{base}/arith_Cast"),
             helper.make_node("Sub", [a, b], [f"{base}/arith_diff"], name=f"{base}/arith_Sub"),
@@ -188,7 +158,7 @@ def decompose_reduce_l2(model: onnx.ModelProto) -> int:
             model.graph.initializer.append(
                 numpy_helper.from_array(np.array(axes, np.int64), f"{base}/axes"))
             inputs.append(f"{base}/axes")
-        _replace(model, node, [
+        replace(model, node, [
             helper.make_node("Mul", [node.input[0], node.input[0]], [f"{base}/squares"],
                              name=f"{base}/l2_Mul"),
             helper.make_node("ReduceSum", inputs, [f"{base}/sum"], name=f"{base}/l2_ReduceSum",
@@ -229,7 +199,7 @@ def einsum_to_matmul(model: onnx.ModelProto) -> int:
             ins[0] = f"{base}/aT"
         else:
             continue
-        _replace(model, node, [*pre, helper.make_node("MatMul", ins, list(node.output),
+        replace(model, node, [*pre, helper.make_node("MatMul", ins, list(node.output),
                                                        name=f"{base}/MatMul")])
         count += 1
     return count
@@ -287,18 +257,6 @@ def tile_batch_constants(model: onnx.ModelProto) -> int:
     return count
 
 
-def _drop_dead(model: onnx.ModelProto) -> None:
-    """Remove nodes whose outputs nothing reads (and that are not graph outputs)."""
-    while True:
-        read = {i for n in model.graph.node for i in n.input} | \
-            {o.name for o in model.graph.output}
-        dead = [n for n in model.graph.node if not any(o in read for o in n.output)]
-        if not dead:
-            return
-        for n in dead:
-            model.graph.node.remove(n)
-
-
 Rewrite = Callable[[onnx.ModelProto], Any]
 # In order: mask Wheres use the raw constants, then constants are floored, then guards and
 # other Wheres become arithmetic on finite values, then op replacements, then what the
@@ -307,18 +265,37 @@ REWRITES: tuple[tuple[str, Rewrite], ...] = (
     ("mask_wheres", rewrite_mask_wheres), ("clamp_constants", clamp_constants),
     ("isnan_guards", drop_isnan_guards), ("float_wheres", rewrite_float_wheres),
     ("erf_gelu", fuse_erf_gelu), ("reduce_l2", decompose_reduce_l2),
-    ("einsum", einsum_to_matmul), ("unshare_weights", unshare_weights),
+    ("einsum", einsum_to_matmul), ("einsum_general", einsum_lowering.lower_einsums),
+    ("col2im", col2im_lowering.lower_col2ims), ("index_chains", index_chains.fold_index_chains),
+    ("max_pool_pads", htp_pooling.pad_max_pools),
+    ("covering_average_pools", htp_pooling.global_average_pools),
+    ("unshare_weights", unshare_weights),
     ("batch_constants", tile_batch_constants),
 )
 
 
 def violations(model: onnx.ModelProto) -> list[str]:
-    """What HTP rejects in `model`, one line each naming the node or tensor."""
-    found = [f"{n.op_type} node {n.name!r} (HTP has no {n.op_type})" for n in model.graph.node
-             if n.op_type in ("Erf", "Einsum", "ReduceL2", "IsNaN")]
+    """What HTP rejects in `model`, one line each naming the node (and its module) or tensor:
+    any op outside the QNN EP's HTP table (htp_ops), mask sentinels, float Wheres."""
+    found = [f"{n.op_type} node {n.name!r} in {scope(n.name)} (HTP has no {n.op_type})"
+             for n in model.graph.node if lacks(n.op_type)]
     found += [f"mask constant {name!r} at or below {HUGE:g}"
               for name, a in constants(model).items() if is_sentinel(a)]
+    found += htp_pooling.declined(model)
     types = elem_types(model)
     found += [f"float Where {n.name!r}" for n in model.graph.node if n.op_type == "Where"
               and types.get(n.input[1], types.get(n.input[2])) == TensorProto.FLOAT]
     return found
+
+
+def remedy(model: onnx.ModelProto) -> str:
+    """How to fix the first thing violations() names."""
+    left = next((n for n in model.graph.node if lacks(n.op_type)), None)
+    if left is None:
+        if htp_pooling.declined(model):
+            return "HTP has no dilated pooling: replace the module's dilation, or set " \
+                   "target.cpu_fallback=true to run it on the CPU"
+        return "report this model; legalize does not know this pattern"
+    if left.op_type == "Einsum":
+        return f"legalize could not lower it: {einsum_lowering.refusal(model, left)}"
+    return fix(left.op_type)

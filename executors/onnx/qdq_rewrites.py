@@ -18,7 +18,7 @@ from executors.onnx.htp_rewrites import (
     rewrite_mask_wheres,
 )
 
-__all__ = ("FLOOR", "REWRITES", "violations")
+__all__ = ("FLOOR", "REWRITES", "remedy", "violations")
 
 REWRITES: tuple[tuple[str, Rewrite], ...] = (
     ("mask_wheres", rewrite_mask_wheres), ("clamp_constants", clamp_constants))
@@ -28,3 +28,8 @@ def violations(model: onnx.ModelProto) -> list[str]:
     """The mask sentinels left in `model`, one line each naming the constant."""
     return [f"mask constant {name!r} at or below {HUGE:g}"
             for name, a in constants(model).items() if is_sentinel(a)]
+
+
+def remedy(model: onnx.ModelProto) -> str:
+    """How to fix what violations() names (the floor is applied to every constant)."""
+    return "report this model; legalize does not know this pattern"

@@ -14,7 +14,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from executors.onnx.artifacts import MODEL, SIDECAR, SOURCE, TAG_KEY, load, model_meta
+from executors.onnx.artifacts import (
+    MODEL,
+    OPSET_RAISED_KEY,
+    SIDECAR,
+    SOURCE,
+    TAG_KEY,
+    load,
+    model_meta,
+)
 from planner.core import facts as F
 from planner.core.ops import FactName, Op
 
@@ -73,9 +81,14 @@ def _recorded(field: str) -> Checker:
 
 
 def _opset(a: Artifact, want: Any) -> str | None:
-    have = next((o.version for o in a.needs_graph().opset_import if o.domain in ("", "ai.onnx")),
-                None)
-    return None if have == want else f"its default-domain opset is {have}"
+    """The configured opset, or the newer one export raised it to for an operator that needs
+    it (recorded in the model's metadata, with which operator and why)."""
+    model = a.needs_graph()
+    have = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    raised = json.loads(model_meta(model).get(OPSET_RAISED_KEY, "{}"))
+    if have == want or raised.get("from") == want and raised.get("to") == have:
+        return None
+    return f"its default-domain opset is {have}"
 
 
 def _io_specs(a: Artifact, _want: Any) -> str | None:

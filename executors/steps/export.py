@@ -10,15 +10,27 @@ import contextlib
 import gc
 import itertools
 import json
+import re
 import sys
 import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from executors.onnx import hierarchy
-from executors.onnx.artifacts import MODEL, REPORT, SIDECAR, clear_node_meta, load, save, set_meta
+from executors.onnx.artifacts import (
+    MODEL,
+    OPSET_RAISED_KEY,
+    REPORT,
+    SIDECAR,
+    clear_node_meta,
+    load,
+    save,
+    set_meta,
+)
 from executors.run.wrapper import StepContext, StepResult
 from executors.runtime import torchmodel
 from executors.runtime.adapters import host_providers
@@ -53,7 +65,7 @@ def run(ctx: StepContext) -> StepResult:
     path = ctx.out / MODEL
     what = f" the {p['graph']}" if p["graph"] else ""
     ctx.progress(f"exporting{what} with {p['exporter']}, opset {p['opset']}")
-    _export(ctx, module, args, names, outputs, path)
+    used = _export(ctx, module, args, names, outputs, path)
     model_name = type(model).__name__
     weight_bytes = sum(t.numel() * t.element_size()
                        for t in itertools.chain(model.parameters(), model.buffers()))
@@ -65,8 +77,13 @@ def run(ctx: StepContext) -> StepResult:
     out_specs = [{"name": n, "dtype": "float32"} for n in outputs]
     set_meta(onnx_model, "winml.io.inputs", json.dumps(specs, sort_keys=True))
     set_meta(onnx_model, "winml.io.outputs", json.dumps(out_specs, sort_keys=True))
+    if used.opset != p["opset"]:
+        set_meta(onnx_model, OPSET_RAISED_KEY, json.dumps(
+            {"from": p["opset"], "to": used.opset, "why": used.why}, sort_keys=True))
     save(onnx_model, path)
     metrics: dict[str, Any] = {"nodes": len(onnx_model.graph.node), "sample": samples.origin}
+    if used.opset != p["opset"]:
+        metrics.update(opset_used=used.opset, opset_why=used.why)
     if p["hierarchy"]:
         root = scopes.get("", f"/{model_name}")
         meta = hierarchy.sidecar([n.name for n in onnx_model.graph.node], scopes,
@@ -95,38 +112,124 @@ def _kept_classes(ctx: StepContext, model: Any) -> frozenset[str]:
 
 
 def _export(ctx: StepContext, module: Any, args: tuple, names: list[str],
-            outputs: list[str], path: Path) -> None:
+            outputs: list[str], path: Path) -> Opset:
     try:
-        export_graph(module, args, names, outputs, path, ctx.params["exporter"],
-                     ctx.params["opset"])
+        used = export_graph(module, args, names, outputs, path, ctx.params["exporter"],
+                            ctx.params["opset"])
     except ExportFailed as exc:
         raise ctx.fail(str(exc), "try another exporter (export=dynamo or export=torchscript) "
                        "or export.opset") from exc.__cause__
+    if used.opset != ctx.params["opset"]:
+        ctx.progress(f"  opset {ctx.params['opset']} cannot express {used.why}: exported at "
+                     f"opset {used.opset}")
+    return used
 
 
 class ExportFailed(Exception):
     """torch.onnx.export raised; the message is its first line."""
 
 
+@dataclass(frozen=True)
+class Opset:
+    """The opset an export was written at, and why when it is not the configured one."""
+
+    opset: int
+    why: str = ""
+
+
+NEWEST_OPSET = 21  # what the planner lets export.opset be (planner/recipes/export.py: 14 to 21)
+# torch: "Exporting the operator 'aten::col2im' to ONNX opset version 17 is not supported.
+# Support for this operator was added in version 18, try exporting with this version."
+_TOO_OLD = re.compile(r"operator '([^']+)' to ONNX opset version (\d+) is not supported")
+_ADDED_IN = re.compile(r"added in version (\d+)")
+
+
 def export_graph(module: Any, args: tuple, names: list[str], outputs: list[str], path: Path,
+                 exporter: str, opset: int) -> Opset:
+    """torch -> ONNX at `path` (TorchScript tracing, or dynamo with TorchScript-style names), at
+    `opset` or, when an operator needs a newer one, at the lowest newer one that expresses
+    every operator (the one torch names, else the next, up to the exporter's newest and
+    NEWEST_OPSET): the same model and configured opset always give the same graph."""
+    from torch.onnx import _constants
+
+    newest = min(NEWEST_OPSET, _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
+                 if exporter != "dynamo" else _constants.ONNX_MAX_OPSET)
+    at, why = opset, ""
+    while True:
+        try:
+            _export_once(module, args, names, outputs, path, exporter, at)
+            return Opset(at, why)
+        except ExportFailed as exc:
+            too_old = _TOO_OLD.search(str(exc))
+            if too_old is None or at >= newest:
+                raise
+            added = _ADDED_IN.search(str(exc))
+            nxt = max(at + 1, int(added.group(1))) if added else at + 1
+            if nxt > newest:
+                raise
+            why = f"{too_old.group(1)} (added in opset {nxt})" if added else \
+                f"{too_old.group(1)} (not in opset {at})"
+            at = nxt
+
+
+def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str], path: Path,
                  exporter: str, opset: int) -> None:
-    """torch -> ONNX at `path` (TorchScript tracing, or dynamo with TorchScript-style names)."""
     import torch
 
     dynamo = exporter == "dynamo"
-    # the dynamo exporter reports progress on stdout, which belongs to `--json` output
-    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
+    if not dynamo and opset >= COL2IM_OPSET:
+        _register_col2im()
+    # the dynamo exporter reports progress on stdout, and the TorchScript one its graph when an
+    # operator fails, from native code: stdout belongs to `--json` output
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr), _fd1_to_stderr():
         warnings.simplefilter("ignore")
         try:
             torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs,
                               opset_version=opset, dynamo=dynamo, do_constant_folding=True,
                               external_data=True)  # no 2 GB limit; `save` makes them blobs
         except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            text = str(exc).strip()
+            first = text.splitlines()[0] if text else ""
             raise ExportFailed(f"torch.onnx.export raised {type(exc).__name__}: {first}") \
                 from exc
     if dynamo:
         _rename_dynamo_nodes(path)
+
+
+COL2IM_OPSET = 18
+
+
+@contextlib.contextmanager
+def _fd1_to_stderr() -> Iterator[None]:
+    """Send what native code writes to fd 1 inside the block to fd 2."""
+    import ctypes
+    import os
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        ctypes.CDLL(None).fflush(None)  # C stdio's buffer, before fd 1 is stdout again
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _register_col2im() -> None:
+    """aten::col2im (F.fold) for TorchScript export: torch's own symbolic reads the rank of
+    `output_size` from a static list, which a traced model (MobileViTV2's folding, whose output
+    size is read from a tensor's shape) does not give; ONNX's Col2Im takes it as a tensor."""
+    import torch
+    from torch.onnx import symbolic_helper
+
+    @symbolic_helper.parse_args("v", "v", "v", "is", "is", "is")
+    def col2im(g: Any, x: Any, output_size: Any, kernel_size: Any, dilation: list[int],
+               padding: list[int], stride: list[int]) -> Any:
+        return g.op("Col2Im", x, output_size, kernel_size, dilations_i=dilation,
+                    pads_i=[*padding, *padding], strides_i=stride)  # begins, then ends
+
+    torch.onnx.register_custom_op_symbolic("aten::col2im", col2im, COL2IM_OPSET)
 
 
 def _rename_dynamo_nodes(path: Path) -> None:

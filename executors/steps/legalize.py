@@ -1,8 +1,9 @@
 """legalize{target}: rewrite what the target rejects or computes wrongly, with the rewrite set
 its declaration names (for QNN HTP, executors/onnx/htp_rewrites.py: mask constants floored,
-Wheres made arithmetic, the Erf GELU folded, ReduceL2 and Einsum replaced, shared weights
-unshared, batch-1 constants tiled), then check nothing it rejects is left. The fp32 outputs on
-real (non-padding) tokens must not change."""
+Wheres made arithmetic, the Erf GELU folded, ReduceL2, Einsum and Col2Im lowered, pooling forms
+HTP gets wrong rewritten, shared weights unshared, batch-1 constants tiled), then check nothing
+it rejects is left: an op the target has no builder for fails the step naming the node, its
+module and the fix. The fp32 outputs on real (non-padding) tokens must not change."""
 
 from __future__ import annotations
 
@@ -34,12 +35,9 @@ def run(ctx: StepContext) -> StepResult:
         done[name] = result
     left = rewrites.violations(model)
     if left:
-        why = {"Erf": "it is not part of a GELU pattern; export the model with a tanh or "
-                      "native GELU"}
-        fix = next((v for k, v in why.items() if left[0].startswith(k)),
-                   "report this model; legalize does not know this pattern")
         more = f" (+{len(left) - 1} more)" if len(left) > 1 else ""
-        raise ctx.fail(f"{left[0]} remains after legalization{more}", fix)
+        raise ctx.fail(f"{left[0]} remains after legalization{more}",
+                       rewrites.remedy(model))
     save(model, ctx.out / MODEL)
     del model  # the weights: the output check below runs two sessions of its own
     max_abs = _outputs_unchanged(ctx, path)

@@ -152,7 +152,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                 Ensure(N.IO_SPECS), Ensure(N.HIERARCHY_MAP, Param("hierarchy"))),
        traits=frozenset({T.HEAVY}),
        tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy"),
-       publish=("hierarchy",)),
+       publish=("hierarchy",), headline=("opset_used",)),
     Op("normalize", 2, "shape inference and ONNX Runtime basic optimizations",
        params=(), inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),
@@ -167,7 +167,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        ensures=(Ensure(N.NORMALIZED), Ensure(N.FUSED, Param("flags"))),
        prepares=(Ensure(N.NORMALIZED), Ensure(N.FUSED, ("matmul_add",))),
        traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime")),
-    Op("legalize", 3, "rewrite what the target rejects (mask constants, mask Where, Erf GELU)",
+    Op("legalize", 3, "rewrite what the target rejects (mask constants and Where, Erf GELU, "
+       "Einsum, Col2Im, pooling forms) and check no op outside its table is left",
        params=("target",), inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),
        ensures=(Ensure(N.LEGAL_FOR, Param("target")),),
