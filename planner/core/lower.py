@@ -135,7 +135,7 @@ def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any) -> list[
     declared = of_config(target)
     steps = []
     if quant["kind"] != "none":
-        mixed_precision.check(quant, declared)
+        mixed_precision.check(quant)
         extra = mixed_precision.step_params(config)
         inputs = {"model": chain, "source": "resolve"}
         if mixed_precision.needs_hierarchy(extra):
@@ -168,10 +168,11 @@ def _hierarchy_source(config: dict[str, Any], sid: Any) -> str:
 
 def provider_options(config: dict[str, Any]) -> dict[str, Any]:
     """The target's provider options, plus what the precision needs on it (fp16 on HTP needs
-    enable_htp_fp16_precision with a soc_model, measured)."""
+    enable_htp_fp16_precision with a soc_model, measured; so do the float nodes of a mixed QDQ
+    graph)."""
     target, quant = config["target"], config["quant"]
     options = dict(target["provider_options"])
-    if quant["kind"] == "fp16":
+    if quant["kind"] == "fp16" or mixed_precision.runs_float(quant):
         options = {**target.get("fp16_provider_options", {}), **options}
     return dict(sorted(options.items()))
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.core.targets import Target
 from planner.errors import ConfigError
 
 SELECTORS = ("modules", "op_types", "nodes")
@@ -26,7 +25,7 @@ def rules(quant: dict[str, Any]) -> list[dict[str, Any]]:
             for rule in quant.get("overrides") or []]
 
 
-def check(quant: dict[str, Any], target: Target) -> None:
+def check(quant: dict[str, Any]) -> None:
     """One clear line per rule the quantize step could not apply as written."""
     lines = []
     for i, rule in enumerate(quant.get("overrides") or []):
@@ -42,16 +41,18 @@ def check(quant: dict[str, Any], target: Target) -> None:
         if quant["kind"] == "fp16" and set(rule) & {"weight_type", "activation_type"}:
             lines.append(f"{where}: quant=fp16 has no integer types; use precision: float (the "
                          f"selected ops stay float32) or a qdq quant (quant=w8a8)")
-        elif rule.get("precision") == "float" and quant["kind"] == "qdq" and \
-                not target.qdq.float_nodes:
-            lines.append(f"{where}: precision: float on target={target.name}: its QDQ graphs "
-                         f"cannot keep float nodes (verified on its compiler); raise them to "
-                         f"activation_type: uint16 instead, or build for target=cpu")
     if quant.get("search", "none") == "auto" and quant["kind"] != "qdq":
         lines.append("quant.search=auto: the search raises QDQ precision; use a qdq quant "
                      "(quant=w8a8) or quant.search=none")
     if lines:
         raise ConfigError(*lines)
+
+
+def runs_float(quant: dict[str, Any]) -> bool:
+    """Whether a QDQ build may keep float nodes: a float rule, or a search that may raise a
+    module to float."""
+    return quant["kind"] == "qdq" and (quant.get("search", "none") == "auto" or any(
+        r.get("precision") == "float" for r in quant.get("overrides") or []))
 
 
 def step_params(config: dict[str, Any]) -> dict[str, Any]:

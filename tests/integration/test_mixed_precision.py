@@ -16,13 +16,13 @@ import pytest
 from executors.onnx.artifacts import TAG_KEY
 from tests.conftest import run_cli
 
-TINY = ("model=tiny_bert", "export.shapes.sequence_length=32", "quant=w8a8", "target=cpu",
-        "perf=none")
+TINY = ("model=tiny_bert", "export.shapes.sequence_length=32", "quant=w8a8", "perf=none")
 ENCODER = "/BertModel/BertEncoder"
 
 
 def build(tmp: Path, *overrides: str) -> tuple[dict[str, Any], str]:
-    result = run_cli("run", *TINY, *overrides, "--store", str(tmp / "store"), "--outputs",
+    target = () if any(o.startswith("target=") for o in overrides) else ("target=cpu",)
+    result = run_cli("run", *TINY, *target, *overrides, "--store", str(tmp / "store"), "--outputs",
                      str(tmp / "out"), "--json", "--quiet", timeout=900)
     record = json.loads(result.stdout) if result.stdout.startswith("{") else {}
     return record, result.stderr
@@ -80,6 +80,15 @@ def test_precision_float_leaves_the_selected_weights_float(tmp_path: Path) -> No
     assert len(chosen) == 4  # dense in and out of each of the two layers
     assert all(n.input[1] in inits and n.input[1] not in made_by_dq for n in chosen)
     assert step(record, "quantize")["metrics"]["overridden"]["float nodes"] == 4
+
+
+def test_float_nodes_compile_and_verify_on_the_htp_simulator(tmp_path: Path) -> None:
+    record, err = build(tmp_path, "target=qnn_htp", "quant.overrides=[{modules: "
+                                  "[BertIntermediate], precision: float}]")
+    assert record.get("status") == "ok", err
+    assert step(record, "quantize")["metrics"]["overridden"]["float nodes"] == 6
+    assert step(record, "compile")["metrics"]["context_nodes"] == 1  # one HTP graph, no CPU
+    assert step(record, "verify")["metrics"]["passed"]
 
 
 def test_a_rule_that_selects_nothing_fails_the_run_with_one_line(tmp_path: Path) -> None:

@@ -66,11 +66,18 @@ def test_a_bad_rule_is_one_clear_line(tmp_path: Path, override: str, needle: str
     assert needle in str(err.value)
 
 
-def test_float_on_qnn_htp_and_search_without_a_gate_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="precision: float on target=qnn_htp"):
-        plan_from_overrides(["model=tiny_bert", "quant=w8a8", "target=qnn_htp",
-                             "quant.overrides=[{op_types: [Softmax], precision: float}]"],
-                            store=str(tmp_path))
+def test_float_nodes_on_qnn_htp_compile_with_its_fp16_options(tmp_path: Path) -> None:
+    def compile_options(*overrides: str) -> dict[str, object]:
+        plan = plan_from_overrides(["model=tiny_bert", "quant=w8a8", "target=qnn_htp",
+                                    *overrides], store=str(tmp_path))
+        return plan.step("compile").params["provider_options"]
+
+    assert "enable_htp_fp16_precision" not in compile_options(ATTENTION)
+    floated = compile_options("quant.overrides=[{op_types: [Softmax], precision: float}]")
+    assert floated["enable_htp_fp16_precision"] == 1 and floated["soc_model"] == 60
+
+
+def test_search_without_a_gate_and_types_under_fp16_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="verify=none sets none; set verify=cosine"):
         quantize_step(tmp_path, "quant.search=auto", "verify=none")
     with pytest.raises(ConfigError, match="quant=fp16 has no integer types"):
