@@ -44,6 +44,8 @@ def select(rule: dict[str, Any], graph: onnx.GraphProto, tags: list[str]) -> lis
         chosen &= {i for i, t in enumerate(tags) if any(under(t, p) for p in wanted)}
     if rule.get("op_types"):
         chosen &= {i for i, n in enumerate(graph.node) if n.op_type in rule["op_types"]}
+    if rule.get("except_op_types"):
+        chosen &= {i for i, n in enumerate(graph.node) if n.op_type not in rule["except_op_types"]}
     if rule.get("nodes"):
         chosen &= {i for i, n in enumerate(graph.node) if n.name in rule["nodes"]}
     return [graph.node[i].name for i in sorted(chosen)]
@@ -75,7 +77,7 @@ def decide(rules: list[dict[str, Any]], graph: onnx.GraphProto, tags: list[str])
 
 
 def _selectors(rule: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in rule.items() if k in ("modules", "op_types", "nodes"))
+    return " ".join(f"{k}={v}" for k, v in rule.items() if k in ("modules", "op_types", "except_op_types", "nodes"))
 
 
 def _known(graph: onnx.GraphProto, tags: list[str]) -> str:

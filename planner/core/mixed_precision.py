@@ -1,8 +1,9 @@
 """Mixed precision by module: `quant.overrides` rules and `quant.search`, checked and turned
 into the quantize step's params.
 
-A rule selects nodes (`modules`: class names or hierarchy tag paths; `op_types`; `nodes`: ONNX
-node names; several selectors select the nodes all of them select) and sets their
+A rule selects nodes (`modules`: class names or hierarchy tag paths; `op_types`;
+`except_op_types`: nodes of every other op type; `nodes`: ONNX node names, as the quantize
+step's input names them; several selectors select the nodes all of them select) and sets their
 `weight_type` / `activation_type`, or keeps them float (`precision: float`). Later rules win.
 The quantize step carries `overrides` and `search` only when they change something, so every
 plan without them keeps its keys.
@@ -14,7 +15,7 @@ from typing import Any
 
 from planner.errors import ConfigError
 
-SELECTORS = ("modules", "op_types", "nodes")
+SELECTORS = ("modules", "op_types", "except_op_types", "nodes")
 SETTINGS = ("weight_type", "activation_type", "precision")
 EXAMPLE = "e.g. {modules: [BertSelfAttention], activation_type: uint16}"
 
@@ -31,7 +32,7 @@ def check(quant: dict[str, Any]) -> None:
     for i, rule in enumerate(quant.get("overrides") or []):
         where = f"quant.overrides.{i}"
         if not any(rule.get(k) for k in SELECTORS):
-            lines.append(f"{where}: selects no node; give modules, op_types or nodes ({EXAMPLE})")
+            lines.append(f"{where}: selects no node; give modules, op_types, except_op_types or nodes ({EXAMPLE})")
         if not any(k in rule for k in SETTINGS):
             lines.append(f"{where}: sets nothing; give weight_type, activation_type or "
                          f"precision: float ({EXAMPLE})")

@@ -51,7 +51,8 @@ def test_search_auto_carries_its_gate(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("override", "needle"), [
     ("quant.overrides=[{modules: [X], bits: 16}]",
-     "quant.overrides.0.bits: unknown key; allowed here: activation_type, modules, nodes"),
+     ("quant.overrides.0.bits: unknown key; allowed here: activation_type, except_op_types, "
+     "modules, nodes, op_types, precision, weight_type")),
     ("quant.overrides=[{modules: [X], activation_type: int4}]",
      "quant.overrides.0.activation_type: 'int4' is not one of uint8, uint16, int8, int16"),
     ("quant.overrides=[{activation_type: uint16}]", "quant.overrides.0: selects no node"),
