@@ -91,6 +91,17 @@ def test_float_nodes_compile_and_verify_on_the_htp_simulator(tmp_path: Path) -> 
     assert step(record, "verify")["metrics"]["passed"]
 
 
+def test_fp16_keeps_the_blocked_ops_float32(tmp_path: Path) -> None:
+    record, err = build(tmp_path, "quant=fp16", "quant.overrides=[{op_types: [Softmax], "
+                                  "precision: float}]")
+    assert record.get("status") == "ok", err
+    model = onnx.load(step(record, "tag")["outputs"]["model.onnx"], load_external_data=False)
+    made_by = {o: n for n in model.graph.node for o in n.output}
+    softmax = [n for n in model.graph.node if n.op_type == "Softmax"]
+    assert len(softmax) == 2 and all(made_by[n.input[0]].op_type == "Cast" for n in softmax)
+    assert step(record, "quantize")["metrics"]["overridden"] == {"float32 nodes": 2}
+
+
 def test_a_rule_that_selects_nothing_fails_the_run_with_one_line(tmp_path: Path) -> None:
     record, err = build(tmp_path, "quant.overrides=[{modules: [BertAttn], precision: float}]")
     assert record.get("status") != "ok"
