@@ -23,11 +23,15 @@ OPSET_16BIT = 21  # QuantizeLinear with 16-bit types
 
 @contextmanager
 def quiet_logging() -> Iterator[None]:
+    import onnxruntime as ort
+
     logging.disable(logging.WARNING)  # the quantizer logs a warning per rank-1 weight
+    ort.set_default_logger_severity(3)  # and its calibration sessions, per unused constant
     try:
         yield
     finally:
         logging.disable(logging.NOTSET)
+        ort.set_default_logger_severity(2)
 
 
 @dataclass

@@ -11,15 +11,14 @@ from executors.onnx import mixed_precision as mp
 from executors.onnx import quantizer as Q
 from executors.onnx.artifacts import MODEL, load, save
 from executors.run.wrapper import StepContext, StepResult
-from executors.samples import Samples, io_specs
+from executors.steps import quant_search
+from executors.steps.quant_search import quantize_or_fail, staged
 
 
 def run(ctx: StepContext) -> StepResult:
     if ctx.params["kind"] == "fp16":
         return _float16(ctx)
     if ctx.params.get("search"):
-        from executors.steps import quant_search
-
         return quant_search.run(ctx)
     return _qdq(ctx)
 
@@ -69,35 +68,6 @@ def _sorted(model: Any) -> bool:
             return False
         known.update(node.output)
     return True
-
-
-def staged(ctx: StepContext, wide: bool = False) -> tuple[Q.Staged, dict[str, Any]]:
-    """The staged float model with its calibration feeds, and the calibration's metrics."""
-    p = ctx.params
-    src = ctx.input_model()
-    specs, _ = io_specs(src)
-    n = p["calibration"]["samples"]
-    samples = Samples(specs, "calibration", source=ctx.inputs.get("source"))
-    feeds = samples.feeds(n)
-    ctx.progress(f"  calibrating on {n} sample(s) ({p['calibration']['method']}): "
-                 f"{samples.origin}")
-    if samples.random:
-        ctx.progress("  warning: calibration: random (the model has no preprocessor for "
-                     "some inputs); quantization ranges may not match real data")
-    # the quantizer reads a path; keep it inside the build dir
-    found = Q.stage(src, ctx.out / ".float.onnx", p, feeds, ctx.inputs.get("hierarchy"), wide)
-    return found, {"calibration_samples": n,
-                   "calibration": "random" if samples.random else "real",
-                   "calibration_data": samples.origin}
-
-
-def quantize_or_fail(ctx: StepContext, found: Q.Staged, rules: list[dict[str, Any]],
-                     out: Any) -> dict[str, Any]:
-    try:
-        return Q.quantize_to(found, rules, out)
-    except mp.SelectionError as exc:
-        raise ctx.fail(str(exc), "fix the rule's selector (modelplan diagnose lists the "
-                       "modules)", where="quant.overrides") from None
 
 
 def _qdq(ctx: StepContext) -> StepResult:

@@ -29,6 +29,9 @@ class QdqProfile:
     # it; fp16 also asks for the target's fp16_provider_options (measured: HTP fails to
     # finalize a mixed QDQ + float graph without enable_htp_fp16_precision)
     float_precision: str = "fp32"
+    # whether the repair search may raise weights to 16 bits on it (else it goes from 16-bit
+    # activations straight to float)
+    weights_16bit: bool = True
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            qdq=QdqProfile("static_quant_config"), legalizer="qdq",
            session=SessionSpec("cpu", log_severity=4)),
     Target("qnn_htp", "qnn", "QNNExecutionProvider", "htp", reference=False,
-           resource="qnn_htp", qdq=QdqProfile("qnn_qdq_config", float_precision="fp16"), legalizer="htp",
+           resource="qnn_htp", qdq=QdqProfile("qnn_qdq_config", float_precision="fp16",
+                                                  weights_16bit=False), legalizer="htp",
            session=SessionSpec("qnn", log_severity=3,
                                no_fallback={"session.disable_cpu_ep_fallback": "1"},
                                profiling={"profiling_level": "detailed"},
