@@ -1,10 +1,10 @@
-"""Each innermost module's own loss in a QDQ graph: how much SQNR its outputs lose against what
-its inputs already carried (executors/onnx/accuracy.py measures both against the fp32 graph).
-A module whose inputs are exact (graph inputs) owns all of its outputs' error."""
+"""Each innermost module's own loss in a QDQ graph: how much SQNR its outputs, as the graph
+passes them on (through their Q/DQ), lose against its worst input as it reads it
+(executors/onnx/accuracy.py measures both against the fp32 graph). A module whose inputs are
+exact (graph inputs) owns all of its outputs' error."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -22,42 +22,60 @@ def source_tensor(name: str, made_by: dict[str, onnx.NodeProto]) -> str:
     return name
 
 
-def innermost(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of modules no other row lies inside."""
-    tags = [r["tag"] for r in rows]
-    return [r for r in rows if r["tag"] != A.UNTAGGED and
-            not any(t != r["tag"] and A.in_module(t, r["tag"]) for t in tags)]
+def innermost(modules: list[str]) -> list[str]:
+    """The modules no other one lies inside."""
+    return [m for m in modules if m != A.UNTAGGED and
+            not any(t != m and A.in_module(t, m) for t in modules)]
 
 
-def input_stats(qdq: onnx.ModelProto, module: str,
-                stats: dict[str, A.Stats]) -> A.Stats:
-    """The error the module's inputs carry: the float tensors its nodes read (through Q/DQ)
-    that nodes outside it make."""
+def dequantized(qdq: onnx.ModelProto, pairs: dict[str, str]) -> dict[str, str]:
+    """{tensor: its Q -> DQ copy} for the compared tensors: what the graph's readers see."""
+    q_of = {n.input[0]: n.output[0] for n in qdq.graph.node if n.op_type == "QuantizeLinear"}
+    dq_of = {n.input[0]: n.output[0] for n in qdq.graph.node
+             if n.op_type == "DequantizeLinear"}
+    return {t: dq_of[q_of[t]] for t in pairs if t in q_of and q_of[t] in dq_of}
+
+
+def _merged(names: list[str], stats: dict[str, A.Stats]) -> A.Stats:
+    total = A.Stats()
+    for name in dict.fromkeys(names):
+        if name in stats:
+            total.merge(stats[name])
+    return total
+
+
+def _inputs(qdq: onnx.ModelProto, module: str) -> list[str]:
+    """The tensors the module's nodes read, as they read them, that nodes outside make."""
     made_by = {o: n for n in qdq.graph.node for o in n.output}
-    total, seen = A.Stats(), set()
+    found = []
     for node in qdq.graph.node:
         if node.op_type in A.QDQ_OPS or not A.in_module(A.node_tag(node), module):
             continue
-        for name in node.input:
-            src = source_tensor(name, made_by) if name else ""
-            maker = made_by.get(src)
-            outside = maker is None or not A.in_module(A.node_tag(maker), module)
-            if src in stats and outside and src not in seen:
-                seen.add(src)
-                total.merge(stats[src])
-    return total
+        for name in filter(None, node.input):
+            maker = made_by.get(source_tensor(name, made_by))
+            if maker is None or not A.in_module(A.node_tag(maker), module):
+                found.append(name)
+    return found
+
+
+def _db(stats: A.Stats) -> float:
+    return min(stats.sqnr_db(), EXACT_DB) if stats.values else EXACT_DB
 
 
 def own_losses(fp32: onnx.ModelProto, qdq: onnx.ModelProto,
                feeds: list[dict[str, np.ndarray]]) -> list[dict[str, Any]]:
-    """Innermost modules, worst own loss first: tag, SQNR in and out (dB), own loss (dB)."""
+    """Innermost modules, worst own loss first: tag, SQNR of its inputs and of its outputs as
+    the graph passes them on (quantized), in dB, and the loss between."""
     pairs = A.common_tensors(fp32, qdq)
-    stats = A.tensor_stats(fp32, qdq, pairs, feeds)
-    out = []
-    for row in innermost(A.module_rows(qdq, stats)):
-        got_in = input_stats(qdq, row["tag"], stats)
-        sqnr_in = min(got_in.sqnr_db(), EXACT_DB) if got_in.values else EXACT_DB
-        sqnr_out = row["sqnr_db"] if math.isfinite(row["sqnr_db"]) else EXACT_DB
-        out.append({"tag": row["tag"], "sqnr_in_db": sqnr_in, "sqnr_out_db": sqnr_out,
-                    "own_loss_db": sqnr_in - min(sqnr_out, EXACT_DB)})
-    return sorted(out, key=lambda r: -r["own_loss_db"])
+    views = dequantized(qdq, pairs)
+    stats = A.tensor_stats(fp32, qdq, pairs | {d: pairs[t] for t, d in views.items()}, feeds)
+    outs, _nodes = A.module_outputs(qdq, pairs)
+    rows = []
+    for module in innermost(list(outs)):
+        # the worst input: a large-valued input (an attention mask) would hide the others
+        sqnr_in = min((_db(stats[n]) for n in dict.fromkeys(_inputs(qdq, module))
+                       if n in stats), default=EXACT_DB)
+        sqnr_out = _db(_merged([views.get(t, t) for t in outs[module]], stats))
+        rows.append({"tag": module, "sqnr_in_db": sqnr_in, "sqnr_out_db": sqnr_out,
+                     "own_loss_db": sqnr_in - sqnr_out})
+    return sorted(rows, key=lambda r: -r["own_loss_db"])

@@ -59,6 +59,7 @@ def run(ctx: StepContext) -> StepResult:
             if worst is None:
                 raise ctx.fail(_exhausted(path, gate), FIX, where="quant.search")
             tag, rule, loss = worst
+            ctx.progress(f"  search: raising {tag} to {_said(rule)} (own loss {loss:.1f} dB)")
             raised[tag] = rule
             path.append({"raised": tag, "to": _said(rule), "own_loss_db": round(loss, 2)})
     finally:

@@ -49,6 +49,7 @@ def test_the_pinned_config_is_the_last_candidate(searched: dict[str, Any]) -> No
     assert planned["key"] == found["path"][-1]["key"]
 
 
+@pytest.mark.slow
 def test_a_gate_nothing_reaches_fails_naming_what_was_tried(tmp_path: Path) -> None:
     record, err = build(tmp_path, "quant.search=auto", "verify.threshold=1.0")
     assert record.get("status") != "ok"

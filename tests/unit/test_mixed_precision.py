@@ -139,3 +139,28 @@ def test_overrides_set_outputs_and_weights_not_biases() -> None:
                       g, TAGS)
     assert mp.tensor_overrides(found, model, {"uint16": "U16", "int16": "I16"}) == {
         "a": [{"quant_type": "U16"}], "w": [{"quant_type": "I16"}]}
+
+
+def test_the_search_ladder_goes_activations_weights_float() -> None:
+    from executors.steps.quant_search import _next
+
+    cpu = {"activation_type": "uint8", "weight_type": "int8", "profile": "cpu"}
+    rungs, now = [], None
+    while (now := _next("/M/A", now, cpu)) is not None:
+        rungs.append(now)
+    assert rungs == [{"modules": ["/M/A"], "activation_type": "uint16"},
+                     {"modules": ["/M/A"], "activation_type": "uint16", "weight_type": "int16"},
+                     {"modules": ["/M/A"], "precision": "float"}]
+    htp = {**cpu, "activation_type": "uint16", "profile": "qnn_htp"}  # no 16-bit weights
+    assert _next("/M/A", None, htp) == {"modules": ["/M/A"], "precision": "float"}
+
+
+def test_plan_shows_the_search_and_its_gate(tmp_path: Path) -> None:
+    result = run_cli("plan", "model=tiny_bert", "quant=w8a8", "target=qnn_htp",
+                     "quant.search=auto", "--store", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    quantize = next(x for x in lines if " quantize " in x)
+    assert quantize.endswith("search={metric: cosine, threshold: 0.99, samples: 4}")
+    compile_ = next(x for x in lines if " compile " in x)
+    assert "enable_htp_fp16_precision: 1" in compile_  # the search may keep a module float
