@@ -12,6 +12,9 @@ import onnx
 
 from executors.onnx import accuracy as A
 
+# ops that move data: a module owning only these between its children is not a block
+MOVES = frozenset({*A.QDQ_OPS, "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
+                   "Identity", "Cast", "Expand", "Shape", "Concat", "Slice"})
 EXACT_DB = 80.0  # what an input without error counts as (float32 against 16-bit: ~90 dB)
 
 
@@ -22,10 +25,15 @@ def source_tensor(name: str, made_by: dict[str, onnx.NodeProto]) -> str:
     return name
 
 
-def innermost(modules: list[str]) -> list[str]:
-    """The modules no other one lies inside."""
-    return [m for m in modules if m != A.UNTAGGED and
-            not any(t != m and A.in_module(t, m) for t in modules)]
+def blocks(qdq: onnx.ModelProto) -> list[str]:
+    """The modules a search raises: those whose own nodes compute (not only move data between
+    children), below the root, with no such module above them (BertIntermediate with its GELU,
+    not the GELU alone; BertLayer's attention and MLP parts, not the layer)."""
+    owners = {A.node_tag(n) for n in qdq.graph.node if n.op_type not in MOVES}
+    owners.discard(A.UNTAGGED)
+    root = min(owners, key=len) if owners else ""
+    inner = owners - {root}
+    return sorted(m for m in inner if not any(a in inner for a in A.lineage(m)[:-1]))
 
 
 def dequantized(qdq: onnx.ModelProto, pairs: dict[str, str]) -> dict[str, str]:
@@ -64,18 +72,21 @@ def _db(stats: A.Stats) -> float:
 
 def own_losses(fp32: onnx.ModelProto, qdq: onnx.ModelProto,
                feeds: list[dict[str, np.ndarray]]) -> list[dict[str, Any]]:
-    """Innermost modules, worst own loss first: tag, SQNR of its inputs and of its outputs as
-    the graph passes them on (quantized), in dB, and the loss between."""
+    """The blocks, the one adding the most noise first: tag, SQNR of its worst input as it
+    reads it and of its outputs as the graph passes them on (quantized), in dB, their
+    difference, and the noise-to-signal power it adds (what the ranking uses: a dB drop from
+    an exact input overstates a module that feeds from the graph's inputs)."""
     pairs = A.common_tensors(fp32, qdq)
     views = dequantized(qdq, pairs)
     stats = A.tensor_stats(fp32, qdq, pairs | {d: pairs[t] for t, d in views.items()}, feeds)
     outs, _nodes = A.module_outputs(qdq, pairs)
     rows = []
-    for module in innermost(list(outs)):
+    for module in (m for m in blocks(qdq) if m in outs):
         # the worst input: a large-valued input (an attention mask) would hide the others
         sqnr_in = min((_db(stats[n]) for n in dict.fromkeys(_inputs(qdq, module))
                        if n in stats), default=EXACT_DB)
         sqnr_out = _db(_merged([views.get(t, t) for t in outs[module]], stats))
         rows.append({"tag": module, "sqnr_in_db": sqnr_in, "sqnr_out_db": sqnr_out,
-                     "own_loss_db": sqnr_in - sqnr_out})
-    return sorted(rows, key=lambda r: -r["own_loss_db"])
+                     "own_loss_db": sqnr_in - sqnr_out,
+                     "added_nsr": 10 ** (-sqnr_out / 10) - 10 ** (-sqnr_in / 10)})
+    return sorted(rows, key=lambda r: -r["added_nsr"])

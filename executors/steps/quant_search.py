@@ -1,8 +1,8 @@
 """quantize with quant.search=auto: the repair search. Quantize; on the CPU, compare the QDQ graph
 with the float graph it was made from on the verify inputs (verify's cosine: the gate, a proxy
 the search can afford on every candidate, also for an NPU target); while the gate fails, raise
-the precision of the innermost module whose own loss is the largest (SQNR its outputs lose
-against its inputs): 8-bit activations to 16-bit, then weights to 16-bit where the target's
+the precision of the block (a layer's attention or MLP part, executors/onnx/module_loss.py)
+whose own loss is the largest (the noise its outputs add to what its inputs carried): 8-bit activations to 16-bit, then weights to 16-bit where the target's
 profile allows, then float; quantize again. Stops when the gate holds, or fails naming what it
 tried when nothing is left to raise.
 
@@ -59,9 +59,10 @@ def run(ctx: StepContext) -> StepResult:
             if worst is None:
                 raise ctx.fail(_exhausted(path, gate), FIX, where="quant.search")
             tag, rule, loss = worst
-            ctx.progress(f"  search: raising {tag} to {_said(rule)} (own loss {loss:.1f} dB)")
+            ctx.progress(f"  search: raising {tag} to {_said(rule)} (SQNR {loss['sqnr_in_db']} "
+                         f"-> {loss['sqnr_out_db']} dB)")
             raised[tag] = rule
-            path.append({"raised": tag, "to": _said(rule), "own_loss_db": round(loss, 2)})
+            path.append({"raised": tag, "to": _said(rule), **loss})
     finally:
         Q.unstage(found)
     final = rules + list(raised.values())
@@ -146,9 +147,9 @@ def _gate(path: Path, feeds: list[dict[str, np.ndarray]],
 
 
 def _worst(ctx: StepContext, found: Q.Staged, reference: Any, feeds: list[dict[str, Any]],
-           raised: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any], float] | None:
-    """The innermost module with the largest own loss that can still be raised, its next rule
-    and its loss; None when every module is as high as it goes."""
+           raised: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any], dict] | None:
+    """The block that adds the most noise and can still be raised, its next rule and its
+    loss; None when every block is as high as it goes."""
     from executors.onnx import hierarchy as H
     from executors.onnx.artifacts import TAG_KEY, set_meta
 
@@ -160,7 +161,8 @@ def _worst(ctx: StepContext, found: Q.Staged, reference: Any, feeds: list[dict[s
     for row in module_loss.own_losses(reference, candidate, feeds):
         rule = _next(row["tag"], raised.get(row["tag"]), found.params)
         if rule is not None:
-            return row["tag"], rule, row["own_loss_db"]
+            return row["tag"], rule, {k: round(row[k], 2) for k in ("sqnr_in_db", "sqnr_out_db",
+                                                                    "own_loss_db")}
     return None
 
 
