@@ -1,6 +1,8 @@
 """QDQ static quantization with ONNX Runtime: the QDQ configuration the target's profile declares
 (QNN's for QNN targets), with the mixed-precision rules of `quant.overrides` applied as tensor
-quant overrides and nodes to exclude. One staged float model can be quantized several times
+quant overrides and nodes to exclude. For QNN, its configuration adds type conversions where a
+tensor of one type feeds a node of another (HTP ops want one type in and out); for the CPU a
+tensor keeps the one type its producer has, and every reader reads it at that type. One staged float model can be quantized several times
 (the repair search does)."""
 
 from __future__ import annotations
@@ -148,30 +150,12 @@ def _generic_config(p: dict[str, Any], path: Path, reader: Any, method: Any, act
 
     extra: dict[str, Any] = {"ActivationSymmetric": p["symmetric"],
                              "WeightSymmetric": p["symmetric"]}
-    if overrides:
-        extra["TensorQuantOverrides"] = _with_converts(path, overrides, activations,
-                                                       p["symmetric"])
+    if overrides:  # one Q/DQ per tensor, at its producer's type: the CPU reads any type
+        extra["TensorQuantOverrides"] = overrides
     return StaticQuantConfig(
         reader, calibrate_method=method, quant_format=QuantFormat.QDQ,
         activation_type=activations, weight_type=weights, per_channel=p["per_channel"],
         use_external_data_format=True, nodes_to_exclude=exclude or None, extra_options=extra)
-
-
-def _with_converts(path: Path, overrides: dict[str, Any], activations: Any,
-                   symmetric: bool) -> dict[str, Any]:
-    """The overrides with the type conversions mixed activation types need where a tensor of
-    one type feeds a node of another (what QNN's configuration adds for itself)."""
-    import onnx
-    from onnxruntime.quantization.execution_providers.qnn.mixed_precision_overrides_utils import (
-        MixedPrecisionTensorQuantOverridesFixer,
-    )
-    from onnxruntime.quantization.tensor_quant_overrides import TensorQuantOverridesHelper
-
-    helper = TensorQuantOverridesHelper(overrides)
-    model = onnx.load(str(path), load_external_data=False)
-    MixedPrecisionTensorQuantOverridesFixer.create_from_model(helper, model, activations).apply(
-        activations, symmetric)
-    return helper.get_dict()
 
 
 # The QDQ configuration builders a target's QdqProfile can name (QNN's knows which ops HTP

@@ -2,9 +2,10 @@
 with the float graph it was made from on the verify inputs (verify's cosine: the gate, a proxy
 the search can afford on every candidate, also for an NPU target); while the gate fails, raise
 the precision of the block (a layer's attention or MLP part, executors/onnx/module_loss.py)
-whose own loss is the largest (the noise its outputs add to what its inputs carried): 8-bit activations to 16-bit, then weights to 16-bit where the target's
-profile allows, then float; quantize again. Stops when the gate holds, or fails naming what it
-tried when nothing is left to raise.
+whose own error is the largest (its SQNR when it is fed the fp32 values of its inputs): 8-bit activations to 16-bit, then weights to 16-bit where the target's
+profile allows, then float; quantize again. The config's own quant.overrides come after the
+search's rules, so they win. Stops when the gate holds, or fails naming what it tried when
+nothing is left to raise.
 
 Candidates stay inside this step (the last one is its output): store entries are made and
 vouched for by the step wrapper (observed facts, manifest), so a candidate is not published as
@@ -47,9 +48,9 @@ def run(ctx: StepContext) -> StepResult:
         raised: dict[str, dict[str, Any]] = {}
         path: list[dict[str, Any]] = []
         while True:
-            metrics = quantize_or_fail(ctx, found, rules + list(raised.values()), ctx.out / MODEL)
+            metrics = quantize_or_fail(ctx, found, list(raised.values()) + rules, ctx.out / MODEL)
             cosine = _gate(ctx.out / MODEL, feeds, wanted)
-            said = {"cosine_mean": cosine, "key": pinned_key(ctx, rules + list(raised.values()))}
+            said = {"cosine_mean": cosine, "key": pinned_key(ctx, list(raised.values()) + rules)}
             path[-1:] = [{**path[-1], **said}] if path else [{"raised": None, **said}]
             ctx.progress(f"  search: candidate {len(path)}: cosine_mean {cosine:.4f} "
                          f"(gate {gate['threshold']})")
@@ -59,13 +60,13 @@ def run(ctx: StepContext) -> StepResult:
             if worst is None:
                 raise ctx.fail(_exhausted(path, gate), FIX, where="quant.search")
             tag, rule, loss = worst
-            ctx.progress(f"  search: raising {tag} to {_said(rule)} (SQNR {loss['sqnr_in_db']} "
-                         f"-> {loss['sqnr_out_db']} dB)")
+            ctx.progress(f"  search: raising {tag} to {_said(rule)} (own SQNR "
+                         f"{loss['own_sqnr_db']} dB)")
             raised[tag] = rule
             path.append({"raised": tag, "to": _said(rule), **loss})
     finally:
         Q.unstage(found)
-    final = rules + list(raised.values())
+    final = list(raised.values()) + rules
     pin = as_override(final)
     ctx.progress(f"  search: gate holds; pin it with {pin}")
     return StepResult(metrics={**calibration, **metrics, "search": {
@@ -148,8 +149,8 @@ def _gate(path: Path, feeds: list[dict[str, np.ndarray]],
 
 def _worst(ctx: StepContext, found: Q.Staged, reference: Any, feeds: list[dict[str, Any]],
            raised: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any], dict] | None:
-    """The block that adds the most noise and can still be raised, its next rule and its
-    loss; None when every block is as high as it goes."""
+    """The block with the worst own error that can still be raised, its next rule and its
+    own SQNR; None when every block is as high as it goes."""
     from executors.onnx import hierarchy as H
     from executors.onnx.artifacts import TAG_KEY, set_meta
 
@@ -161,8 +162,7 @@ def _worst(ctx: StepContext, found: Q.Staged, reference: Any, feeds: list[dict[s
     for row in module_loss.own_losses(reference, candidate, feeds):
         rule = _next(row["tag"], raised.get(row["tag"]), found.params)
         if rule is not None:
-            return row["tag"], rule, {k: round(row[k], 2) for k in ("sqnr_in_db", "sqnr_out_db",
-                                                                    "own_loss_db")}
+            return row["tag"], rule, {"own_sqnr_db": round(row["own_sqnr_db"], 2)}
     return None
 
 

@@ -60,8 +60,8 @@ def test_a_module_raised_to_uint16_carries_uint16_and_verify_improves(
     before, after = q_types(plain), q_types(record)
     assert set(before[True]) == set(before[False]) == {u8}
     assert after[True] == {u16: before[True][u8]}  # every encoder tensor, none left uint8
-    # the embeddings stay uint8: their output is converted to uint16 for the encoder
-    assert after[False][u16] <= 2 < after[False][u8]
+    # the embeddings stay uint8 (on the CPU the encoder reads their output as it is)
+    assert after[False] == before[False] == {u8: before[False][u8]}
     assert step(record, "quantize")["metrics"]["overridden"]["activation uint16"] > 0
     cos = [step(r, "verify")["metrics"]["cosine_mean"] for r in (plain, record)]
     assert cos[1] > cos[0]
