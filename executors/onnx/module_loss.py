@@ -1,6 +1,6 @@
-"""Each block's own error in a QDQ graph: the block cut out of the graph (with the Q/DQ in front
-of its inputs, executors/onnx/subgraph.py) and fed the fp32 graph's values, its outputs against
-the fp32 graph's (SQNR). In the whole graph a block's error is mostly inherited and amplified
+"""Each block's own error in a QDQ graph: the block cut out of the graph (executors/onnx/
+subgraph.py) and fed the fp32 graph's values where it reads its inputs (after their Q/DQ), its
+outputs against the fp32 graph's (SQNR). In the whole graph a block's error is mostly inherited and amplified
 (measured on MiniLM w8a8: an MLP block in float still loses 3 dB between its inputs and its
 outputs), so a difference of the whole graph's SQNRs cannot tell which block to raise."""
 
@@ -31,6 +31,26 @@ def blocks(qdq: onnx.ModelProto) -> list[str]:
     return sorted(m for m in inner if not any(a in inner for a in A.lineage(m)[:-1]))
 
 
+def _reading_dequantized(qdq: onnx.ModelProto, c: S.Cut, tags: list[str]) -> S.Cut:
+    """The cut without the Q/DQ in front of its inputs (they quantize at their producer's type,
+    which raising the block does not change): it reads the dequantized values instead."""
+    nodes = qdq.graph.node
+    inits = {i.name for i in qdq.graph.initializer}
+    keep = [i for i in c.keep if not (nodes[i].op_type in A.QDQ_OPS and nodes[i].input[0]
+                                      not in inits and not A.in_module(tags[i], c.tag))]
+    made = {o for i in keep for o in nodes[i].output}
+    inputs = list(dict.fromkeys(x for i in keep for x in S.used_names(nodes[i])
+                                if x not in made and x not in inits))
+    return S.Cut(c.tag, keep, inputs, c.outputs, c.module_nodes)
+
+
+def source_tensor(name: str, made_by: dict[str, onnx.NodeProto]) -> str:
+    """The tensor a Q -> DQ chain copies (the name itself when it is no such copy)."""
+    while name in made_by and made_by[name].op_type in A.QDQ_OPS:
+        name = made_by[name].input[0]
+    return name
+
+
 def _info(name: str, value: np.ndarray) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype),
                                          list(value.shape))
@@ -54,14 +74,18 @@ def own_losses(fp32: onnx.ModelProto, qdq: onnx.ModelProto,
                feeds: list[dict[str, np.ndarray]]) -> list[dict[str, Any]]:
     """The blocks, worst own error first: tag and own SQNR (dB) of its outputs, the block fed
     the fp32 graph's values of its inputs."""
-    tags = [A.node_tag(n) for n in qdq.graph.node]
+    nodes = qdq.graph.node
+    tags = [A.node_tag(n) for n in nodes]
     cuts = []
     for block in blocks(qdq):
         chosen = [i for i, n in enumerate(qdq.graph.node)
                   if n.op_type not in A.QDQ_OPS and A.in_module(tags[i], block)]
-        cuts.append(S.cut(qdq.graph, block, chosen))
+        cuts.append(_reading_dequantized(qdq, S.cut(qdq.graph, block, chosen), tags))
     ref = A.common_tensors(fp32, qdq)  # the fp32 name of a tensor the quantizer renamed
-    ref |= {x: x for c in cuts for x in c.inputs if x not in ref}
+    made_by = {o: n for n in nodes for o in n.output}
+    for x in (x for c in cuts for x in c.inputs if x not in ref):
+        src = source_tensor(x, made_by)  # a dequantized input: its tensor's fp32 value
+        ref[x] = ref.get(src, src)
     values = reference_values(fp32, [ref.get(x, x) for c in cuts for x in [*c.inputs, *c.outputs]],
                               feeds)
     rows = []
