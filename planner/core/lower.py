@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.core import module_perf
+from planner.core import mixed_precision, module_perf
 from planner.core.keys import config_digest
 from planner.core.plan import Plan, Step, graph_step_id
 from planner.core.storelayout import store_root
@@ -135,11 +135,15 @@ def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any) -> list[
     declared = of_config(target)
     steps = []
     if quant["kind"] != "none":
+        mixed_precision.check(quant)
+        extra = mixed_precision.step_params(config)
+        inputs = {"model": chain, "source": "resolve"}
+        if mixed_precision.needs_hierarchy(extra):
+            inputs["hierarchy"] = _hierarchy_source(config, sid)
         steps.append(Step(sid("quantize"), "quantize", {
             **{k: quant[k] for k in ("kind", "weight_type", "activation_type", "per_channel",
                                      "symmetric", "calibration")},
-            "profile": declared.name},
-            {"model": chain, "source": "resolve"}))
+            "profile": declared.name, **extra}, inputs))
         chain = sid("quantize")
     if declared.compiles:
         steps.append(Step(sid("compile"), "compile", {
@@ -150,12 +154,25 @@ def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any) -> list[
     return steps
 
 
+def _hierarchy_source(config: dict[str, Any], sid: Any) -> str:
+    """The export step whose hierarchy sidecar names the modules quant.overrides selects."""
+    from planner.errors import ConfigError
+
+    if config["model"]["source"] == "onnx_file" or not config["export"]["hierarchy"]:
+        raise ConfigError("quant.overrides: a modules selector (or quant.search=auto) needs the "
+                          "export's module hierarchy, which this build has none of "
+                          "(an ONNX file, or export.hierarchy=false); select by op_types or "
+                          "nodes, or set export.hierarchy=true")
+    return sid("export")
+
+
 def provider_options(config: dict[str, Any]) -> dict[str, Any]:
     """The target's provider options, plus what the precision needs on it (fp16 on HTP needs
-    enable_htp_fp16_precision with a soc_model, measured)."""
+    enable_htp_fp16_precision with a soc_model, measured; so do the float nodes of a mixed QDQ
+    graph)."""
     target, quant = config["target"], config["quant"]
     options = dict(target["provider_options"])
-    if quant["kind"] == "fp16":
+    if quant["kind"] == "fp16" or mixed_precision.runs_float(quant):
         options = {**target.get("fp16_provider_options", {}), **options}
     return dict(sorted(options.items()))
 

@@ -101,6 +101,9 @@ class Op:
     traits: frozenset[Trait] = frozenset()
     tools: tuple[str, ...] = ()
     unkeyed: tuple[str, ...] = ()  # params that locate content but are not content (paths)
+    # params and input roles a step carries only when they change its result (absent: the
+    # default, so plans without them keep their keys)
+    optional: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ("model",)
     chain_role: str = "model"      # the input a pipeline step is threaded through
     publish: tuple[str, ...] = ()  # outputs copied beside the deliverable (e.g. hierarchy)
@@ -121,7 +124,10 @@ def bits(dtype: str | None) -> int:
 def precision(params: dict[str, Any]) -> str:
     if params["kind"] == "fp16":
         return "fp16"
-    return f"w{bits(params['weight_type'])}a{bits(params['activation_type'])}"
+    base = f"w{bits(params['weight_type'])}a{bits(params['activation_type'])}"
+    # mixed: modules at other types (quant.overrides, quant.search); the checker then asks for
+    # the base precision or more
+    return f"{base}+mixed" if params.get("overrides") or params.get("search") else base
 
 
 def source_format(params: dict[str, Any]) -> str:
@@ -182,13 +188,14 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("onnx",)),
     Op("quantize", 2, "QDQ static quantization (or float16 conversion)",
        params=("kind", "weight_type", "activation_type", "per_channel", "symmetric",
-               "calibration", "profile"),
-       inputs=("model", "source"),
+               "calibration", "profile", "overrides", "search"),
+       inputs=("model", "source", "hierarchy"),
+       optional=("overrides", "search", "hierarchy"),
        # the masked scores' range is what QDQ quantizes: without finite mask constants every
        # real score rounds to one value (measured: MiniLM w8a16_pc on the CPU EP, cosine 0.62)
        requires=(Require(N.NORMALIZED, config_path="optim"),
                  Require(N.LEGAL_FOR, "eq", Param("profile"), config_path="quant")),
-       ensures=(Ensure(N.PRECISION, Derived("w<bits>a<bits>, or fp16", precision)),),
+       ensures=(Ensure(N.PRECISION, Derived("w<bits>a<bits>[+mixed], or fp16", precision)),),
        traits=frozenset({T.DROPS_NODE_METADATA, T.CHANGES_OPSET, T.HEAVY}),
        tools=("onnx", "onnxruntime", "transformers")),
     Op("compile", 3, "compile to an EPContext model on the target's execution provider",

@@ -135,7 +135,7 @@ def _check_against_declaration(s: dict[str, Any], where: str) -> None:
                             f"does not know ({', '.join(OPS)}); re-plan with this version")
     for what, have, want in (("params", set(s["params"]), set(op.params)),
                              ("input roles", set(s["inputs"]), set(op.inputs))):
-        if have != want:
+        if not want - set(op.optional) <= have <= want:
             raise PlanFileError(
                 f"{where}: step {s['id']} ({op.name}) has {what} {sorted(have)}, but {op.name} "
                 f"declares {sorted(want)}; " + REPLAN)

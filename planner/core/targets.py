@@ -25,6 +25,13 @@ class QdqProfile:
     # ONNX Runtime's QDQ configuration builder: "qnn_qdq_config" (get_qnn_qdq_config, which
     # knows the ops and types HTP quantizes) or "static_quant_config" (StaticQuantConfig)
     config: str
+    # the precision a float node of a QDQ graph (quant.overrides precision: float) runs at on
+    # it; fp16 also asks for the target's fp16_provider_options (measured: HTP fails to
+    # finalize a mixed QDQ + float graph without enable_htp_fp16_precision)
+    float_precision: str = "fp32"
+    # whether the repair search may raise weights to 16 bits on it (else it goes from 16-bit
+    # activations straight to float)
+    weights_16bit: bool = True
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            qdq=QdqProfile("static_quant_config"), legalizer="qdq",
            session=SessionSpec("cpu", log_severity=4)),
     Target("qnn_htp", "qnn", "QNNExecutionProvider", "htp", reference=False,
-           resource="qnn_htp", qdq=QdqProfile("qnn_qdq_config"), legalizer="htp",
+           resource="qnn_htp", qdq=QdqProfile("qnn_qdq_config", float_precision="fp16",
+                                                  weights_16bit=False), legalizer="htp",
            session=SessionSpec("qnn", log_severity=3,
                                no_fallback={"session.disable_cpu_ep_fallback": "1"},
                                profiling={"profiling_level": "detailed"},

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.core.mixed_precision import shown
 from planner.recipes import winml
 from planner.recipes.draft import Context
 from planner.recipes.ledger import BadField, Unsupported
@@ -84,8 +85,10 @@ def _fp16(cx: Context, quant: dict[str, Any]) -> None:
                            "outputs; the built model's I/O stays float32")
     if "fp16_op_block_list" in quant:
         if quant["fp16_op_block_list"]:
-            ledger.dropped("quant.fp16_op_block_list", "modelplan converts every op to float16 "
-                           "(ONNX Runtime's default block list only)")
+            ops = _names(quant, "fp16_op_block_list")
+            _add_rules(cx, "quant.fp16_op_block_list",
+                       [{"op_types": ops, "precision": "float"}],
+                       "these op types stay float32 (convert_float_to_float16 op_block_list)")
         else:
             ledger.mapped("quant.fp16_op_block_list", None, STEP, "none: ONNX Runtime's default "
                           "block list, as modelplan converts")
@@ -168,9 +171,9 @@ def _common(cx: Context, quant: dict[str, Any]) -> None:
         "calibration_load_path": "modelplan keeps calibration inside the quantize step",
         "calibration_save_path": "modelplan keeps calibration inside the quantize step",
         "save_calibration": "modelplan keeps calibration inside the quantize step",
-        "op_types_to_quantize": "modelplan quantizes every op type",
-        "nodes_to_exclude": "modelplan quantizes every node",
     }
+    if cx.kind == "qdq":
+        _exclusions(cx, quant)
     for key, why in notes.items():
         path = f"quant.{key}"
         if path not in ledger.leaves:
@@ -187,6 +190,37 @@ def _common(cx: Context, quant: dict[str, Any]) -> None:
         ledger.dropped("quant.model_type", "selects winml-cli's own quantization policy for "
                        f"{quant['model_type']!r} (calibration reader, excluded nodes, fixed "
                        "types); modelplan has none and quantizes every node")
+
+
+def _exclusions(cx: Context, quant: dict[str, Any]) -> None:
+    """What winml-cli keeps unquantized (op_types_to_quantize: every op type it does not list;
+    nodes_to_exclude: these nodes) as quant.overrides rules that keep them float."""
+    kept = {"op_types_to_quantize": ("except_op_types", ("the op types it does not list stay "
+                                     "float")),
+            "nodes_to_exclude": ("nodes", ("these nodes stay float (names as the quantize step's "
+                                 "input names them; a name the graph lacks fails the step)"))}
+    for key, (selector, said) in kept.items():
+        path = f"quant.{key}"
+        if path not in cx.ledger.leaves:
+            continue
+        if quant.get(key) in (None, False, []):
+            cx.ledger.mapped(path, None, STEP, "not set: every node is quantized")
+        else:
+            _add_rules(cx, path, [{selector: _names(quant, key), "precision": "float"}], said)
+
+
+def _add_rules(cx: Context, path: str, rules: list[dict[str, Any]], said: str) -> None:
+    found = cx.draft.get("quant.overrides", []) + rules
+    cx.draft.set("quant.overrides", found, path)
+    cx.ledger.mapped(path, "quant.overrides", STEP,
+                     f"{', '.join(shown(r) for r in rules)}: {said}")
+
+
+def _names(quant: dict[str, Any], key: str) -> list[str]:
+    value = quant[key]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise BadField(f"quant.{key}", f"{value!r} is not a list of names")
+    return sorted(set(value))
 
 
 def _one_of(quant: dict[str, Any], key: str, allowed: tuple[str, ...]) -> str:

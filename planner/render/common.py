@@ -34,6 +34,8 @@ def value(v: Any) -> str:
         return v[:12]
     if isinstance(v, list) and v and isinstance(v[0], dict) and "name" in v[0]:
         return "[" + ", ".join(_spec(x) for x in v) + "]"
+    if isinstance(v, list) and v and isinstance(v[0], dict):  # rules: in order, as written
+        return "[" + ", ".join(value(x) for x in v) + "]"
     if isinstance(v, list):
         return "{" + ", ".join(map(str, v)) + "}"
     if isinstance(v, dict):

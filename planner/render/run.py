@@ -88,6 +88,9 @@ def _deliverable(record: dict[str, Any]) -> list[str]:
         if "cosine_mean" in m:
             lines.append(f"Verify{where}: cosine mean {m['cosine_mean']:.4f}, "
                          f"min {m['cosine_min']:.4f}")
+        if "search" in m:  # quant.search=auto: the plain config that pins what it found
+            lines.append(f"Search{where}: {m['search']['candidates']} candidate(s); pin: "
+                         f"{m['search']['pin']}")
         if "latency_ms_median" in m:
             lines.append(f"Latency on {m['ep']}{where}: median {m['latency_ms_median']:.1f} ms, "
                          f"p90 {m['latency_ms_p90']:.1f} ms")

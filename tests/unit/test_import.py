@@ -115,14 +115,14 @@ def test_every_field_is_mapped_or_dropped_with_a_reason(imported: dict[str, Any]
     assert dropped["optim.made_up_flag"] == "not an optimization winml-cli knows either (it " \
         "ignores it)"
     assert "modelplan's: attention, bias_gelu, gelu" in dropped["optim.bias_softmax_fusion"]
-    assert "quantizes every node" in dropped["quant.nodes_to_exclude"]
+    assert fields["quant.nodes_to_exclude"]["config"] == "quant.overrides"
     assert "is not available offline" in fields["eval.dataset.path"]["note"]
     assert fields["eval.dataset.split"]["config"] == "eval.dataset.split"
     assert "not a WinMLBuildConfig section" in dropped["notes"]
     assert fields["notes"]["value"] == '"${not.an.interpolation}"'  # written, not resolved
     assert fields["optim.clamp_constant_values"]["steps"] == ["legalize"]
     assert set(dropped) <= {"optim.made_up_flag", "optim.bias_softmax_fusion", "notes",
-                            "quant.nodes_to_exclude", "export.verbose"}
+                            "export.verbose"}
 
 
 def test_plan_markdown_says_which_steps_each_field_shaped(imported: dict[str, Any]) -> None:
@@ -137,7 +137,8 @@ def test_plan_markdown_says_which_steps_each_field_shaped(imported: dict[str, An
     assert "`export`" in rows["`export.input_tensors`"]
     assert "`compile`" in rows["`(ep/device folder)`"]
     assert "`eval`" in rows["`eval.dataset.path`"] and "`eval`" in rows["`eval.task`"]
-    assert "Recipe fields not applied (5)" in result.stdout
+    assert "Recipe fields not applied (4)" in result.stdout
+    assert "`quantize`" in rows["`quant.nodes_to_exclude`"]
     text = run_cli("plan", "--config-dir", str(imported["conf"]), "--config-name", NAME,
                    "--symbolic-sources")
     assert "From winml-cli recipe acme_tiny-bert/text-classification_w8a16_config.json: " \

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 import schemas
+from executors.onnx.quantizer import CONFIGS
 from executors.runtime.adapters import adapter, available_eps
-from executors.steps.quantize import CONFIGS
 from planner.core import targets as T
 from planner.core.targets import of_params
 from planner.errors import ConfigError, PlanFileError

@@ -1,0 +1,164 @@
+"""QDQ static quantization with ONNX Runtime: the QDQ configuration the target's profile declares
+(QNN's for QNN targets), with the mixed-precision rules of `quant.overrides` applied as tensor
+quant overrides and nodes to exclude. For QNN, its configuration adds type conversions where a
+tensor of one type feeds a node of another (HTP ops want one type in and out); for the CPU a
+tensor keeps the one type its producer has, and every reader reads it at that type. One staged float model can be quantized several times
+(the repair search does)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from executors.onnx import mixed_precision as mp
+from executors.onnx.artifacts import SIDECAR, load, save
+from executors.store.weights import THRESHOLD, internalize
+from planner.core.targets import of_params
+
+OPSET_16BIT = 21  # QuantizeLinear with 16-bit types
+
+
+@contextmanager
+def quiet_logging() -> Iterator[None]:
+    import onnxruntime as ort
+
+    logging.disable(logging.WARNING)  # the quantizer logs a warning per rank-1 weight
+    ort.set_default_logger_severity(3)  # and its calibration sessions, per unused constant
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+        ort.set_default_logger_severity(2)
+
+
+@dataclass
+class Staged:
+    """The quantizer's float input, its calibration feeds and each node's module tag."""
+
+    path: Path
+    params: dict[str, Any]
+    feeds: list[dict[str, Any]]
+    tags: list[str]
+
+
+def stage(src: Path, staged: Path, p: dict[str, Any], feeds: list[dict[str, Any]],
+          hierarchy: Path | None, wide: bool = False) -> Staged:
+    """The quantizer's input: a plain copy, weights in one external file (onnx's loader, which
+    the quantizer uses, refuses the store's hard-linked blobs; external data has no 2 GB
+    limit, and the quantizer then writes its output with external data too). 16-bit types need
+    opset 21, which the quantizer would reach by converting the whole model in memory (one
+    protobuf: at most 2 GB); the graph alone is converted here instead (wide: whether a 16-bit
+    type may come later, as in the search). Tags: the export's hierarchy by node name."""
+    import onnx
+    from onnx import version_converter
+
+    from executors.onnx import hierarchy as H
+
+    model = load(src, external=False)
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    types = [p["activation_type"], p["weight_type"],
+             *(r.get(k, "") for r in p.get("overrides", []) for k in r)]
+    if opset < OPSET_16BIT and (wide or any("16" in str(t) for t in types)):
+        model = version_converter.convert_version(model, OPSET_16BIT)
+    tags = [""] * len(model.graph.node)
+    if hierarchy is not None:
+        meta = json.loads((hierarchy / SIDECAR).read_text())
+        tags = [t for t, _how in H.assign(model.graph, meta)]
+    internalize(model, src.parent)
+    onnx.save_model(model, str(staged), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location=f"{staged.name}.data",
+                    size_threshold=THRESHOLD)
+    return Staged(staged, p, feeds, tags)
+
+
+def unstage(staged: Staged) -> None:
+    staged.path.unlink()
+    staged.path.with_name(f"{staged.path.name}.data").unlink(missing_ok=True)
+
+
+def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[str, Any]:
+    """Quantize the staged model into `out` under `rules`; what the output carries besides the
+    defaults. Raises mp.SelectionError when a rule selects no node."""
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, quantize
+
+    graph_only = onnx.load(str(staged.path), load_external_data=False)
+    settings = mp.decide(rules, graph_only.graph, staged.tags)
+    qtype = _qtypes()
+    overrides = mp.tensor_overrides(settings, graph_only, qtype) if rules else {}
+    feeds = staged.feeds
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter(feeds)
+
+        def get_next(self) -> dict[str, Any] | None:
+            return next(self.it, None)
+
+    p = staged.params
+    with quiet_logging():
+        config = _config(p, staged.path, Reader(), overrides, settings.float_nodes(), qtype)
+        quantize(str(staged.path), str(out), config)
+    model = load(out, external=False)
+    save(model, out)  # metadata in canonical order, as every artifact
+    qdq = sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
+    found = {"qdq_nodes": qdq, "nodes": len(model.graph.node)}
+    if rules:
+        found["overridden"] = mp.types_used(model, p, settings.float_nodes())
+        found["selected"] = settings.selected
+    return found
+
+
+def _qtypes() -> dict[str, Any]:
+    from onnxruntime.quantization import QuantType
+
+    return {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8, "uint16": QuantType.QUInt16,
+            "int16": QuantType.QInt16}
+
+
+def _config(p: dict[str, Any], path: Path, reader: Any, overrides: dict[str, Any],
+            exclude: list[str], qtype: dict[str, Any]) -> Any:
+    from onnxruntime.quantization import CalibrationMethod
+
+    method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+              "percentile": CalibrationMethod.Percentile}[p["calibration"]["method"]]
+    return CONFIGS[of_params(p).qdq.config](
+        p, path, reader, method, qtype[p["activation_type"]], qtype[p["weight_type"]],
+        overrides, exclude)
+
+
+def _qnn_config(p: dict[str, Any], path: Path, reader: Any, method: Any, activations: Any,
+                weights: Any, overrides: dict[str, Any], exclude: list[str]) -> Any:
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+
+    return get_qnn_qdq_config(
+        str(path), reader, calibrate_method=method, activation_type=activations,
+        weight_type=weights, per_channel=p["per_channel"], activation_symmetric=p["symmetric"],
+        weight_symmetric=p["symmetric"] if p["symmetric"] else None,
+        init_overrides=overrides or None, add_qtype_converts=True,
+        nodes_to_exclude=exclude or None)
+
+
+def _generic_config(p: dict[str, Any], path: Path, reader: Any, method: Any, activations: Any,
+                    weights: Any, overrides: dict[str, Any], exclude: list[str]) -> Any:
+    from onnxruntime.quantization import QuantFormat, StaticQuantConfig
+
+    extra: dict[str, Any] = {"ActivationSymmetric": p["symmetric"],
+                             "WeightSymmetric": p["symmetric"]}
+    if overrides:  # one Q/DQ per tensor, at its producer's type: the CPU reads any type
+        extra["TensorQuantOverrides"] = overrides
+    return StaticQuantConfig(
+        reader, calibrate_method=method, quant_format=QuantFormat.QDQ,
+        activation_type=activations, weight_type=weights, per_channel=p["per_channel"],
+        use_external_data_format=True, nodes_to_exclude=exclude or None, extra_options=extra)
+
+
+# The QDQ configuration builders a target's QdqProfile can name (QNN's knows which ops HTP
+# quantizes).
+CONFIGS: dict[str, Callable[..., Any]] = {"qnn_qdq_config": _qnn_config,
+                                          "static_quant_config": _generic_config}
