@@ -132,11 +132,11 @@ class Emitter:
     def reduce_sum(self, x: str, axes: list[int], keepdims: int = 0) -> str:
         return self.reduce("ReduceSum", x, axes, keepdims) if axes else x
 
-    def reduce(self, op: str, x: str, axes: list[int], keepdims: int,
+    def reduce(self, op_type: str, x: str, axes: list[int], keepdims: int,
                output: str | None = None) -> str:
         """A Reduce* node, its axes an input from the opset that made them one (13 for
         ReduceSum, 18 for the others), an attribute before."""
-        if opset(self.model) >= (13 if op == "ReduceSum" else 18):
-            return self.node(op, [x, self.const(np.array(axes, np.int64), "axes")], output,
-                             keepdims=keepdims)
-        return self.node(op, [x], output, axes=axes, keepdims=keepdims)
+        if opset(self.model) >= (13 if op_type == "ReduceSum" else 18):
+            return self.node(op_type, [x, self.const(np.array(axes, np.int64), "axes")],
+                             output, keepdims=keepdims)
+        return self.node(op_type, [x], output, axes=axes, keepdims=keepdims)
