@@ -5,7 +5,7 @@ real CLI. Prints a Markdown table (model type, class, CPU fp32, QNN HTP, cosine 
 kind of failure) to say which unlisted types build from what their config.json says alone.
 
     python benchmarks/unlisted_bench.py [--only albert,levit] [--ckpt DIR] [--store DIR]
-                                        [--json FILE] [--from-json FILE]
+                                        [--htp OVERRIDE ...] [--json FILE] [--from-json FILE]
 """
 
 from __future__ import annotations
@@ -126,10 +126,12 @@ def kind(status: str) -> str:
                 name, "plan" if status.startswith("FAIL") else "")
 
 
-def row(model_type: str, cls_name: str, path: Path, store: Path, outputs: Path) -> dict:
+def row(model_type: str, cls_name: str, path: Path, store: Path, outputs: Path,
+        htp_overrides: tuple[str, ...] = ()) -> dict:
     base = [*COMMON, f"model.path={path}"]
     cpu, cpu_err, cpu_s = run([*base, "quant=none", "target=cpu"], store, outputs)
-    htp, htp_err, htp_s = run([*base, "quant.calibration.samples=8"], store, outputs)
+    htp, htp_err, htp_s = run([*base, "quant.calibration.samples=8", *htp_overrides], store,
+                              outputs)
     cpu_ok = cpu is not None and cpu["status"] == "ok"
     htp_ok = htp is not None and htp["status"] == "ok"
     return {"model_type": model_type, "class": cls_name,
@@ -160,6 +162,8 @@ def main() -> int:
     p.add_argument("--store", help="store to use (default: a fresh temporary one)")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     p.add_argument("--from-json", metavar="FILE", help="render rows measured before")
+    p.add_argument("--htp", action="append", default=[], metavar="OVERRIDE",
+                   help="an override for the HTP builds (e.g. +target.provider_options.soc_model=60)")
     a = p.parse_args()
     if a.from_json:
         sys.stdout.write(table(json.loads(Path(a.from_json).read_text())))
@@ -179,7 +183,7 @@ def main() -> int:
                      f"{type(e).__name__}: {e}".splitlines()[0], "htp": "FAIL: -",
                      "cosine": [], "cosine_failed": "", "seconds": 0}
             else:
-                r = row(model_type, cls_name, path, store, Path(tmp) / "out")
+                r = row(model_type, cls_name, path, store, Path(tmp) / "out", tuple(a.htp))
             print(f"{model_type:<20} cpu {r['cpu'][:70]:<70} htp {r['htp'][:110]} "
                   f"{r['cosine']} ({r['seconds']} s)", file=sys.stderr, flush=True)
             rows.append(r)
