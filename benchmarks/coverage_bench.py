@@ -149,7 +149,8 @@ def main() -> int:
         for model_type, task in ROWS:
             if wanted and model_type not in wanted:
                 continue
-            r = row(model_type, task, store, Path(tmp) / "out")
+            # one outputs folder per row: each run publishes its deliverable under its name
+            r = row(model_type, task, store, Path(tmp) / "out" / f"{model_type}-{task}")
             print(f"{model_type:<32} {task:<32} cpu {r['cpu'][:60]:<60} htp {r['htp'][:80]} "
                   f"{cell_cosine(r)} ({r['seconds']} s)", file=sys.stderr, flush=True)
             rows.append(r)

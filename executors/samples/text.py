@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-SENTENCES = Path(__file__).resolve().parent.parent / "data" / "sentences.txt"
+from executors.samples.media import SENTENCES
+
 TEXT_KINDS = ("token_ids", "attention_mask", "token_types", "boxes")
 DECODER_KINDS = ("decoder_ids", "encoder_hidden_states", "encoder_attention_mask")
 QUERIES = ("a photo of a cat", "a photo of a person", "a rocket", "a cup of coffee",

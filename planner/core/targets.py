@@ -84,7 +84,9 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
                                profiling={"profiling_level": "detailed"},
                                profiling_file="profiling_file_path"),
            embed_context=True, cpu_fallback=False,
-           provider_options={"htp_performance_mode": "burst"},
+           # without a SoC the backend compiles for HTP v68, whose 16-bit activations lose
+           # (tiny hubert w8a16_pc: verify 0.9885, 0.9995 with soc_model 60; measured)
+           provider_options={"htp_performance_mode": "burst", "soc_model": 60},
            # HTP runs float16 only with these (measured)
            fp16_provider_options={"enable_htp_fp16_precision": 1, "soc_model": 60}),
 )}
