@@ -12,6 +12,9 @@ pooling node, QDQ with 16-bit activations, CPU fallback off, against the CPU EP)
 * AveragePool with count_include_pad=0 whose every window covers the whole input (a 3x3,
   pad 1 pool on a 1x1 map: PoolFormer's last stage on small images): HTP is off by 1.18 ->
   ReduceMean over the spatial axes (Expand to the output's size if it is larger than 1).
+  The same for a pool without pads whose kernel passes the input (ceil_mode: EfficientNet's
+  pooler, a 320x320 kernel on a 2x2 map), which the QNN EP declines after its NHWC layout
+  transformation (compile fails); count_include_pad does not matter without pads.
 * Dilated AveragePool or MaxPool: declined (assigned to the CPU) -> refused by the checker.
 
 Accepted and exact on HTP: count_include_pad 0 or 1 with pads on maps of 2x2 and more,
@@ -107,9 +110,11 @@ def _covers_input(node: onnx.NodeProto, spatial: list[int], outs: list[int]) -> 
 
 
 def global_average_pools(model: onnx.ModelProto) -> int:
-    """AveragePool(count_include_pad=0) whose windows all cover the input -> ReduceMean."""
+    """AveragePool (count_include_pad=0, or no pads) whose windows all cover the input ->
+    ReduceMean."""
     pools = [n for n in model.graph.node if n.op_type == "AveragePool"
-             and not _attr(n, "count_include_pad", 0) and _explicit(n)
+             and (not _attr(n, "count_include_pad", 0) or not any(_attr(n, "pads", [])))
+             and _explicit(n)
              and not any(d > 1 for d in _attr(n, "dilations", []))]
     if not pools:
         return 0

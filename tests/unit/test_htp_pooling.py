@@ -69,6 +69,25 @@ def test_average_pool_covering_its_input_becomes_reduce_mean(shape, attrs, ops):
     np.testing.assert_allclose(_run(model, x), want, rtol=1e-6, atol=1e-7)
 
 
+def test_padless_average_pool_whose_kernel_passes_its_input_becomes_reduce_mean():
+    """EfficientNet's pooler: kernel 320 (its hidden size) with ceil_mode on a 2x2 map, which
+    the QNN EP declines after its NHWC layout transformation."""
+    model = _pool("AveragePool", [1, 4, 2, 2], count_include_pad=1, kernel_shape=[320, 320],
+                  strides=[320, 320], pads=[0, 0, 0, 0], ceil_mode=1)
+    x = np.random.default_rng(2).standard_normal([1, 4, 2, 2]).astype(np.float32)
+    want = _run(model, x)
+    assert global_average_pools(model) == 1
+    assert [n.op_type for n in model.graph.node] == ["ReduceMean"]
+    np.testing.assert_allclose(_run(model, x), want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(want.reshape(4), x.mean(axis=(2, 3)).reshape(4), rtol=1e-6)
+
+
+def test_padded_average_pool_counting_its_pads_is_kept():
+    model = _pool("AveragePool", [1, 4, 1, 1], count_include_pad=1, kernel_shape=[3, 3],
+                  strides=[1, 1], pads=[1, 1, 1, 1])
+    assert global_average_pools(model) == 0
+
+
 def test_average_pool_with_partial_windows_is_kept():
     model = _pool("AveragePool", [1, 4, 8, 8], count_include_pad=0, kernel_shape=[3, 3],
                   strides=[1, 1], pads=[1, 1, 1, 1])
