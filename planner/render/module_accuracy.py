@@ -54,11 +54,29 @@ def worst_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (own_db(r), -depth(r["tag"])))
 
 
+def common_root(tags: list[str]) -> str:
+    """The longest module path every tag lies under ("" when they share none)."""
+    parts = [t.strip("/").split("/") for t in tags]
+    shared = []
+    for segments in zip(*parts, strict=False):
+        if len(set(segments)) != 1:
+            break
+        shared.append(segments[0])
+    return "/" + "/".join(shared) if shared else ""
+
+
+def relative(tag: str, root: str) -> str:
+    """`tag` below `root`, as the ranked table shows it (the root itself as ".")."""
+    return "." if tag == root else tag.removeprefix(root + "/") if root else tag
+
+
 def ranked(rows: list[dict[str, Any]], limit: int | None = TOP,
            more: str = "--top 0 lists them all") -> list[str]:
     order = worst_first(rows)
     shown = order if limit is None else order[:limit]
-    lines = _columns([("module", *HEAD), *(_cells(r, r["tag"]) for r in shown)])
+    root = common_root([r["tag"] for r in shown]) if len(shown) > 1 else ""
+    head = f"module (under {root})" if root else "module"
+    lines = _columns([(head, *HEAD), *(_cells(r, relative(r["tag"], root)) for r in shown)])
     if len(shown) < len(rows):
         lines.append(f"  ({len(rows) - len(shown)} more modules; {more})")
     return lines

@@ -207,3 +207,18 @@ def test_the_target_runs_the_worst_innermost_modules() -> None:
     rows = [{"tag": "/M", "own_sqnr_db": 1.0}, {"tag": "/M/A", "own_sqnr_db": 9.0},
             {"tag": "/M/B", "own_sqnr_db": 5.0}, {"tag": "/M/C", "own_sqnr_db": None}]
     assert worst_leaves(rows, 2) == ["/M/B", "/M/A"]  # /M holds the others; C did not run
+
+
+def test_ranked_table_shows_modules_below_their_shared_root() -> None:
+    from planner.render.module_accuracy import common_root, ranked, relative
+
+    base = "/Net/Model/Encoder"
+    rows = [{"tag": f"{base}/Block.{i}/Conv", "class": "Conv", "nodes": 3, "sqnr_db": 10.0 + i,
+             "cosine": 0.9, "own_sqnr_db": 5.0 + i, "own_cosine": 0.9, "inherited": 5.0}
+            for i in range(3)]
+    assert common_root([r["tag"] for r in rows]) == base
+    assert common_root(["/A/B", "/C/D"]) == ""
+    assert relative(base, base) == "." and relative(f"{base}/X", base) == "X"
+    lines = ranked(rows)
+    assert lines[0].split()[:3] == ["module", "(under", f"{base})"]
+    assert [ln.split()[0] for ln in lines[1:]] == ["Block.0/Conv", "Block.1/Conv", "Block.2/Conv"]
