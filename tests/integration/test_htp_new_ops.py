@@ -1,6 +1,7 @@
 """Model types whose graphs hold what HTP has no builder for, built for qnn_htp on the HTP
 simulator: Einsum of many equations (XLNet, Funnel), F.fold / F.unfold (MobileViTV2: Col2Im at
-the opset export raises to, and a rank-6 unfold chain)."""
+the opset export raises to, and a rank-6 unfold chain), a pooling form the QNN EP declines
+after its NHWC layout transformation (EfficientNet's pooler)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {
                 "num_decoder_layers": 1}),
     "mobilevitv2": ("MobileViTV2ForImageClassification", "mobilevitv2",
                     {"image_size": 64, "width_multiplier": 0.25}),
+    # its pooler: AvgPool2d(hidden_dim, ceil_mode=True), a 320x320 kernel on a 2x2 map
+    "efficientnet": ("EfficientNetForImageClassification", "efficientnet",
+                     {"image_size": 64, "width_coefficient": 0.25, "depth_coefficient": 0.2,
+                      "hidden_dim": 320}),
 }
 
 
@@ -82,3 +87,13 @@ def test_fold_model_exports_at_opset_18_and_builds(tmp_path, tmp_path_factory, t
     if target == "qnn_htp":
         rewrites = step(record, "legalize")["metrics"]["rewrites"]
         assert rewrites["col2im"] >= 1 and rewrites["index_chains"] >= 1
+
+
+def test_pooler_kernel_past_its_input_compiles_for_htp(tmp_path, tmp_path_factory):
+    # before legalize rewrote it, compile failed: the QNN EP declined the NHWC AveragePool;
+    # no verify threshold: this random-init EfficientNet's logits are about 1e-35 (no cosine
+    # to read)
+    record = _build(tmp_path, tmp_path_factory, "efficientnet", "target=qnn_htp",
+                    "verify.threshold=0")
+    assert step(record, "legalize")["metrics"]["rewrites"]["covering_average_pools"] == 1
+    assert step(record, "compile")["status"] in ("ok", "cached")
