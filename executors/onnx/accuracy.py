@@ -310,6 +310,21 @@ def compare(fp32: onnx.ModelProto, qdq: onnx.ModelProto, feeds: list[dict[str, n
             "graph": {"sqnr_db": whole.sqnr_db(), "cosine": whole.cosine()}}
 
 
+def own_pieces(fp32: onnx.ModelProto, qdq: onnx.ModelProto, feeds: list[dict[str, np.ndarray]],
+               tags: Iterable[str], inputs: str = "quantized") -> list[own_error.Piece]:
+    """The own error of each module of `tags` on `feeds` alone (no cumulative figure): its
+    piece (executors/onnx/own_error.py, `inputs` as there) run on the CPU EP, its stats filled
+    (or its error kept); own_fields() reads one."""
+    pairs = compared_tensors(fp32, qdq)
+    outs, _ = module_outputs(qdq, pairs)
+    pieces = own_error.plan_pieces(fp32, qdq, pairs, outs, tags, inputs=inputs)
+    runs = Runs(fp32, qdq, *own_error.wanted(pieces), ((), ()))
+    samples = [own_error.kept(pieces, *runs(feed)) for feed in feeds]
+    own_error.run_pieces(qdq, pieces, samples, lambda p: session(p.model.SerializeToString()),
+                         Stats)
+    return pieces
+
+
 def diagnose(reference: Path, candidate: Path, source: Path | None,
              samples: int) -> dict[str, Any]:
     """compare() on the files of a run: the fp32 reference and the tagged QDQ candidate, on

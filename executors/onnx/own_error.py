@@ -4,7 +4,11 @@ The cumulative figure of a module (executors/onnx/accuracy.py) carries the error
 module before it. Its own error is what its piece adds: the piece (executors/onnx/subgraph.py,
 the module's nodes with the Q/DQ chains in front of its inputs) is fed the values the fp32
 graph has at the piece's inputs, and its outputs are compared with the fp32 graph's. What the
-cumulative figure loses beyond that is inherited.
+cumulative figure loses beyond that is inherited. The one implementation for `diagnose`
+(executors/onnx/accuracy.py), the target's pieces (target_error.py) and the repair search
+(executors/steps/quant_search.py), which reads a piece's inputs dequantized instead
+(`inputs="dequantized"`: the Q/DQ in front of them that the module does not own is dropped,
+since raising the module's precision does not change its producer's type).
 
 A piece's input takes the fp32 graph's tensor of the same value (the same name, or the name
 `common_tensors` pairs it with); a tensor the fp32 graph has no counterpart for (rare: a
@@ -24,6 +28,7 @@ import onnx
 from executors.onnx import subgraph
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+INPUTS = ("quantized", "dequantized")  # what a piece reads: see plan_pieces
 
 
 @dataclass
@@ -67,13 +72,19 @@ def through_qdq(qdq: onnx.ModelProto, names: list[str]) -> dict[str, tuple[str, 
 
 def plan_pieces(fp32: onnx.ModelProto, qdq: onnx.ModelProto, pairs: dict[str, str],
                 outs: dict[str, list[str]], modules: Iterable[str],
-                quantized_outputs: bool = False) -> list[Piece]:
+                quantized_outputs: bool = False, inputs: str = "quantized") -> list[Piece]:
     """The pieces of `modules` (tags with compared outputs in `outs`). With
     `quantized_outputs`, a piece's outputs are its output tensors' Q -> DQ copies (what a
     quantized backend hands on), else the float tensors themselves (as the cumulative
-    figure compares them)."""
+    figure compares them). `inputs`: "quantized" keeps the Q/DQ chains in front of the
+    piece's inputs (their quantization counted as the module's own), "dequantized" drops
+    those the module does not own and feeds the dequantized values (what raising the
+    module's precision leaves as it is: its inputs quantize at their producer's type)."""
+    if inputs not in INPUTS:
+        raise ValueError(f"inputs={inputs!r}: one of {', '.join(INPUTS)}")
     tags = subgraph.node_tags(qdq.graph)
     have = fp32_names(fp32)
+    made_by = {o: n for n in qdq.graph.node for o in n.output}
     pieces = []
     for tag in modules:
         chosen = subgraph.members(tags, tag)
@@ -82,13 +93,43 @@ def plan_pieces(fp32: onnx.ModelProto, qdq: onnx.ModelProto, pairs: dict[str, st
             continue
         copies = through_qdq(qdq, names) if quantized_outputs else {}
         extra = sorted({i for _, idx in copies.values() for i in idx} - set(chosen))
-        c = needed(qdq.graph, subgraph.cut(qdq.graph, tag, sorted({*chosen, *extra})),
-                   [copies.get(n, (n,))[0] for n in names])
-        feeds = {x: ("fp32", pairs.get(x, x)) if pairs.get(x, x) in have else ("qdq", x)
-                 for x in c.inputs}
+        c = subgraph.cut(qdq.graph, tag, sorted({*chosen, *extra}))
+        if inputs == "dequantized":
+            c = reading_dequantized(qdq, c, tags)
+        c = needed(qdq.graph, c, [copies.get(n, (n,))[0] for n in names])
+        refs = {x: fp32_name(x, pairs, made_by) for x in c.inputs}
+        feeds = {x: ("fp32", refs[x]) if refs[x] in have else ("qdq", x) for x in c.inputs}
         pieces.append(Piece(tag, c, [copies.get(n, (n,))[0] for n in names],
                             [pairs[n] for n in names], feeds))
     return pieces
+
+
+def fp32_name(x: str, pairs: dict[str, str], made_by: dict[str, onnx.NodeProto]) -> str:
+    """The fp32 graph's name of the value a piece's input `x` holds: its pair, or the pair of
+    the tensor its Q -> DQ chain copies (a dequantized input)."""
+    src = source_tensor(x, made_by)
+    return pairs.get(x, pairs.get(src, src))
+
+
+def source_tensor(name: str, made_by: dict[str, onnx.NodeProto]) -> str:
+    """The tensor a Q -> DQ chain copies (the name itself when it is no such copy)."""
+    while name in made_by and made_by[name].op_type in QDQ_OPS:
+        name = made_by[name].input[0]
+    return name
+
+
+def reading_dequantized(qdq: onnx.ModelProto, c: subgraph.Cut,
+                        tags: list[str | None]) -> subgraph.Cut:
+    """The cut without the Q/DQ of activations in front of its inputs that the module does not
+    own: it reads the dequantized values instead."""
+    nodes = qdq.graph.node
+    inits = {i.name for i in qdq.graph.initializer}
+    keep = [i for i in c.keep if not (nodes[i].op_type in QDQ_OPS and nodes[i].input[0]
+                                      not in inits and not subgraph.under(tags[i], c.tag))]
+    made = {o for i in keep for o in nodes[i].output}
+    ins = list(dict.fromkeys(x for i in keep for x in subgraph.used_names(nodes[i])
+                             if x not in made and x not in inits))
+    return subgraph.Cut(c.tag, keep, ins, c.outputs, c.module_nodes)
 
 
 def needed(graph: onnx.GraphProto, c: subgraph.Cut, outputs: list[str]) -> subgraph.Cut:

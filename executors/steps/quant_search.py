@@ -1,8 +1,9 @@
 """quantize with quant.search=auto: the repair search. Quantize; on the CPU, compare the QDQ graph
 with the float graph it was made from on the verify inputs (verify's cosine: the gate, a proxy
 the search can afford on every candidate, also for an NPU target); while the gate fails, raise
-the precision of the block (a layer's attention or MLP part, executors/onnx/module_loss.py)
-whose own error is the largest (its SQNR when it is fed the fp32 values of its inputs): 8-bit activations to 16-bit, then weights to 16-bit where the target's
+the precision of the block (a layer's attention or MLP part: blocks()) whose own error is the
+largest (its piece's SQNR fed the fp32 values of its dequantized inputs, executors/onnx/
+own_error.py): 8-bit activations to 16-bit, then weights to 16-bit where the target's
 profile allows, then float; quantize again. The config's own quant.overrides come after the
 search's rules, so they win. Stops when the gate holds, or fails naming what it tried when
 nothing is left to raise.
@@ -20,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from executors.onnx import accuracy as A
 from executors.onnx import mixed_precision as mp
-from executors.onnx import module_loss
 from executors.onnx import quantizer as Q
 from executors.onnx.artifacts import MODEL, load
 from executors.run.wrapper import StepContext, StepResult
@@ -31,6 +32,9 @@ from planner.core.mixed_precision import as_override
 from planner.core.targets import of_params, reference
 
 WIDE = {"uint8": "uint16", "int8": "int16"}
+# ops that move data: a module owning only these between its children is not a block
+MOVES = frozenset({*A.QDQ_OPS, "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
+                   "Identity", "Cast", "Expand", "Shape", "Concat", "Slice"})
 FIX = ("lower verify.threshold, start from a wider quant (quant=w8a16_pc), or pin "
        "quant.overrides yourself")
 
@@ -159,11 +163,35 @@ def _worst(ctx: StepContext, found: Q.Staged, reference: Any, feeds: list[dict[s
     for node, (tag, _how) in zip(candidate.graph.node, H.assign(candidate.graph, meta),
                                  strict=True):
         set_meta(node, TAG_KEY, tag)
-    for row in module_loss.own_losses(reference, candidate, feeds):
+    for row in own_losses(reference, candidate, feeds):
         rule = _next(row["tag"], raised.get(row["tag"]), found.params)
         if rule is not None:
             return row["tag"], rule, {"own_sqnr_db": round(row["own_sqnr_db"], 2)}
     return None
+
+
+def blocks(qdq: Any) -> list[str]:
+    """The modules a search raises: those whose own nodes compute (not only move data between
+    children), below the root, with no such module above them (BertIntermediate with its GELU,
+    not the GELU alone; BertLayer's attention and MLP parts, not the layer)."""
+    owners = {A.node_tag(n) for n in qdq.graph.node if n.op_type not in MOVES}
+    owners.discard(A.UNTAGGED)
+    root = min(owners, key=len) if owners else ""
+    inner = owners - {root}
+    return sorted(m for m in inner if not any(a in inner for a in A.lineage(m)[:-1]))
+
+
+def own_losses(fp32: Any, qdq: Any, feeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The blocks, worst own error first: tag and own SQNR (dB). A block's own error reads its
+    inputs dequantized: their Q/DQ quantize at the producer's type, which raising the block does
+    not change (in the whole graph a block's error is mostly inherited and amplified, so a
+    difference of the whole graph's SQNRs cannot tell which block to raise)."""
+    rows = []
+    for piece in A.own_pieces(fp32, qdq, feeds, blocks(qdq), inputs="dequantized"):
+        own = A.own_fields(piece, 0.0)["own_sqnr_db"]
+        if own is not None:  # a piece that did not run is not ranked
+            rows.append({"tag": piece.tag, "own_sqnr_db": own})
+    return sorted(rows, key=lambda r: r["own_sqnr_db"])
 
 
 def _sidecar(ctx: StepContext) -> dict[str, Any]:

@@ -160,6 +160,22 @@ def test_own_error_is_the_module_fed_the_fp32_values_and_the_rest_is_inherited()
     assert "qdq_fed" not in b
 
 
+def test_own_error_on_dequantized_inputs_drops_only_the_q_dq_of_other_modules() -> None:
+    """As the search reads it: /M/B's input r is quantized by /M/A's Q/DQ, which raising /M/B
+    leaves as it is; fed the fp32 r past it, /M/B (a float MatMul) adds no error. /M/A owns the
+    Q/DQ on its input X: it stays in its piece, whose error is the same either way."""
+    rng = np.random.default_rng(5)
+    feeds = [{"X": rng.standard_normal((2, 4)).astype(np.float32)} for _ in range(2)]
+    figures = {}
+    for inputs in ("quantized", "dequantized"):
+        pieces = accuracy.own_pieces(fp32_model(), qdq_model(), feeds, ["/M/A", "/M/B"], inputs)
+        figures[inputs] = {p.tag: accuracy.own_fields(p, 0.0)["own_sqnr_db"] for p in pieces}
+        b = next(p for p in pieces if p.tag == "/M/B")
+        assert b.feeds == {("r_dq" if inputs == "dequantized" else "r"): ("fp32", "r")}
+    assert math.isfinite(figures["quantized"]["/M/B"]) and figures["dequantized"]["/M/B"] == math.inf
+    assert figures["quantized"]["/M/A"] == figures["dequantized"]["/M/A"] < math.inf
+
+
 def test_own_error_only_for_the_modules_asked() -> None:
     feeds = [{"X": np.ones((2, 4), np.float32)}]
     rows = {r["tag"]: r for r in accuracy.compare(fp32_model(), qdq_model(), feeds,
