@@ -35,7 +35,9 @@ def value(v: Any) -> str:
     if isinstance(v, list) and v and isinstance(v[0], dict) and "name" in v[0]:
         return "[" + ", ".join(_spec(x) for x in v) + "]"
     if isinstance(v, list) and v and isinstance(v[0], dict):  # rules: in order, as written
-        return "[" + ", ".join(value(x) for x in v) + "]"
+        return "[" + ", ".join("{" + ", ".join(
+            f"{k}: [{', '.join(map(str, x))}]" if isinstance(x, list) else f"{k}: {value(x)}"
+            for k, x in rule.items()) + "}" for rule in v) + "]"
     if isinstance(v, list):
         return "{" + ", ".join(map(str, v)) + "}"
     if isinstance(v, dict):

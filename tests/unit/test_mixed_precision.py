@@ -95,7 +95,7 @@ def test_plan_text_shows_the_rules(tmp_path: Path) -> None:
                      "--store", str(tmp_path))
     assert result.returncode == 0, result.stderr
     line = next(x for x in result.stdout.splitlines() if " quantize " in x)
-    assert "overrides=[{activation_type: uint16, modules: {BertSelfAttention}}]" in line
+    assert "overrides=[{activation_type: uint16, modules: [BertSelfAttention]}]" in line
     assert "hierarchy<-export" in result.stdout
 
 
