@@ -49,9 +49,16 @@ def own_db(r: dict[str, Any]) -> float:
     return math.inf if value is None else value
 
 
+def innermost(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The modules no other row lies inside: a parent's piece holds its children's, so its own
+    error is theirs too and would top every ranking; the tree shows every level."""
+    tags = [r["tag"] for r in rows]
+    return [r for r in rows if not any(t.startswith(r["tag"] + "/") for t in tags)]
+
+
 def worst_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """By own SQNR, worst first (a tie: the deeper module first)."""
-    return sorted(rows, key=lambda r: (own_db(r), -depth(r["tag"])))
+    """The innermost modules by own SQNR, worst first (a tie: the deeper module first)."""
+    return sorted(innermost(rows), key=lambda r: (own_db(r), -depth(r["tag"])))
 
 
 def common_root(tags: list[str]) -> str:
@@ -77,8 +84,8 @@ def ranked(rows: list[dict[str, Any]], limit: int | None = TOP,
     root = common_root([r["tag"] for r in shown]) if len(shown) > 1 else ""
     head = f"module (under {root})" if root else "module"
     lines = _columns([(head, *HEAD), *(_cells(r, relative(r["tag"], root)) for r in shown)])
-    if len(shown) < len(rows):
-        lines.append(f"  ({len(rows) - len(shown)} more modules; {more})")
+    if len(shown) < len(order):
+        lines.append(f"  ({len(order) - len(shown)} more innermost modules; {more})")
     return lines
 
 
@@ -117,8 +124,8 @@ def text(result: dict[str, Any], limit: int | None = TOP) -> str:
              f"{result['reference_step']} (fp32), {result['samples']} samples "
              f"({result['data']}), {result['tensors']} tensors compared on the CPU EP"),
              f"Graph outputs: sqnr {whole['sqnr_db']:.2f} dB, cosine {whole['cosine']:.5f}",
-             "", ("Worst modules by own error (dB; cum: as the whole graph has it; inherited: "
-             "own - cum):"), *ranked(result["modules"], limit), *on_target(result),
+             "", ("Worst innermost modules by own error (dB; cum: as the whole graph has it; "
+             "inherited: own - cum):"), *ranked(result["modules"], limit), *on_target(result),
              "", "Module tree:", *tree(result["modules"])]
     worst = worst_first(result["modules"])[:1]
     if worst:
@@ -138,8 +145,8 @@ def record_lines(record: dict[str, Any], limit: int = RECORD_TOP) -> list[str]:
         return ["", f"Where the accuracy goes: {record['accuracy_error']}"]
     if not rows:
         return []
-    lines = ["", (f"Where the accuracy goes ({len(rows)} modules, CPU EP, worst own error "
-                  "first; own: the module fed the fp32 values):")]
+    lines = ["", (f"Where the accuracy goes ({len(innermost(rows))} innermost modules, CPU EP, "
+                  "worst own error first; own: the module fed the fp32 values):")]
     return lines + ranked(rows, limit, "`modelplan diagnose` lists them all")
 
 
@@ -147,8 +154,9 @@ def record_markdown(record: dict[str, Any], limit: int = RECORD_TOP) -> list[str
     rows = record.get("accuracy") or []
     if not rows:
         return []
-    lines = ["", (f"#### Where the accuracy goes ({min(limit, len(rows))} worst of {len(rows)} "
-             "modules by own error, CPU EP)"), "",
+    inner = innermost(rows)
+    lines = ["", (f"#### Where the accuracy goes ({min(limit, len(inner))} worst of {len(inner)} "
+             "innermost modules by own error, CPU EP)"), "",
              "| module | class | nodes | own dB | own cos | cum dB | cum cos | inherited dB |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in worst_first(rows)[:limit]:

@@ -57,12 +57,16 @@ def test_every_module_of_tiny_bert_has_sqnr_and_cosine(tiny: dict[str, Any]) -> 
 def test_the_text_ranks_the_worst_module_first_and_draws_the_tree(tiny: dict[str, Any]) -> None:
     code, _data, out, err = diagnose(tiny["store"], *TINY, "--top", "3")
     assert code == 0, err
-    worst = min(tiny["data"]["modules"], key=lambda r: r["own_sqnr_db"])
+    rows = tiny["data"]["modules"]
+    tags = [r["tag"] for r in rows]
+    inner = [r for r in rows if not any(t.startswith(r["tag"] + "/") for t in tags)]
+    worst = min(inner, key=lambda r: r["own_sqnr_db"])
     lines = out.splitlines()
-    head = next(i for i, ln in enumerate(lines) if ln.startswith("Worst modules by own error"))
-    ranked = lines[head + 2]
-    assert ranked.split()[0] == worst["tag"]
-    assert "Module tree:" in lines and "  (" in out and "more modules" in out
+    head = next(i for i, ln in enumerate(lines)
+                if ln.startswith("Worst innermost modules by own error"))
+    root = lines[head + 1].split("(under ")[1].split(")")[0]
+    assert lines[head + 2].split()[0] == worst["tag"].removeprefix(root + "/")
+    assert "Module tree:" in lines and "more innermost modules" in out
     assert lines[-1].startswith(f"Worst: {worst['tag']}, own ")
 
 
