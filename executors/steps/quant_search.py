@@ -57,8 +57,8 @@ def run(ctx: StepContext) -> StepResult:
             said = {"cosine_mean": cosine, "key": pinned_key(ctx, list(raised.values()) + rules)}
             path[-1:] = [{**path[-1], **said}] if path else [{"raised": None, **said}]
             ctx.progress(f"  search: candidate {len(path)}: cosine_mean {cosine:.4f} "
-                         f"(gate {gate['threshold']})")
-            if cosine >= gate["threshold"]:
+                         f"(gate {_aim(gate)})")
+            if cosine >= gate["threshold"] + gate.get("margin", 0.0):
                 break
             worst = _worst(ctx, found, reference, feeds, raised)
             if worst is None:
@@ -223,8 +223,14 @@ def _said(rule: dict[str, Any]) -> str:
     return ", ".join(f"{k.removesuffix('_type')} {v}" for k, v in rule.items() if k.endswith("_type"))
 
 
+def _aim(gate: dict[str, Any]) -> str:
+    """The gate as the progress line says it: the threshold, and the target's margin."""
+    margin = gate.get("margin", 0.0)
+    return f"{gate['threshold']}" + (f" + {margin} for the target" if margin else "")
+
+
 def _exhausted(path: list[dict[str, Any]], gate: dict[str, Any]) -> str:
     tried = "; ".join(f"{p['raised']} -> {p['to']}: {p['cosine_mean']:.4f}"
                       for p in path if p["raised"]) or "nothing (no module to raise)"
     return (f"the search left nothing to raise and cosine_mean stays below verify.threshold "
-            f"{gate['threshold']} (first candidate {path[0]['cosine_mean']:.4f}; tried {tried})")
+            f"{_aim(gate)} (first candidate {path[0]['cosine_mean']:.4f}; tried {tried})")

@@ -136,7 +136,7 @@ def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any) -> list[
     steps = []
     if quant["kind"] != "none":
         mixed_precision.check(quant)
-        extra = mixed_precision.step_params(config)
+        extra = mixed_precision.step_params(config, declared.qdq.search_margin)
         inputs = {"model": chain, "source": "resolve"}
         if mixed_precision.needs_hierarchy(extra):
             inputs["hierarchy"] = _hierarchy_source(config, sid)

@@ -56,8 +56,9 @@ def runs_float(quant: dict[str, Any]) -> bool:
         r.get("precision") == "float" for r in quant.get("overrides") or []))
 
 
-def step_params(config: dict[str, Any]) -> dict[str, Any]:
-    """The quantize step's optional params: absent when they are their defaults."""
+def step_params(config: dict[str, Any], margin: float = 0.0) -> dict[str, Any]:
+    """The quantize step's optional params: absent when they are their defaults. `margin`: what
+    the search's CPU proxy must clear beyond the threshold for the target (its QdqProfile)."""
     quant, verify = config["quant"], config["verify"]
     out: dict[str, Any] = {}
     if quant.get("overrides"):
@@ -67,7 +68,7 @@ def step_params(config: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError("quant.search=auto: the search stops when verify's threshold "
                               "holds, and verify=none sets none; set verify=cosine")
         out["search"] = {"metric": verify["metric"], "threshold": verify["threshold"],
-                         "samples": verify["samples"]}
+                         "samples": verify["samples"], **({"margin": margin} if margin else {})}
     return out
 
 

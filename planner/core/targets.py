@@ -32,6 +32,10 @@ class QdqProfile:
     # whether the repair search may raise weights to 16 bits on it (else it goes from 16-bit
     # activations straight to float)
     weights_16bit: bool = True
+    # what the repair search's gate, measured on the CPU, must clear beyond verify's threshold
+    # so that verify on the target passes too (the target computes float nodes and QDQ
+    # arithmetic its own way)
+    search_margin: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -78,11 +82,14 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            session=SessionSpec("cpu", log_severity=4)),
     Target("qnn_htp", "qnn", "QNNExecutionProvider", "htp", reference=False,
            resource="qnn_htp", qdq=QdqProfile("qnn_qdq_config", float_precision="fp16",
-                                                  weights_16bit=False), legalizer="htp",
+                                                  weights_16bit=False, search_margin=0.005),
+           legalizer="htp",
            session=SessionSpec("qnn", log_severity=3,
                                no_fallback={"session.disable_cpu_ep_fallback": "1"},
                                profiling={"profiling_level": "detailed"},
                                profiling_file="profiling_file_path"),
+           # search_margin: MiniLM w8a8's search met 0.99 on the CPU (0.9901) and verify on the
+           # HTP simulator read 0.9866 (measured, soc_model 60 and without)
            embed_context=True, cpu_fallback=False,
            # without a SoC the backend compiles for HTP v68, whose 16-bit activations lose
            # (tiny hubert w8a16_pc: verify 0.9885, 0.9995 with soc_model 60; measured)

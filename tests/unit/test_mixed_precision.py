@@ -161,6 +161,12 @@ def test_plan_shows_the_search_and_its_gate(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     quantize = next(x for x in lines if " quantize " in x)
-    assert quantize.endswith("search={metric: cosine, threshold: 0.99, samples: 4}")
+    # the target's margin: the CPU proxy must clear 0.995 for verify on HTP to clear 0.99
+    assert quantize.endswith("search={metric: cosine, threshold: 0.99, samples: 4, margin: "
+                             "0.005}")
     compile_ = next(x for x in lines if " compile " in x)
     assert "enable_htp_fp16_precision: 1" in compile_  # the search may keep a module float
+    on_cpu = run_cli("plan", "model=tiny_bert", "quant=w8a8", "target=cpu", "quant.search=auto",
+                     "--store", str(tmp_path))
+    assert on_cpu.returncode == 0, on_cpu.stderr
+    assert "search={metric: cosine, threshold: 0.99, samples: 4}" in on_cpu.stdout
