@@ -11,6 +11,7 @@ from executors.onnx.artifacts import METRICS
 from executors.run.wrapper import StepContext, StepResult
 from executors.runtime.adapters import adapter
 from executors.samples import Samples, io_specs, valid_positions
+from planner.core.diagnosis import VERDICTS
 from planner.core.targets import of_params, reference
 
 HINT = ("use quant=w8a16_pc (w8a16 per-channel keeps transformers accurate), or lower "
@@ -75,7 +76,7 @@ def run(ctx: StepContext) -> StepResult:
     metrics["passed"] = metrics["cosine_mean"] >= p["threshold"]
     (ctx.out / METRICS).write_text(json.dumps(metrics, indent=2, sort_keys=True))
     if not metrics["passed"]:
-        raise ctx.fail(f"cosine_mean {metrics['cosine_mean']:.4f} is below verify.threshold "
+        raise ctx.fail(f"cosine_mean {metrics['cosine_mean']:.4f} {VERDICTS['verify']} "
                        f"{p['threshold']} (cosine_min {metrics['cosine_min']:.4f}, max_abs "
                        f"{max_abs:.4g}, {len(feeds)} inputs: {samples.origin})", HINT,
                        where=str(ctx.input_model("candidate")))

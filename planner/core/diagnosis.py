@@ -11,7 +11,8 @@ from typing import Any
 from planner.core.ops import OPS
 
 GATES = ("verify", "eval")  # ops whose failure asks where the accuracy went
-# what a gate's failure says when it is its verdict (verify fails the step, no metric kept)
+# what a gate's failure says when it is its verdict (verify fails the step, no metric kept,
+# and writes its message with this phrase)
 VERDICTS = {"verify": "is below verify.threshold"}
 
 
