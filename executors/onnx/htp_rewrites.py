@@ -257,10 +257,28 @@ def tile_batch_constants(model: onnx.ModelProto) -> int:
     return count
 
 
+def constant_first_muls(model: onnx.ModelProto) -> int:
+    """Mul(x, c) over a constant c of more than one value becomes Mul(c, x) (exact: the
+    product commutes). HTP computes the QDQ Mul with the per-channel constant second wrongly
+    in some graphs, silently: a PoolFormer's GroupNorm scale, x[1,512,7,7] * c[512,1,1], read
+    cosine 0.06 against the CPU EP on the same QDQ graph, 1.0 with the operands swapped
+    (onnxruntime-qnn 2.7.0; a piece holding only that Mul computes it right either way)."""
+    sizes = {i.name: int(np.prod(i.dims)) for i in model.graph.initializer}
+    sizes.update({n.output[0]: int(np.prod(n.attribute[0].t.dims)) for n in model.graph.node
+                  if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})
+    count = 0
+    for node in model.graph.node:
+        if node.op_type == "Mul" and len(node.input) == 2 and node.input[0] not in sizes \
+                and sizes.get(node.input[1], 0) > 1:
+            node.input[0], node.input[1] = node.input[1], node.input[0]
+            count += 1
+    return count
+
+
 Rewrite = Callable[[onnx.ModelProto], Any]
 # In order: mask Wheres use the raw constants, then constants are floored, then guards and
 # other Wheres become arithmetic on finite values, then op replacements, then what the
-# quantizer needs (unshared weights) and what HTP needs for batches.
+# quantizer needs (unshared weights), what HTP needs for batches and for a Mul's operands.
 REWRITES: tuple[tuple[str, Rewrite], ...] = (
     ("mask_wheres", rewrite_mask_wheres), ("clamp_constants", clamp_constants),
     ("isnan_guards", drop_isnan_guards), ("float_wheres", rewrite_float_wheres),
@@ -271,6 +289,7 @@ REWRITES: tuple[tuple[str, Rewrite], ...] = (
     ("covering_average_pools", htp_pooling.global_average_pools),
     ("unshare_weights", unshare_weights),
     ("batch_constants", tile_batch_constants),
+    ("constant_first_muls", constant_first_muls),
 )
 
 

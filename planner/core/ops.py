@@ -173,7 +173,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        ensures=(Ensure(N.NORMALIZED), Ensure(N.FUSED, Param("flags"))),
        prepares=(Ensure(N.NORMALIZED), Ensure(N.FUSED, ("matmul_add",))),
        traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime")),
-    Op("legalize", 4, "rewrite what the target rejects (mask constants and Where, Erf GELU, "
+    Op("legalize", 5, "rewrite what the target rejects (mask constants and Where, Erf GELU, "
        "Einsum, Col2Im, pooling forms) and check no op outside its table is left",
        params=("target",), inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),

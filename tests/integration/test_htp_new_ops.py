@@ -1,7 +1,8 @@
 """Model types whose graphs hold what HTP has no builder for, built for qnn_htp on the HTP
 simulator: Einsum of many equations (XLNet, Funnel), F.fold / F.unfold (MobileViTV2: Col2Im at
 the opset export raises to, and a rank-6 unfold chain), a pooling form the QNN EP declines
-after its NHWC layout transformation (EfficientNet's pooler)."""
+after its NHWC layout transformation (EfficientNet's pooler), a Mul HTP computes wrongly with
+its constant second (PoolFormer's GroupNorm scale)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "efficientnet": ("EfficientNetForImageClassification", "efficientnet",
                      {"image_size": 64, "width_coefficient": 0.25, "depth_coefficient": 0.2,
                       "hidden_dim": 320}),
+    # PoolFormer-S12's widths: its last stage's GroupNorm scale Mul, x[1,512,2,2] * c[512,1,1]
+    "poolformer": ("PoolFormerForImageClassification", "poolformer",
+                   {"image_size": 64, "hidden_sizes": [64, 128, 320, 512],
+                    "depths": [1, 1, 1, 1]}),
 }
 
 
@@ -97,3 +102,10 @@ def test_pooler_kernel_past_its_input_compiles_for_htp(tmp_path, tmp_path_factor
                     "verify.threshold=0")
     assert step(record, "legalize")["metrics"]["rewrites"]["covering_average_pools"] == 1
     assert step(record, "compile")["status"] in ("ok", "cached")
+
+
+def test_group_norm_scale_mul_is_accurate_on_htp(tmp_path, tmp_path_factory):
+    # with the constant second, this w8a16_pc build read 0.9998 on the CPU EP and -0.54 on HTP
+    record = _build(tmp_path, tmp_path_factory, "poolformer", "target=qnn_htp")
+    assert step(record, "legalize")["metrics"]["rewrites"]["constant_first_muls"] == 9
+    assert step(record, "verify")["metrics"]["cosine_mean"] >= 0.99
