@@ -4,9 +4,12 @@ what to do about an op legalize leaves.
 
 Source of SUPPORTED: the QNN EP's op builder registrations, onnxruntime's
 onnxruntime/core/providers/qnn/builder/op_builder_factory.cc (microsoft/onnxruntime at
-00cd7c6df0a6), less what the installed onnxruntime-qnn 2.7.0 (QNN 2.51) does not name in
-libonnxruntime_providers_qnn.so (STFT, Inverse, FusedMatMul: later than this build). The EP
-looks builders up by op type alone, whatever the domain (com.microsoft's Gelu is Gelu).
+00cd7c6df0a6), plus the one-op builders the installed onnxruntime-qnn 2.7.0 (QNN 2.51) has
+besides (its libonnxruntime_providers_qnn.so names a Create<Op>OpBuilder for each of
+INSTALLED_BUILDERS; com.microsoft's QuickGelu, which ORT's transformer fusion makes of CLIP's
+GELU, among them). The EP looks builders up by op type alone, whatever the domain
+(com.microsoft's Gelu is Gelu). A builder is no promise that HTP takes every form: compile
+still fails, naming the node, on what the backend declines (e.g. a NonZero's dynamic shape).
 """
 
 from __future__ import annotations
@@ -31,6 +34,15 @@ SUPPORTED = frozenset({
     "CumSum", "RandomUniformLike", "GatherND", "Mod", "ThresholdedRelu",
 })
 
+INSTALLED_BUILDERS = frozenset({
+    "QuickGelu", "GroupNormalization", "NonZero", "Range", "Shape", "GRU", "OneHot", "IsInf",
+    "Selu", "Tan", "RoiAlign", "MaxRoiPool", "LpPool", "NonMaxSuppression", "Bernoulli",
+    "RandomNormalLike", "QLinearConv", "QLinearMatMul", "FusedMatMul", "STFT", "Inverse",
+    "GatherBlockQuantized", "MatMulNBits", "RotaryEmbedding", "GroupQueryAttention",
+    "Attention", "If", "ArrayFeatureExtractor",
+})
+SUPPORTED = SUPPORTED | INSTALLED_BUILDERS
+
 # Nodes ONNX Runtime removes before any EP sees the graph (constants become initializers,
 # its basic level drops identities and inference-mode dropouts).
 REMOVED_BY_ORT = frozenset({"Constant", "Identity", "Dropout"})
@@ -40,6 +52,8 @@ REMOVED_BY_ORT = frozenset({"Constant", "Identity", "Dropout"})
 DECLINED = {
     "Einsum": "the builder takes only a few equations (OWL-ViT's class head was refused)",
     "ReduceL2": "16-bit ReduceL2 feeding a Div fails finalization with MEM_ALLOC",
+    "IsNaN": "kept out as before this build had a builder for it: legalize drops the softmax "
+             "guard it makes, and nothing else in the models built here needs it",
 }
 
 # What to do when an op is left after legalize, by op type.

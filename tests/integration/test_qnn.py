@@ -84,7 +84,9 @@ def test_compile_failure_names_the_node_and_stores_nothing(tmp_path: Path) -> No
     assert failed["id"] == "legalize" and "Erf" in failed["error"]
 
 
-def test_unsupported_node_makes_compile_fail_loudly(tmp_path: Path) -> None:
+def test_an_op_htp_lacks_fails_legalize_naming_it(tmp_path: Path) -> None:
+    """Det has no QNN EP builder: legalize refuses it before quantize and compile spend time,
+    naming the node and a fix, and the failed run publishes no model."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
@@ -101,10 +103,13 @@ def test_unsupported_node_makes_compile_fail_loudly(tmp_path: Path) -> None:
                                  "perf=none", "quant.calibration.samples=2",
                                  store=store, outputs=tmp_path / "out")
     assert code == 1, err
+    legalize = step(record, "legalize")
+    assert legalize["status"] == "failed"
+    assert "Det node 'det_node'" in legalize["error"] and "HTP has no Det" in legalize["error"]
+    assert "cpu_fallback=true" in err and "Traceback" not in err
     compile_step = step(record, "compile")
-    assert compile_step["status"] == "failed"
-    assert "compile failed" in compile_step["error"] and "det_node" in compile_step["error"]
-    assert not list(store.glob(f"??/{compile_step['key']}"))
+    assert compile_step["status"] == "skipped"
+    assert not list(store.glob(f"??/{legalize['key']}"))
     assert record["outputs_dir"] == str(tmp_path / "out" / "det-w8a16_pc-qnn_htp")
     assert not (tmp_path / "out").joinpath("det-w8a16_pc-qnn_htp", "model.onnx").exists()
 

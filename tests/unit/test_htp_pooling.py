@@ -102,5 +102,20 @@ def test_dilated_pooling_is_named_with_its_module():
 
 
 def test_ops_outside_the_table_are_violations_with_their_module():
-    model = _pool("LpPool", [1, 4, 8, 8], kernel_shape=[2, 2])
-    assert violations(model) == ["LpPool node '/stage.3/pool' in /stage.3 (HTP has no LpPool)"]
+    # MaxUnpool: no builder in the QNN EP (LpPool has one in the installed build)
+    model = _pool("MaxUnpool", [1, 4, 8, 8], kernel_shape=[2, 2])
+    said = "MaxUnpool node '/stage.3/pool' in /stage.3 (HTP has no MaxUnpool)"
+    assert violations(model) == [said]
+    assert violations(_pool("LpPool", [1, 4, 8, 8], kernel_shape=[2, 2])) == []
+
+
+def test_contrib_ops_the_installed_qnn_ep_builds_are_legal():
+    """ORT's transformer fusion turns CLIP's GELU into com.microsoft QuickGelu, which the
+    installed QNN EP has a builder for (the CLIP recipes compile for HTP with it)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    node = helper.make_node("QuickGelu", ["x"], ["y"], name="/mlp/act", domain="com.microsoft",
+                            alpha=1.702)
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    assert violations(model) == []
