@@ -204,7 +204,15 @@ def modality_of(info: dict[str, Any], model_class: str | None) -> str | None:
     return mt.modality if mt else None
 
 
+# Decoder-only language-model heads (LlamaForCausalLM, GPT2LMHeadModel): next-token logits for
+# text generation, a task modelplan does not build yet. Without this, "LMHeadModel" ends in
+# "Model" and read as feature extraction with an output the class does not return.
+CAUSAL_LM = ("ForCausalLM", "LMHeadModel")
+
+
 def task_from_class(cls: str, modality: str | None, info: dict[str, Any]) -> str | None:
+    if cls.endswith(CAUSAL_LM):
+        return None
     for suffix, by_modality in SUFFIXES:
         if cls.endswith(suffix) and modality in by_modality:
             task = by_modality[modality]
@@ -233,6 +241,11 @@ def detect(model: dict[str, Any], info: dict[str, Any],
         task = task_from_class(cls, modality_of(info, cls), info)
         if task == "feature-extraction" and any(f in files for f in SENTENCE_TRANSFORMER_FILES):
             task = "sentence-similarity"
+    if task is None and cls and cls.endswith(CAUSAL_LM):
+        raise ConfigError(
+            f"model.task: {cls} is a causal language model (next-token logits for text "
+            f"generation), which modelplan does not build yet; to export its base model's "
+            f"hidden states set model.task=feature-extraction")
     if task is None:
         candidates = mt.tasks if mt else ()
         if len(candidates) == 1:
@@ -255,9 +268,11 @@ def class_for(task: str, cls: str | None, mt: ModelType | None,
               info: dict[str, Any]) -> str | None:
     """The class to load: the checkpoint's own when it is a class for this task, else the
     model type's class for the task (towers, pose models), else None (the Auto class)."""
-    if cls and task_from_class(cls, modality_of(info, cls), info) in (task, _NLI_PARENT.get(task)):
+    if cls and not cls.endswith(CAUSAL_LM) and \
+            task_from_class(cls, modality_of(info, cls), info) in (task, _NLI_PARENT.get(task)):
         return cls
-    if cls and task == "sentence-similarity" and cls.endswith("Model"):
+    if cls and task == "sentence-similarity" and cls.endswith("Model") \
+            and not cls.endswith(CAUSAL_LM):
         return cls
     return mt.classes.get(task) if mt else None
 
