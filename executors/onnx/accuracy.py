@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from executors.onnx import own_error
+from executors.onnx import hierarchy, own_error
 from executors.onnx.artifacts import TAG_KEY
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
@@ -142,10 +142,7 @@ def readers(qdq: onnx.ModelProto) -> dict[str, list[str]]:
 
 def lineage(tag: str) -> list[str]:
     """A tag and its ancestors, root first: /A/B -> [/A, /A/B]."""
-    if not tag.startswith("/"):
-        return [tag]
-    parts = tag.strip("/").split("/")
-    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return hierarchy.prefixes(tag) if tag.startswith("/") else [tag]
 
 
 def module_outputs(qdq: onnx.ModelProto,

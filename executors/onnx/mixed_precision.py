@@ -14,6 +14,7 @@ from typing import Any
 
 import onnx
 
+from executors.onnx.hierarchy import prefixes
 from executors.onnx.subgraph import class_of, matches, under
 
 BIAS = {"Gemm": 2, "Conv": 2, "ConvTranspose": 2}  # quantized as int32 from its weights: not set
@@ -39,7 +40,7 @@ def select(rule: dict[str, Any], graph: onnx.GraphProto, tags: list[str]) -> lis
     """The names of the nodes a rule selects (every selector it gives must hold)."""
     chosen = set(range(len(graph.node)))
     if rule.get("modules"):
-        paths = [p for t in set(tags) for p in _prefixes(t)]
+        paths = [p for t in set(tags) if t for p in prefixes(t)]
         wanted = [p for spec in rule["modules"] for p in matches(spec, paths)]
         chosen &= {i for i, t in enumerate(tags) if any(under(t, p) for p in wanted)}
     if rule.get("op_types"):
@@ -49,11 +50,6 @@ def select(rule: dict[str, Any], graph: onnx.GraphProto, tags: list[str]) -> lis
     if rule.get("nodes"):
         chosen &= {i for i, n in enumerate(graph.node) if n.name in rule["nodes"]}
     return [graph.node[i].name for i in sorted(chosen)]
-
-
-def _prefixes(tag: str) -> list[str]:
-    parts = tag.strip("/").split("/")
-    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)] if tag else []
 
 
 def decide(rules: list[dict[str, Any]], graph: onnx.GraphProto, tags: list[str]) -> Settings:
@@ -81,7 +77,7 @@ def _selectors(rule: dict[str, Any]) -> str:
 
 
 def _known(graph: onnx.GraphProto, tags: list[str]) -> str:
-    classes = sorted({class_of(p) for t in tags if t for p in _prefixes(t)})
+    classes = sorted({class_of(p) for t in tags if t for p in prefixes(t)})
     ops = sorted({n.op_type for n in graph.node})
     return (f"module classes: {', '.join(classes[:8]) or 'none (no tags)'}"
             f"{', ...' if len(classes) > 8 else ''}; op types: {', '.join(ops[:10])}"
@@ -133,20 +129,21 @@ def types_used(model: onnx.ModelProto, default: dict[str, str],
         elif node.op_type == "DequantizeLinear" and node.input[0] in inits:
             counts[f"weight {names.get(inits[node.input[0]].data_type, '?')}"] += 1
     wanted = set(float_nodes)
-    stayed = sum(1 for n in model.graph.node if n.name in wanted and not _qdq_unit(n, model))
+    made_by_dq = {n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    readers: dict[str, set[str]] = {}
+    for n in model.graph.node:
+        for name in n.input:
+            readers.setdefault(name, set()).add(n.op_type)
+    stayed = sum(1 for n in model.graph.node
+                 if n.name in wanted and not _qdq_unit(n, made_by_dq, readers))
     usual = {f"activation {default['activation_type']}", f"weight {default['weight_type']}",
              "weight int32"}  # biases are int32 at every precision
     out = {k: v for k, v in sorted(counts.items()) if k not in usual}
     return out | ({"float nodes": stayed} if float_nodes else {})
 
 
-def _qdq_unit(node: onnx.NodeProto, model: onnx.ModelProto) -> bool:
+def _qdq_unit(node: onnx.NodeProto, made_by_dq: set[str], readers: dict[str, set[str]]) -> bool:
     """Whether a node reads only dequantized tensors and every reader of its outputs quantizes
     them: a node a QDQ backend runs quantized, whatever the quantizer was told."""
-    made_by_dq = {n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
-    readers: dict[str, list[str]] = {}
-    for n in model.graph.node:
-        for name in n.input:
-            readers.setdefault(name, []).append(n.op_type)
     return all(x in made_by_dq for x in node.input if x) and all(
-        readers.get(o) and set(readers[o]) == {"QuantizeLinear"} for o in node.output if o)
+        readers.get(o) == {"QuantizeLinear"} for o in node.output if o)
