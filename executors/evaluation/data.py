@@ -244,7 +244,8 @@ def shipped(task: str, modality: str | None, samples: int) -> Rows:
                 "sentence pairs" if "text_pair" in roles else "sentences")
     own = EVAL[task].truth == ("text",)  # self-supervised: the input is its own label
     return Rows(rows, f"{samples} shipped {kind}; " + (
-        "labels: the masked tokens" if own else
+        ("labels: the masked tokens" if task == "fill-mask" else "labels: each next token")
+        if own else
         "no labels: agreement with PyTorch's predictions"), own)
 
 

@@ -34,7 +34,8 @@ def graph_files(folder: Path) -> dict[str, Path]:
     if (folder / MODEL).is_file():
         return {"model": folder / MODEL}
     bundle = json.loads((folder / "bundle.json").read_text())
-    return {graph: folder / entry["model"] for graph, entry in bundle.items()}
+    entries = bundle.get("graphs", bundle)  # a causal LM's bundle also says its cache shape
+    return {graph: folder / entry["model"] for graph, entry in entries.items()}
 
 
 def context(task: str, source: Path, reference_graphs: dict[str, Path]) -> Context:

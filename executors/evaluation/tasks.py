@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from executors.evaluation.base import EvalDataError, Evaluator
+from executors.evaluation.causal import Causal
 from executors.evaluation.classify import Classify
 from executors.evaluation.depth import Depth
 from executors.evaluation.detect import Detect, ZeroShotDetect
@@ -18,7 +19,8 @@ from executors.evaluation.zeroshot import ZeroShotClassify
 
 FAMILIES: tuple[Evaluator, ...] = (Classify(), Similarity(), TokenTags(), QuestionAnswering(),
                                    FillMask(), Speech(), Generation(), Segment(), Depth(),
-                                   Detect(), ZeroShotDetect(), Keypoints(), ZeroShotClassify())
+                                   Detect(), ZeroShotDetect(), Keypoints(), ZeroShotClassify(),
+                                   Causal())
 BY_TASK: dict[str, Evaluator] = {t: f for f in FAMILIES for t in f.tasks}
 
 

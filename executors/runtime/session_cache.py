@@ -19,6 +19,7 @@ from executors.runtime.adapters import host_providers
 
 HINT_ORT = "use-ort"
 DISABLED = "disabled"
+MAX_CACHED_BYTES = 2**30  # above this, a cached optimized copy costs more disk than it saves time
 
 
 @dataclass
@@ -49,10 +50,26 @@ def _options(optimized_to: Path | None = None, from_cache: bool = False) -> Any:
         else:  # large weights beside it: a model over 2 GB cannot be one protobuf
             so.add_session_config_entry(
                 "session.optimized_model_external_initializers_file_name",
-                f"{optimized_to.name}.data")
+                _data_name(optimized_to))
             so.add_session_config_entry(
                 "session.optimized_model_external_initializers_min_size_in_bytes", "1048576")
     return so
+
+
+def _data_name(optimized_to: Path) -> str:
+    """The weights file beside a written graph: named for the writer, not the temporary name
+    (the graph refers to it by this name after its rename)."""
+    return f"optimized.{os.getpid()}.data"
+
+
+def weight_bytes(model: Path) -> int:
+    """The bytes of `model`'s weights: its own file and the external data it names."""
+    import onnx
+
+    proto = onnx.load(str(model), load_external_data=False)
+    external = sum(int(e.value) for t in proto.graph.initializer
+                   for e in t.external_data if e.key == "length")
+    return model.stat().st_size + external
 
 
 def _load_back(path: Path) -> Any:
@@ -73,6 +90,11 @@ def cpu_session(model: Path, cache_dir: Path | None) -> tuple[Any, CacheInfo]:
     if cache_dir is None:
         return ort.InferenceSession(str(model), _options(), providers=host_providers()), \
             CacheInfo("off")
+    size = weight_bytes(model)
+    if size > MAX_CACHED_BYTES:
+        return _plain(model), CacheInfo(
+            "off", f"weights of {size / 2**30:.1f} GiB: an optimized copy would double them "
+                   "on disk, so this model's sessions optimize at load")
     slot = cache_dir / cache_key(model)
     slot.mkdir(parents=True, exist_ok=True)
     if (slot / DISABLED).exists():
@@ -119,6 +141,7 @@ def _write(model: Path, slot: Path, fmt: str) -> tuple[Any, CacheInfo]:
         _load_back(tmp)
     except Exception as exc:  # noqa: BLE001 - ORT raises several types on a bad save/load
         tmp.unlink(missing_ok=True)
+        (slot / _data_name(tmp)).unlink(missing_ok=True)
         _demote(slot, fmt, exc)
         if fmt == "onnx":
             return _write(model, slot, "ort")

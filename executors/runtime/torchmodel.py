@@ -78,6 +78,10 @@ def graph_module(model: Any, graph: str | None, input_names: list[str],
     The wrapper holds the module whose forward it calls, so node names carry its scopes."""
     import torch
 
+    if graph in ("prefill", "decode"):
+        from executors.runtime import lmgraphs
+
+        return lmgraphs.graph_module(model, graph, input_names)
     held = model.get_encoder() if graph == "encoder" else model
 
     class Graph(torch.nn.Module):

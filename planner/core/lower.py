@@ -81,7 +81,10 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
     for graph, spec in known["graphs"].items():
         chain, finals[graph], fp32s[graph] = _chain(config, graph, spec)
         steps += chain
-    if len(finals) > 1:
+    if known["modality"] == T.CAUSAL:
+        steps += _lm_bundle(config, known, finals)
+        deliverable_id = "bundle"
+    elif len(finals) > 1:
         bundle = Step("bundle", "bundle", {"graphs": list(finals)}, dict(finals))
         steps.append(bundle)
         deliverable_id = bundle.id
@@ -96,6 +99,24 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
                                  f"{known['dataset'].where!r} is not on this machine"})
     return Plan(config=config, config_digest=config_digest(config), steps=steps,
                 deliverable=deliverable_id, symbolic_sources=symbolic_sources)
+
+
+def _lm_bundle(config: dict[str, Any], known: dict[str, Any],
+               finals: dict[str, str]) -> list[Step]:
+    """A causal LM's deliverable (both graphs, one folder) and its generation check."""
+    from planner.models import lm
+
+    prefill, context = lm.lengths(known["info"], config["export"]["shapes"])
+    steps = [Step("bundle", "lm_bundle", {"graphs": list(finals), "prefill_length": prefill,
+                                          "context_length": context},
+                  {**finals, "source": "resolve"})]
+    verify = config["verify"]
+    if verify["metric"] != "none" and verify["new_tokens"] > 0:
+        steps.append(Step("verify_generation", "verify_generation", {
+            "prompts": verify["samples"], "new_tokens": verify["new_tokens"],
+            "threshold": verify["threshold"], **_ep(config)},
+            {"candidate": "bundle", "source": "resolve"}))
+    return steps
 
 
 def _chain(config: dict[str, Any], graph: str,
@@ -195,7 +216,11 @@ def _eval(config: dict[str, Any], known: dict[str, Any], deliverable: str,
         raise ConfigError(f"eval=task: modelplan has no task metric for {task}; set eval=none")
     steps = []
     reference = next(iter(fp32s.values()))
-    if len(fp32s) > 1:
+    if known["modality"] == T.CAUSAL:
+        bundle = _lm_bundle(config, known, fp32s)[0]
+        steps.append(Step("reference_bundle", "lm_bundle", bundle.params, bundle.inputs))
+        reference = "reference_bundle"
+    elif len(fp32s) > 1:
         steps.append(Step("reference_bundle", "bundle", {"graphs": list(fp32s)}, dict(fp32s)))
         reference = "reference_bundle"
     data = ev["dataset"]

@@ -112,6 +112,9 @@ class Op:
     # Facts the op first establishes on its own input, by the transformation of the op that
     # ensures them (so a step ensuring only these just before it changes nothing it delivers)
     prepares: tuple[Ensure, ...] = ()
+    # inputs besides the chain's that it delivers as they are (a bundle's other graphs): a
+    # step moved onto their chain is read here too
+    delivers: tuple[str, ...] = ()
 
     def has(self, trait: Trait) -> bool:
         return trait in self.traits
@@ -248,5 +251,20 @@ OPS: dict[str, Op] = {op.name: op for op in (
        params=("graphs",), inputs=("encoder", "decoder"),
        requires=(Require(N.FORMAT, "eq", "onnx", role="encoder"),
                  Require(N.FORMAT, "eq", "onnx", role="decoder")),
-       tools=("onnx",), outputs=("models",), chain_role="decoder"),
+       tools=("onnx",), outputs=("models",), chain_role="decoder", delivers=("encoder",)),
+    Op("lm_bundle", 1, "deliver a causal LM's prefill and decode graphs in one folder, weights "
+       "stored once, with its tokenizer, generation config and genai_config.json",
+       params=("graphs", "prefill_length", "context_length"), inputs=("prefill", "decode",
+                                                                       "source"),
+       requires=(Require(N.FORMAT, "eq", "onnx", role="prefill"),
+                 Require(N.FORMAT, "eq", "onnx", role="decode")),
+       tools=("onnx",), outputs=("models",), chain_role="decode", delivers=("prefill",)),
+    Op("verify_generation", 1, "the deliverable's greedy generation against PyTorch's on real "
+       "prompts: token agreement, first divergence, logits cosine per step",
+       params=("prompts", "new_tokens", "threshold", "ep", "backend", "provider_options"),
+       inputs=("candidate", "source"),
+       traits=frozenset({T.SINK, T.NEEDS_EP, T.HEAVY}),
+       tools=("torch", "transformers", "onnxruntime", "onnxruntime-qnn"),
+       outputs=("metrics",), chain_role="candidate",
+       headline=("token_agreement", "first_divergence", "cosine_mean")),
 )}

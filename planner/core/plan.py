@@ -139,9 +139,12 @@ class Plan:
     def _rewire_chain(self, old: str, new: str, skip: str) -> None:
         """Chain consumers of `old` (except `skip`) read `new` instead."""
         for s in self.live():
-            if s.id != skip and s.inputs.get(s.decl.chain_role) == old:
-                s.inputs[s.decl.chain_role] = new
-                s.via.pop(s.decl.chain_role, None)
+            if s.id == skip:
+                continue
+            for role in (s.decl.chain_role, *s.decl.delivers):
+                if s.inputs.get(role) == old:
+                    s.inputs[role] = new
+                    s.via.pop(role, None)
 
     def elide(self, rw: Rewrite) -> None:
         s = self.step(rw.step)

@@ -58,6 +58,9 @@ EVAL: dict[str, TaskMetrics] = {
                                         ("target",), _GENERATE),
     "image-to-text": TaskMetrics(("cer", "bleu", "exact_match"), ("image", "target"),
                                  ("target",), _GENERATE),
+    # language modelling on the texts: their own next tokens are the truth
+    "text-generation": TaskMetrics(("next_token_accuracy", "perplexity"), ("text",), ("text",),
+                                   frozenset({"perplexity"})),
 }
 
 ROLES = ("text", "text_pair", "label", "score", "question", "context", "answers", "id", "image",

@@ -141,6 +141,10 @@ def graph_specs(info: dict[str, Any], preproc: dict[str, Any], task: str, modali
     if modality == T.TEXT_IMAGE:
         return {"model": {"inputs": _text_image_inputs(info, preproc, mt, task, shapes, batch),
                           "outputs": outputs}}
+    if modality == T.CAUSAL:
+        from planner.models import lm
+
+        return lm.graph_specs(info, shapes, batch)
     return _encoder_decoder(info, preproc, mt, modality, shapes, batch, outputs)
 
 

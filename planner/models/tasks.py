@@ -14,9 +14,10 @@ from typing import Any
 from planner.errors import ConfigError
 
 # Modalities: what a graph takes. text2text and image2text models export an encoder and a
-# decoder graph.
-TEXT, IMAGE, AUDIO, TEXT_IMAGE, TEXT2TEXT, IMAGE2TEXT = (
-    "text", "image", "audio", "text+image", "text2text", "image2text")
+# decoder graph; a causal language model (decoder-only, "causal") a prefill and a decode graph
+# over a static key/value cache.
+TEXT, IMAGE, AUDIO, TEXT_IMAGE, TEXT2TEXT, IMAGE2TEXT, CAUSAL = (
+    "text", "image", "audio", "text+image", "text2text", "image2text", "causal")
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,13 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("automatic-speech-recognition", "AutoModelForCTC", ("logits",), (AUDIO,)),
     Task("text2text-generation", "AutoModelForSeq2SeqLM", ("logits",), (TEXT2TEXT,)),
     Task("image-to-text", "VisionEncoderDecoderModel", ("logits",), (IMAGE2TEXT,)),
+    Task("text-generation", "AutoModelForCausalLM", ("logits",), (CAUSAL,)),
 )}
 
 # The graphs a modality exports, and the outputs of the encoder graph (the decoder's are the
 # task's outputs).
-GRAPHS = {TEXT2TEXT: ("encoder", "decoder"), IMAGE2TEXT: ("encoder", "decoder")}
+GRAPHS = {TEXT2TEXT: ("encoder", "decoder"), IMAGE2TEXT: ("encoder", "decoder"),
+          CAUSAL: ("prefill", "decode")}
 ENCODER_OUTPUTS = ("last_hidden_state",)
 
 
@@ -78,6 +81,8 @@ _TEXT_TASKS = ("feature-extraction", "fill-mask", "text-classification",
                "zero-shot-classification")
 _TYPES_IDS = ("input_ids", "attention_mask", "token_type_ids")
 _IMAGE_TASKS = ("image-feature-extraction", "image-classification")
+# a causal LM generates; its base model's hidden states export as feature extraction
+_LM_TASKS = ("text-generation", "feature-extraction")
 
 MODEL_TYPES: dict[str, ModelType] = {m.name: m for m in (
     ModelType("bert", TEXT, _TEXT_TASKS, _TYPES_IDS),
@@ -129,6 +134,12 @@ MODEL_TYPES: dict[str, ModelType] = {m.name: m for m in (
     ModelType("marian", TEXT2TEXT, ("text2text-generation",)),
     ModelType("bart", TEXT2TEXT, ("text2text-generation",), position_offset=2),
     ModelType("vision-encoder-decoder", IMAGE2TEXT, ("image-to-text",), image_size=224),
+    *(ModelType(name, CAUSAL, _LM_TASKS, absolute_positions=absolute)
+      for name, absolute in (("gpt2", True), ("llama", False), ("mistral", False),
+                             ("qwen2", False), ("qwen3", False), ("phi3", False),
+                             ("gemma", False), ("gemma2", False), ("phi", False),
+                             ("gpt_neox", False), ("opt", True), ("olmo", False),
+                             ("granite", False), ("smollm3", False))),
 )}
 
 # A checkpoint's class name -> task, by what the class name ends with, per modality.
@@ -156,6 +167,9 @@ SUFFIXES: tuple[tuple[str, dict[str, str]], ...] = (
                AUDIO: "feature-extraction", TEXT_IMAGE: "zero-shot-image-classification"}),
 )
 SENTENCE_TRANSFORMER_FILES = ("modules.json", "sentence_bert_config.json")
+# Decoder-only language-model heads (LlamaForCausalLM, GPT2LMHeadModel): next-token logits for
+# text generation.
+CAUSAL_LM = ("ForCausalLM", "LMHeadModel")
 
 
 def model_type_of(info: dict[str, Any]) -> ModelType | None:
@@ -181,6 +195,8 @@ def guess_modality(info: dict[str, Any]) -> str | None:
         return IMAGE2TEXT if "image_size" in (info.get("encoder") or {}) else TEXT2TEXT
     if any(k in info for k in ("num_mel_bins", "conv_dim", "feat_extract_norm")):
         return AUDIO
+    if any(str(a).endswith(CAUSAL_LM) for a in info.get("architectures") or ()):
+        return CAUSAL
     if "image_size" in info or "num_channels" in info:
         return IMAGE
     if "vocab_size" in info:
@@ -204,15 +220,9 @@ def modality_of(info: dict[str, Any], model_class: str | None) -> str | None:
     return mt.modality if mt else None
 
 
-# Decoder-only language-model heads (LlamaForCausalLM, GPT2LMHeadModel): next-token logits for
-# text generation, a task modelplan does not build yet. Without this, "LMHeadModel" ends in
-# "Model" and read as feature extraction with an output the class does not return.
-CAUSAL_LM = ("ForCausalLM", "LMHeadModel")
-
-
 def task_from_class(cls: str, modality: str | None, info: dict[str, Any]) -> str | None:
-    if cls.endswith(CAUSAL_LM):
-        return None
+    if cls.endswith(CAUSAL_LM):  # checked first: "LMHeadModel" also ends in "Model"
+        return "text-generation"
     for suffix, by_modality in SUFFIXES:
         if cls.endswith(suffix) and modality in by_modality:
             task = by_modality[modality]
@@ -241,11 +251,6 @@ def detect(model: dict[str, Any], info: dict[str, Any],
         task = task_from_class(cls, modality_of(info, cls), info)
         if task == "feature-extraction" and any(f in files for f in SENTENCE_TRANSFORMER_FILES):
             task = "sentence-similarity"
-    if task is None and cls and cls.endswith(CAUSAL_LM):
-        raise ConfigError(
-            f"model.task: {cls} is a causal language model (next-token logits for text "
-            f"generation), which modelplan does not build yet; to export its base model's "
-            f"hidden states set model.task=feature-extraction")
     if task is None:
         candidates = mt.tasks if mt else ()
         if len(candidates) == 1:
@@ -268,8 +273,8 @@ def class_for(task: str, cls: str | None, mt: ModelType | None,
               info: dict[str, Any]) -> str | None:
     """The class to load: the checkpoint's own when it is a class for this task, else the
     model type's class for the task (towers, pose models), else None (the Auto class)."""
-    if cls and not cls.endswith(CAUSAL_LM) and \
-            task_from_class(cls, modality_of(info, cls), info) in (task, _NLI_PARENT.get(task)):
+    if cls and task_from_class(cls, modality_of(info, cls), info) in (task,
+                                                                       _NLI_PARENT.get(task)):
         return cls
     if cls and task == "sentence-similarity" and cls.endswith("Model") \
             and not cls.endswith(CAUSAL_LM):
@@ -285,6 +290,8 @@ def task_modality(task: str, info: dict[str, Any], model_class: str | None) -> s
     """The modality the graphs of this build take."""
     modality = modality_of(info, model_class)
     allowed = TASKS[task].modalities
+    if modality == CAUSAL and TEXT in allowed:  # a causal LM's base model, on text
+        return TEXT
     if modality in allowed:
         return modality  # type: ignore[return-value]
     if modality is None and len(allowed) == 1:

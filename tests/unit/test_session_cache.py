@@ -53,3 +53,43 @@ def test_falls_back_to_ort_then_to_no_cache(model: Path, tmp_path: Path,
     slot = next(other.iterdir())
     assert (slot / sc.DISABLED).is_file()
     assert sc.cpu_session(model, other)[1].state == "disabled"  # converged: no more tries
+
+
+def _external(tmp_path: Path) -> Path:
+    """A graph whose 4 MB weight lives in a file beside it."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024])
+    w = numpy_helper.from_array(np.eye(1024, dtype=np.float32), "w")
+    model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])],
+                                                "g", [x], [y], [w]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "ext" / "m.onnx"
+    path.parent.mkdir()
+    onnx.save(model, str(path), save_as_external_data=True, location="m.data")
+    return path
+
+
+def test_weights_are_counted_with_their_external_data(tmp_path: Path) -> None:
+    path = _external(tmp_path)
+    assert sc.weight_bytes(path) == path.stat().st_size + 1024 * 1024 * 4
+
+
+def test_a_model_over_the_limit_is_not_copied_into_the_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, cache = _external(tmp_path), tmp_path / "cache"
+    monkeypatch.setattr(sc, "MAX_CACHED_BYTES", 2**20)
+    session, info = sc.cpu_session(path, cache)
+    assert info.state == "off" and "GiB" in info.detail
+    assert session.run(None, {"x": __import__("numpy").ones((1, 1024), "float32")})[0].sum() == 1024
+    assert not cache.exists()  # nothing written: not even an empty slot
+
+
+def test_a_cached_graph_keeps_its_weights_under_a_lasting_name(tmp_path: Path) -> None:
+    path, cache = _external(tmp_path), tmp_path / "cache"
+    assert sc.cpu_session(path, cache)[1].state == "wrote-onnx"
+    slot = next(cache.iterdir())
+    assert not [p for p in slot.iterdir() if p.name.startswith(".writing")]
+    assert sc.cpu_session(path, cache)[1].state == "hit-onnx"

@@ -1,0 +1,170 @@
+"""Greedy generation with a causal LM's two graphs: the host side of the static key/value cache.
+
+The prefill graph reads the prompt (right-padded to its length; a longer prompt's remaining
+tokens go through the decode graph one at a time) and its present keys and values fill the
+first cache slots; each decode step reads one token, its position and the cache, and its
+present is written into the next slot. Generation stops at an end-of-sequence token, after
+`new_tokens`, or when the cache is full (`context_length` slots)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BUNDLE = "bundle.json"
+
+
+@dataclass
+class Generated:
+    tokens: list[int]
+    logits: list[np.ndarray] = field(default_factory=list)  # per generated token, [vocab]
+    stopped: str = "new_tokens"  # new_tokens | eos | context
+
+
+Forward = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+def session_forward(session: Any) -> Forward:
+    names = [o.name for o in session.get_outputs()]
+    return lambda feed: dict(zip(names, session.run(names, feed), strict=True))
+
+
+class LMRunner:
+    """The two graphs (as forwards: named inputs -> named outputs) and the cache buffers
+    between their calls; the graphs' input specs give the cache geometry."""
+
+    def __init__(self, prefill: Forward, decode: Forward, prefill_specs: list[dict[str, Any]],
+                 decode_specs: list[dict[str, Any]]) -> None:
+        self.prefill_forward, self.decode_forward = prefill, decode
+        specs = {s["name"]: s for s in decode_specs}
+        self.context = int(specs["attention_mask"]["shape"][1]) - 1
+        self.past_shapes = {n: s["shape"] for n, s in specs.items()
+                            if n.startswith("past_key_values.")}
+        self.prefill_length = int(next(s["shape"][1] for s in prefill_specs
+                                       if s["name"] == "input_ids"))
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = {n: np.zeros(shape, np.float32) for n, shape in self.past_shapes.items()}
+        self.seen = 0
+
+    def prompt(self, ids: list[int]) -> np.ndarray:
+        """Read the prompt into the cache; the logits at every prompt position [n, vocab]
+        (row i predicts token i + 1)."""
+        self.reset()
+        first = ids[:self.prefill_length]
+        n = len(first)
+        tokens = np.zeros((1, self.prefill_length), np.int64)
+        tokens[0, :n] = first
+        feed = {"input_ids": tokens,
+                "attention_mask": (np.arange(self.prefill_length) < n).astype(np.int64)[None],
+                "position_ids": np.arange(self.prefill_length, dtype=np.int64)[None]}
+        out = self.prefill_forward(feed)
+        for name in self.past_shapes:
+            self.cache[name][:, :, :n] = out[_present(name)][:, :, :n]
+        self.seen = n
+        rows = [out["logits"][0, i] for i in range(n)]
+        for token in ids[n:]:
+            rows.append(self.step(token))
+        return np.stack(rows)
+
+    @property
+    def full(self) -> bool:
+        return self.seen >= self.context
+
+    def step(self, token: int) -> np.ndarray:
+        """Decode one token at the next position; its logits for the token after it."""
+        if self.full:
+            raise IndexError(f"the key/value cache is full ({self.context} tokens)")
+        mask = np.zeros((1, self.context + 1), np.int64)
+        mask[0, :self.seen], mask[0, -1] = 1, 1
+        feed = {"input_ids": np.array([[token]], np.int64),
+                "position_ids": np.array([[self.seen]], np.int64),
+                "attention_mask": mask, **self.cache}
+        out = self.decode_forward(feed)
+        for name in self.past_shapes:
+            self.cache[name][:, :, self.seen] = out[_present(name)][:, :, 0]
+        self.seen += 1
+        return out["logits"][0, -1]
+
+    def greedy(self, ids: list[int], new_tokens: int, eos: set[int] | None = None,
+               forced: list[int] | None = None) -> Generated:
+        """Greedy decoding; `forced` feeds those tokens instead of the argmax (teacher forcing:
+        the logits at each step are then comparable with the run that chose them)."""
+        eos = eos or set()
+        logits = self.prompt(ids)[-1]
+        got = Generated([])
+        for i in range(new_tokens):
+            got.logits.append(logits)
+            token = int(np.argmax(logits))
+            got.tokens.append(token)
+            if token in eos:
+                got.stopped = "eos"
+                break
+            if i == new_tokens - 1:
+                break
+            if self.full:
+                got.stopped = "context"
+                break
+            logits = self.step(forced[i] if forced is not None and i < len(forced) else token)
+        return got
+
+
+def _present(past_name: str) -> str:
+    return past_name.replace("past_key_values.", "present.")
+
+
+def eos_ids(folder: Path) -> set[int]:
+    """The end-of-sequence ids a bundle's (or checkpoint's) generation config names."""
+    for name in ("generation_config.json", "config.json"):
+        path = folder / name
+        if path.is_file():
+            eos = json.loads(path.read_text()).get("eos_token_id")
+            if eos is not None:
+                return set(eos) if isinstance(eos, list) else {int(eos)}
+    return set()
+
+
+def open_bundle(folder: Path, target: Any, provider_options: dict[str, Any],
+                cache_dir: Path | None = None) -> LMRunner:
+    """An LMRunner over a bundle folder written by the lm_bundle step."""
+    from executors.runtime.adapters import adapter
+
+    graphs = json.loads((folder / BUNDLE).read_text())["graphs"]
+    runtime = adapter(target)
+    forwards = {g: session_forward(runtime.step_session(folder / graphs[g]["model"], target,
+                                                        provider_options, cache_dir)[0])
+                for g in ("prefill", "decode")}
+    return LMRunner(forwards["prefill"], forwards["decode"], graphs["prefill"]["inputs"],
+                    graphs["decode"]["inputs"])
+
+
+def torch_greedy(model: Any, ids: list[int], new_tokens: int,
+                 eos: set[int] | None = None) -> Generated:
+    """PyTorch's greedy decoding with the checkpoint's own cache (the reference)."""
+    import torch
+
+    eos = eos or set()
+    got = Generated([])
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids]), use_cache=True, return_dict=True)
+        cache, seen = out.past_key_values, len(ids)
+        for i in range(new_tokens):
+            logits = out.logits[0, -1].float().numpy()
+            got.logits.append(logits)
+            token = int(np.argmax(logits))
+            got.tokens.append(token)
+            if token in eos:
+                got.stopped = "eos"
+                break
+            if i == new_tokens - 1:
+                break
+            out = model(input_ids=torch.tensor([[token]]), past_key_values=cache,
+                        position_ids=torch.tensor([[seen]]), use_cache=True, return_dict=True)
+            cache, seen = out.past_key_values, seen + 1
+    return got

@@ -1,0 +1,68 @@
+"""The torch modules a causal LM's two graphs trace (planner/models/lm.py has their I/O).
+
+Both run the checkpoint's own forward with a transformers cache built inside the traced
+function: the prefill graph from an empty cache (its present = the prompt's keys and values),
+the decode graph from the static cache buffers it is fed, whose empty slots the attention mask
+hides; it returns only the decoded token's keys and values, which the host writes into slot
+`position`. Every shape is fixed, no op scatters, and the weights are the same tensors in both
+graphs (one weight set, stored once by content)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def layer_count(model: Any) -> int:
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
+        else model.config
+    return int(config.num_hidden_layers)
+
+
+def _cache(model: Any, past: tuple[Any, ...]) -> Any:
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    for i in range(len(past) // 2):
+        cache.update(past[2 * i], past[2 * i + 1], i)
+    return cache
+
+
+def _presents(cache: Any, layers: int, last: int | None) -> list[Any]:
+    out = []
+    for i in range(layers):
+        layer = cache.layers[i]
+        keys, values = layer.keys, layer.values
+        if last is not None:
+            keys, values = keys[:, :, -last:], values[:, :, -last:]
+        out += [keys, values]
+    return out
+
+
+def step(model: Any, input_ids: Any, attention_mask: Any, position_ids: Any,
+         past: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+    """(logits, present.0.key, present.0.value, ...) of one forward: the prompt on an empty
+    cache, or one token on the fed cache (the new entries only)."""
+    layers = layer_count(model)
+    cache = _cache(model, past)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                past_key_values=cache, use_cache=True, return_dict=True)
+    new = input_ids.shape[1] if past else None
+    return (out.logits, *_presents(out.past_key_values, layers, new))
+
+
+def graph_module(model: Any, graph: str, input_names: list[str]) -> Any:
+    """The module to trace for the prefill or decode graph, taking positional inputs."""
+    import torch
+
+    class Graph(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model  # the attribute name is the node names' scope (WRAPPER_PREFIX)
+
+        def forward(self, *args: Any) -> Any:
+            feed = dict(zip(input_names, args, strict=True))
+            past = tuple(feed[n] for n in input_names if n.startswith("past_key_values."))
+            return step(self.model, feed["input_ids"], feed["attention_mask"],
+                        feed["position_ids"], past)
+
+    return Graph().eval()

@@ -1,0 +1,119 @@
+"""A causal LM's samples, from the real generation loop: shipped sentences through the model's
+tokenizer (seeded random token ids when it has none) are the prompts; the prefill graph gets a
+prompt right-padded to its length; the decode graph gets a step of PyTorch's own greedy
+generation on a prompt: the token it chose, its position, and the keys and values PyTorch
+cached so far written into the static cache slots, the empty slots masked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from executors.samples.text import Got, sentences, tokenizer
+
+LM_KINDS = ("lm_prompt_ids", "lm_prompt_mask", "lm_prompt_positions", "lm_step_ids",
+            "lm_step_positions", "lm_step_mask", "lm_past")
+MAX_STEPS = 8  # decode samples are taken after 0 .. MAX_STEPS - 1 generated tokens
+
+
+def prompts(n: int, split: str, ckpt: Path | None, vocab: int, rng: np.random.Generator,
+            longest: int) -> tuple[list[list[int]], str]:
+    """`n` prompts as token id lists of at most `longest` tokens, and where they came from."""
+    tok = tokenizer(ckpt)
+    lines = sentences(split)
+    out = []
+    for i in range(n):
+        if tok is not None:
+            ids = list(tok(lines[i % len(lines)])["input_ids"])
+        else:
+            ids = [int(t) for t in rng.integers(0, vocab, size=int(rng.integers(4, 24)))]
+        out.append(ids[:longest] or [0])
+    origin = "sentences via the model's tokenizer" if tok is not None else \
+        "random token ids (the model has no tokenizer)"
+    return out, origin
+
+
+def lm_feeds(wanted: dict[str, dict[str, Any]], n: int, split: str, source: Path,
+             ckpt: Path | None, rng: np.random.Generator) -> Got:
+    import torch
+
+    from executors.runtime import torchmodel
+
+    model, _ = torchmodel.load(source)
+    vocab = int(model.config.get_text_config().vocab_size)
+    if "lm_prompt_ids" in wanted:
+        length = wanted["lm_prompt_ids"]["shape"][1]
+        ids, origin = prompts(n, split, ckpt, vocab, rng, length)
+        return Got([_prompt_feed(wanted, p, length) for p in ids], origin)
+    context = wanted["lm_step_mask"]["shape"][1] - 1
+    ids, origin = prompts(n, split, ckpt, vocab, rng, max(1, context - MAX_STEPS))
+    with torch.no_grad():
+        feeds = [_step_feed(model, wanted, p, (i * 3) % MAX_STEPS, context)
+                 for i, p in enumerate(ids)]
+    return Got(feeds, origin + "; caches of PyTorch's greedy generation")
+
+
+def random_feeds(wanted: dict[str, dict[str, Any]], n: int, specs: list[dict[str, Any]],
+                 rng: np.random.Generator) -> Got:
+    """Without the torch model: random token ids and cache values, but masks and positions as
+    generation makes them (a valid prefix; the decoded token after the filled slots)."""
+    feeds = []
+    for _ in range(n):
+        if "lm_prompt_ids" in wanted:
+            length = wanted["lm_prompt_ids"]["shape"][1]
+            vocab = int(wanted["lm_prompt_ids"]["max"]) + 1
+            ids = [int(t) for t in rng.integers(0, vocab, size=int(rng.integers(1, length + 1)))]
+            feeds.append(_prompt_feed(wanted, ids, length))
+            continue
+        context = wanted["lm_step_mask"]["shape"][1] - 1
+        seen = int(rng.integers(1, context + 1))
+        mask = np.zeros((1, context + 1), np.int64)
+        mask[0, :seen], mask[0, -1] = 1, 1
+        feed = {wanted["lm_step_ids"]["name"]: rng.integers(
+                    0, int(wanted["lm_step_ids"]["max"]) + 1, size=(1, 1)),
+                wanted["lm_step_positions"]["name"]: np.array([[seen]], np.int64),
+                wanted["lm_step_mask"]["name"]: mask}
+        for spec in specs:
+            if spec.get("kind") == "lm_past":
+                feed[spec["name"]] = rng.normal(0.0, 1.0, size=spec["shape"]).astype(np.float32)
+        feeds.append(feed)
+    return Got(feeds, "random token ids and caches (no torch model here); generation's masks")
+
+
+def _prompt_feed(wanted: dict[str, dict[str, Any]], ids: list[int],
+                 length: int) -> dict[str, np.ndarray]:
+    tokens = np.zeros((1, length), np.int64)
+    tokens[0, :len(ids)] = ids
+    mask = (np.arange(length) < len(ids)).astype(np.int64)[None]
+    return {wanted["lm_prompt_ids"]["name"]: tokens,
+            wanted["lm_prompt_mask"]["name"]: mask,
+            wanted["lm_prompt_positions"]["name"]: np.arange(length, dtype=np.int64)[None]}
+
+
+def _step_feed(model: Any, wanted: dict[str, dict[str, Any]], ids: list[int], steps: int,
+               context: int) -> dict[str, np.ndarray]:
+    """The decode graph's inputs after `steps` greedy tokens on the prompt `ids`."""
+    import torch
+
+    out = model(input_ids=torch.tensor([ids]), use_cache=True, return_dict=True)
+    cache, seen = out.past_key_values, len(ids)
+    token = int(out.logits[0, -1].argmax())
+    for _ in range(steps):
+        out = model(input_ids=torch.tensor([[token]]), past_key_values=cache, use_cache=True,
+                    return_dict=True, position_ids=torch.tensor([[seen]]))
+        cache, seen = out.past_key_values, seen + 1
+        token = int(out.logits[0, -1].argmax())
+    mask = np.zeros((1, context + 1), np.int64)
+    mask[0, :seen], mask[0, -1] = 1, 1
+    feed = {wanted["lm_step_ids"]["name"]: np.array([[token]], np.int64),
+            wanted["lm_step_positions"]["name"]: np.array([[seen]], np.int64),
+            wanted["lm_step_mask"]["name"]: mask}
+    for i, layer in enumerate(cache.layers):  # every layer's buffers (one spec's shape each)
+        for part, value in (("key", layer.keys), ("value", layer.values)):
+            buf = np.zeros(wanted["lm_past"]["shape"], np.float32)
+            buf[:, :, :seen] = value.numpy()
+            feed[f"past_key_values.{i}.{part}"] = buf
+    return feed
+

@@ -1,0 +1,111 @@
+"""lm_bundle: a causal LM's deliverable folder. Its prefill and decode graphs as
+`prefill_model.onnx` and `decode_model.onnx` (with whatever their step wrote beside them, such
+as an EPContext binary), one `weights/` folder whose blobs are named by content so that the
+weights both graphs read are stored once, the checkpoint's config, generation config and
+tokenizer files, `bundle.json` (each graph's source step and I/O, the cache geometry) and a
+`genai_config.json` in onnxruntime-genai's layout. Files are hard links to the store entries
+where the file system allows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from executors.onnx.artifacts import MODEL
+from executors.run.wrapper import StepContext, StepResult
+from executors.runtime.generate import BUNDLE
+from executors.samples import checkpoint_dir, io_specs
+from executors.store.weights import WEIGHTS, link_or_copy
+
+# what a client needs beside the graphs (tokenizer files of the usual tokenizer families)
+CHECKPOINT_FILES = ("config.json", "generation_config.json", "tokenizer.json",
+                    "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                    "merges.txt", "vocab.txt", "tokenizer.model", "added_tokens.json",
+                    "chat_template.jinja")
+STEP_FILES = ("manifest.json", "result.json", "metrics.json")  # the store's, not the model's
+
+
+def run(ctx: StepContext) -> StepResult:
+    p = ctx.params
+    graphs: dict[str, Any] = {}
+    blobs, shared = 0, 0
+    for graph in p["graphs"]:
+        src_dir = ctx.inputs[graph]
+        for f in sorted(src_dir.iterdir()):
+            if f.is_file() and f.name not in STEP_FILES and not f.name.startswith("."):
+                link_or_copy(f, ctx.out / f"{graph}_{f.name}")
+        for blob in sorted((src_dir / WEIGHTS).glob("*")):
+            blobs += 1
+            (ctx.out / WEIGHTS).mkdir(exist_ok=True)
+            if (ctx.out / WEIGHTS / blob.name).exists():
+                shared += 1
+                continue
+            link_or_copy(blob, ctx.out / WEIGHTS / blob.name)
+        inputs, outputs = io_specs(src_dir / MODEL)
+        graphs[graph] = {"model": f"{graph}_{MODEL}", "from": ctx.step["inputs"][graph],
+                         "inputs": inputs, "outputs": outputs}
+    ckpt = checkpoint_dir(ctx.inputs.get("source"))
+    copied = [f for f in CHECKPOINT_FILES if ckpt is not None and (ckpt / f).is_file()]
+    for f in copied:
+        link_or_copy(ckpt / f, ctx.out / f)
+    described = {"graphs": graphs, "prefill_length": p["prefill_length"],
+                 "context_length": p["context_length"]}
+    (ctx.out / BUNDLE).write_text(json.dumps(described, indent=2, sort_keys=True))
+    config = json.loads((ckpt / "config.json").read_text()) if "config.json" in copied else {}
+    genai = genai_config(config, described, _generation(ckpt))
+    (ctx.out / "genai_config.json").write_text(json.dumps(genai, indent=2))
+    weight_bytes = sum(f.stat().st_size for f in (ctx.out / WEIGHTS).glob("*")) \
+        if (ctx.out / WEIGHTS).is_dir() else 0
+    return StepResult(metrics={"graphs": list(graphs), "weight_blobs": blobs - shared,
+                               "blobs_shared_by_graphs": shared, "weight_bytes": weight_bytes,
+                               "client_files": copied,
+                               "context_length": p["context_length"],
+                               "prefill_length": p["prefill_length"]})
+
+
+def _generation(ckpt: Path | None) -> dict[str, Any]:
+    path = None if ckpt is None else ckpt / "generation_config.json"
+    return json.loads(path.read_text()) if path is not None and path.is_file() else {}
+
+
+def genai_config(config: dict[str, Any], bundle: dict[str, Any],
+                 generation: dict[str, Any]) -> dict[str, Any]:
+    """onnxruntime-genai's config for the two graphs: a decoder pipeline whose first model
+    runs on the prompt and second on each generated token, over a static cache."""
+    from planner.models import lm
+
+    shape = lm.shape_of(config) if config else None
+    layers = shape.layers if shape else sum(
+        1 for s in bundle["graphs"]["decode"]["inputs"] if s["name"].endswith(".key"))
+    graphs = bundle["graphs"]
+
+    def io(graph: str, key: str) -> list[str]:
+        return [s["name"] for s in graphs[graph][key]]
+
+    eos = generation.get("eos_token_id", config.get("eos_token_id"))
+    context = bundle["context_length"] + 1
+    return {"model": {
+        "type": config.get("model_type", "decoder"),
+        "bos_token_id": generation.get("bos_token_id", config.get("bos_token_id")),
+        "eos_token_id": eos, "pad_token_id": config.get("pad_token_id") or (
+            eos[0] if isinstance(eos, list) else eos),
+        "context_length": context, "vocab_size": shape.vocab if shape else None,
+        "decoder": {
+            "num_hidden_layers": layers, "head_size": shape.head_dim if shape else None,
+            "num_key_value_heads": shape.kv_heads if shape else None,
+            "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask",
+                       "position_ids": "position_ids",
+                       "past_key_names": "past_key_values.%d.key",
+                       "past_value_names": "past_key_values.%d.value"},
+            "outputs": {"logits": "logits", "present_key_names": "present.%d.key",
+                        "present_value_names": "present.%d.value"},
+            "pipeline": [
+                {"prefill": {"filename": graphs["prefill"]["model"],
+                             "inputs": io("prefill", "inputs"),
+                             "outputs": io("prefill", "outputs"), "run_on_token_gen": False}},
+                {"decode": {"filename": graphs["decode"]["model"],
+                            "inputs": io("decode", "inputs"),
+                            "outputs": io("decode", "outputs"), "run_on_prompt": False}}]}},
+        "search": {"do_sample": False, "num_beams": 1, "max_length": context,
+                   "past_present_share_buffer": False}}

@@ -1,0 +1,101 @@
+"""A causal language model's two graphs over a static key/value cache, derived at plan time
+from config.json: the prefill graph reads a prompt of `export.shapes.prefill_length` tokens;
+the decode graph reads one token, its position, and `context_length` cache slots per layer.
+Both return the logits and the new tokens' keys and values only ("present"): the host writes
+them into its cache buffer, so no graph scatters into a tensor and every shape is fixed.
+
+Names follow onnxruntime-genai's conventions (`past_key_values.{i}.key`, `present.{i}.key`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from planner.errors import ConfigError
+
+DEFAULT_PREFILL = 64
+DEFAULT_CONTEXT = 256
+# config.json fields that name the same quantity across model families
+_LAYERS = ("num_hidden_layers", "n_layer", "num_layers")
+_HEADS = ("num_attention_heads", "n_head")
+_WIDTH = ("hidden_size", "n_embd", "d_model")
+_POSITIONS = ("max_position_embeddings", "n_positions", "max_sequence_length", "n_ctx")
+
+
+@dataclass(frozen=True)
+class Shape:
+    layers: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    positions: int | None
+
+
+def _first(info: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    return next((info[k] for k in keys if isinstance(info.get(k), int)), None)
+
+
+def shape_of(info: dict[str, Any]) -> Shape:
+    """Layers, key/value heads, head width, vocabulary and position limit of a causal LM."""
+    text = info.get("text_config") or info
+    layers, heads, width = (_first(text, k) for k in (_LAYERS, _HEADS, _WIDTH))
+    vocab = text.get("vocab_size")
+    if not (layers and heads and width and vocab):
+        raise ConfigError(f"export.inputs: cannot derive a causal LM's key/value cache for "
+                          f"model_type {info.get('model_type')!r} (config.json lacks layers, "
+                          "heads, hidden size or vocab_size)")
+    kv = text.get("num_key_value_heads") or (1 if text.get("multi_query") else heads)
+    head_dim = text.get("head_dim") or width // heads
+    return Shape(layers, int(kv), int(head_dim), int(vocab), _first(text, _POSITIONS))
+
+
+def lengths(info: dict[str, Any], shapes: dict[str, Any]) -> tuple[int, int]:
+    """(prefill_length, context_length), checked against the model's position limit: the
+    decode graph sees context_length cached tokens and the one it decodes."""
+    limit = shape_of(info).positions
+    context = shapes.get("context_length")
+    if context is None:
+        context = min(DEFAULT_CONTEXT, limit - 1) if limit else DEFAULT_CONTEXT
+    elif limit is not None and context + 1 > limit:
+        raise ConfigError(f"export.shapes.context_length: {context} cache slots and the "
+                          f"decoded token need {context + 1} positions, but the model has "
+                          f"{limit}; set export.shapes.context_length={limit - 1} or less")
+    prefill = shapes.get("prefill_length")
+    if prefill is None:
+        prefill = min(DEFAULT_PREFILL, context)
+    elif prefill > context:
+        raise ConfigError(f"export.shapes.prefill_length: {prefill} prompt tokens do not fit "
+                          f"the {context} cache slots; set export.shapes.prefill_length="
+                          f"{context} or less, or raise export.shapes.context_length")
+    return prefill, context
+
+
+def cache_names(layers: int, prefix: str) -> list[str]:
+    return [f"{prefix}.{i}.{part}" for i in range(layers) for part in ("key", "value")]
+
+
+def _spec(name: str, dtype: str, shape: list[int], lo: float, hi: float,
+          kind: str) -> dict[str, Any]:
+    return {"name": name, "dtype": dtype, "shape": shape, "min": lo, "max": hi, "kind": kind}
+
+
+def graph_specs(info: dict[str, Any], shapes: dict[str, Any],
+                batch: int) -> dict[str, dict[str, Any]]:
+    if batch != 1:
+        raise ConfigError("export.shapes.batch_size: a causal LM's graphs decode one sequence "
+                          "(batch 1); set export.shapes.batch_size=1")
+    s = shape_of(info)
+    prefill, context = lengths(info, shapes)
+    outputs = ["logits", *cache_names(s.layers, "present")]
+    top = context  # positions run 0 .. context
+    prompt = [_spec("input_ids", "int64", [1, prefill], 0, s.vocab - 1, "lm_prompt_ids"),
+              _spec("attention_mask", "int64", [1, prefill], 0, 1, "lm_prompt_mask"),
+              _spec("position_ids", "int64", [1, prefill], 0, top, "lm_prompt_positions")]
+    past = [_spec(n, "float32", [1, s.kv_heads, context, s.head_dim], -8.0, 8.0, "lm_past")
+            for n in cache_names(s.layers, "past_key_values")]
+    step = [_spec("input_ids", "int64", [1, 1], 0, s.vocab - 1, "lm_step_ids"),
+            _spec("position_ids", "int64", [1, 1], 0, top, "lm_step_positions"),
+            _spec("attention_mask", "int64", [1, context + 1], 0, 1, "lm_step_mask"), *past]
+    return {"prefill": {"inputs": prompt, "outputs": outputs},
+            "decode": {"inputs": step, "outputs": outputs}}
