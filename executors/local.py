@@ -180,6 +180,8 @@ class LocalExecutor:
     # -- commands ------------------------------------------------------------------------
     @staticmethod
     def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+        from executors.runtime import generate_cli
         from executors.store import cli
 
         cli.add_command(sub, common)
+        generate_cli.add_command(sub, common)

@@ -9,6 +9,7 @@ present is written into the next slot. Generation stops at an end-of-sequence to
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,12 @@ class Generated:
     tokens: list[int]
     logits: list[np.ndarray] = field(default_factory=list)  # per generated token, [vocab]
     stopped: str = "new_tokens"  # new_tokens | eos | context
+    first_token_s: float = 0.0   # the prompt's pass: time to the first token
+    decode_s: list[float] = field(default_factory=list)  # each decode step
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return len(self.decode_s) / sum(self.decode_s) if self.decode_s else None
 
 
 Forward = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
@@ -97,8 +104,9 @@ class LMRunner:
         """Greedy decoding; `forced` feeds those tokens instead of the argmax (teacher forcing:
         the logits at each step are then comparable with the run that chose them)."""
         eos = eos or set()
+        start = time.perf_counter()
         logits = self.prompt(ids)[-1]
-        got = Generated([])
+        got = Generated([], first_token_s=time.perf_counter() - start)
         for i in range(new_tokens):
             got.logits.append(logits)
             token = int(np.argmax(logits))
@@ -111,7 +119,9 @@ class LMRunner:
             if self.full:
                 got.stopped = "context"
                 break
+            start = time.perf_counter()
             logits = self.step(forced[i] if forced is not None and i < len(forced) else token)
+            got.decode_s.append(time.perf_counter() - start)
         return got
 
 

@@ -50,7 +50,8 @@ def run(ctx: StepContext) -> StepResult:
     for f in copied:
         link_or_copy(ckpt / f, ctx.out / f)
     described = {"graphs": graphs, "prefill_length": p["prefill_length"],
-                 "context_length": p["context_length"]}
+                 "context_length": p["context_length"],
+                 "runs_on": {k: p[k] for k in ("ep", "backend", "provider_options")}}
     (ctx.out / BUNDLE).write_text(json.dumps(described, indent=2, sort_keys=True))
     config = json.loads((ckpt / "config.json").read_text()) if "config.json" in copied else {}
     genai = genai_config(config, described, _generation(ckpt))

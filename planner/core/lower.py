@@ -108,7 +108,7 @@ def _lm_bundle(config: dict[str, Any], known: dict[str, Any],
 
     prefill, context = lm.lengths(known["info"], config["export"]["shapes"])
     steps = [Step("bundle", "lm_bundle", {"graphs": list(finals), "prefill_length": prefill,
-                                          "context_length": context},
+                                          "context_length": context, **_ep(config)},
                   {**finals, "source": "resolve"})]
     verify = config["verify"]
     if verify["metric"] != "none" and verify["new_tokens"] > 0:
@@ -218,7 +218,9 @@ def _eval(config: dict[str, Any], known: dict[str, Any], deliverable: str,
     reference = next(iter(fp32s.values()))
     if known["modality"] == T.CAUSAL:
         bundle = _lm_bundle(config, known, fp32s)[0]
-        steps.append(Step("reference_bundle", "lm_bundle", bundle.params, bundle.inputs))
+        host = {"ep": "cpu", "backend": None, "provider_options": {}}  # the fp32 graphs run there
+        steps.append(Step("reference_bundle", "lm_bundle", {**bundle.params, **host},
+                          bundle.inputs))
         reference = "reference_bundle"
     elif len(fp32s) > 1:
         steps.append(Step("reference_bundle", "bundle", {"graphs": list(fp32s)}, dict(fp32s)))

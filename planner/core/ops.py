@@ -254,8 +254,9 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("onnx",), outputs=("models",), chain_role="decoder", delivers=("encoder",)),
     Op("lm_bundle", 1, "deliver a causal LM's prefill and decode graphs in one folder, weights "
        "stored once, with its tokenizer, generation config and genai_config.json",
-       params=("graphs", "prefill_length", "context_length"), inputs=("prefill", "decode",
-                                                                       "source"),
+       params=("graphs", "prefill_length", "context_length", "ep", "backend",
+               "provider_options"),
+       inputs=("prefill", "decode", "source"),
        requires=(Require(N.FORMAT, "eq", "onnx", role="prefill"),
                  Require(N.FORMAT, "eq", "onnx", role="decode")),
        tools=("onnx",), outputs=("models",), chain_role="decode", delivers=("prefill",)),

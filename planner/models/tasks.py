@@ -253,7 +253,8 @@ def detect(model: dict[str, Any], info: dict[str, Any],
             task = "sentence-similarity"
     if task is None:
         candidates = mt.tasks if mt else ()
-        if len(candidates) == 1:
+        if len(candidates) == 1 or (mt is not None and mt.modality == CAUSAL):
+            # a causal LM type's config without a class is still a language model's
             task = candidates[0]
         else:
             raise ConfigError(

@@ -9,6 +9,11 @@ from typing import Any
 _TEXT = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
          "intermediate_size": 64, "vocab_size": 1000, "max_position_embeddings": 512}
 _TYPED = {**_TEXT, "type_vocab_size": 2}  # models that take token_type_ids
+# causal LMs: grouped-query attention (2 query heads per key/value head), 128 positions
+_LM = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+       "num_key_value_heads": 1, "intermediate_size": 64, "vocab_size": 1000,
+       "max_position_embeddings": 128, "pad_token_id": 0, "bos_token_id": 1,
+       "eos_token_id": 2}
 _VIT = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
         "intermediate_size": 64, "image_size": 32, "patch_size": 8}
 _AUDIO = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -104,6 +109,11 @@ TINY: dict[str, dict[str, Any]] = {
     "marian": {**_SEQ2SEQ, "pad_token_id": 999, "decoder_start_token_id": 999,
                "eos_token_id": 0},
     "bart": _SEQ2SEQ,
+    **{name: {**_LM, **extra} for name, extra in (
+        ("llama", {}), ("mistral", {}), ("qwen2", {}), ("phi3", {}),
+        ("qwen3", {"head_dim": 16}), ("gemma", {"head_dim": 16}))},  # their defaults: 128, 256
+    "gpt2": {"n_embd": 32, "n_layer": 2, "n_head": 2, "n_inner": 64, "vocab_size": 1000,
+             "n_positions": 128, "bos_token_id": 1, "eos_token_id": 2},
     "vision-encoder-decoder": {
         "encoder": {"model_type": "vit", **_VIT},
         "decoder": {"model_type": "bert", **_TEXT, "is_decoder": True,

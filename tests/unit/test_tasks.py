@@ -89,24 +89,6 @@ def test_ambiguous_or_impossible_detection_is_one_line(tmp_path: Path) -> None:
     assert "set model.task to one of: feature-extraction" in result.stderr
 
 
-@pytest.mark.parametrize("model_type, cls", [("gpt2", "GPT2LMHeadModel"),
-                                             ("llama", "LlamaForCausalLM")])
-def test_a_causal_language_model_is_refused_not_built_as_something_else(
-        tmp_path: Path, model_type: str, cls: str) -> None:
-    """GPT2LMHeadModel ends in "Model": it was planned as feature extraction of a
-    last_hidden_state the class does not return; a causal LM is said to be one."""
-    ckpt = checkpoint(tmp_path, {"model_type": model_type, "architectures": [cls],
-                                 "vocab_size": 100, "max_position_embeddings": 64})
-    result = run_cli("plan", "model=local_hf", f"model.path={ckpt}")
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and f"model.task: {cls} is a causal language model" in lines[0]
-    assert "model.task=feature-extraction" in lines[0]
-    # as the error says: the base model's hidden states, loaded by the Auto class
-    resolve = plan(ckpt, "model.task=feature-extraction")["steps"][0]["params"]
-    assert (resolve["task"], resolve["model_class"]) == ("feature-extraction", None)
-
-
 def test_a_task_the_model_type_cannot_build_names_the_ones_it_can(tmp_path: Path) -> None:
     ckpt = checkpoint(tmp_path, {"model_type": "vit", "image_size": 32})
     with pytest.raises(ConfigError, match="not a task modelplan builds for model_type 'vit'; "

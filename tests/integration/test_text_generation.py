@@ -1,0 +1,109 @@
+"""Causal LMs built end to end from tiny random checkpoints of each listed family: two graphs of
+fixed shapes sharing their weights, greedy generation that matches PyTorch token for token on
+the CPU in fp32, the agreement rate on the HTP simulator, the published bundle run by
+`modelplan generate`, and language-modelling eval."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+
+from tests.checkpoints import text_checkpoint
+from tests.conftest import run_cli
+from tests.integration.conftest import run_json, step
+
+FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma")
+SHAPES = ("export.shapes.prefill_length=8", "export.shapes.context_length=32")
+
+
+def build(tmp: Path, family: str, *args: str) -> dict[str, Any]:
+    code, record, err = run_json("model=tiny_random", f"model.random_init.model_type={family}",
+                                 *SHAPES, "perf=none", *args, store=tmp / "store",
+                                 outputs=tmp / "out")
+    assert code == 0, err
+    return record
+
+
+def graphs(record: dict[str, Any]) -> dict[str, onnx.ModelProto]:
+    folder = Path(step(record, "bundle")["outputs"]["bundle.json"]).parent
+    described = json.loads((folder / "bundle.json").read_text())
+    return {g: onnx.load(str(folder / e["model"]), load_external_data=False)
+            for g, e in described["graphs"].items()}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fp32_generation_matches_pytorch_token_for_token(tmp_path: Path, family: str) -> None:
+    record = build(tmp_path, family, "target=cpu", "quant=none")
+    gen = step(record, "verify_generation")["metrics"]
+    assert gen["token_agreement"] == 1.0 and gen["exact_prompts"] == gen["prompts"] == 4
+    assert gen["first_divergence_min"] == 16 and gen["cosine_min"] > 0.9999
+    bundle = step(record, "bundle")["metrics"]
+    assert bundle["weight_blobs"] >= 1  # the embeddings at least: stored once for both graphs
+    assert bundle["blobs_shared_by_graphs"] == bundle["weight_blobs"]
+    for graph, model in graphs(record).items():  # every shape fixed at build time
+        for value in [*model.graph.input, *model.graph.output]:
+            dims = value.type.tensor_type.shape.dim
+            assert all(d.dim_value > 0 and not d.dim_param for d in dims), (graph, value.name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_htp_w8a16_pc_generation_agrees_with_pytorch(tmp_path: Path, family: str) -> None:
+    record = build(tmp_path, family, "target=qnn_htp", "quant=w8a16_pc")
+    for graph in ("prefill", "decode"):
+        assert step(record, f"{graph}.compile")["metrics"]["context_nodes"] >= 1
+    gen = step(record, "verify_generation")["metrics"]
+    assert gen["cosine_mean"] >= 0.99 and gen["token_agreement"] >= 0.75, gen
+    models = graphs(record)
+    assert all(n.op_type == "EPContext" for m in models.values() for n in m.graph.node)
+
+
+@pytest.fixture(scope="module")
+def llama_with_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return text_checkpoint(tmp_path_factory.mktemp("lm") / "llama", cls="LlamaForCausalLM",
+                           model_type="llama", num_key_value_heads=1, pad_token_id=0)
+
+
+def test_generate_runs_the_published_bundle_like_pytorch(tmp_path: Path,
+                                                         llama_with_tokenizer: Path) -> None:
+    import torch
+    import transformers
+
+    code, record, err = run_json("model=local_hf", f"model.path={llama_with_tokenizer}",
+                                 *SHAPES, "target=cpu", "quant=none", "perf=none",
+                                 "verify.new_tokens=4", store=tmp_path / "store",
+                                 outputs=tmp_path / "out")
+    assert code == 0, err
+    folder = Path(record["published"]["bundle.json"]).parent
+    assert {"bundle.json", "genai_config.json", "tokenizer.json", "config.json",
+            "prefill_model.onnx", "decode_model.onnx"} <= {p.name for p in folder.iterdir()}
+    result = run_cli("generate", str(folder), "the cat sat on", "--new-tokens", "6", "--json")
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout)
+    model = transformers.LlamaForCausalLM.from_pretrained(str(llama_with_tokenizer)).eval()
+    with torch.no_grad():
+        want = model.generate(torch.tensor([got["prompt_ids"]]), max_new_tokens=6,
+                              do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert got["tokens"] == want[0, len(got["prompt_ids"]):].tolist()
+    assert got["ttft_ms"] > 0 and got["tokens_per_s"] > 0
+    genai = json.loads((folder / "genai_config.json").read_text())["model"]
+    assert genai["context_length"] == 33 and genai["decoder"]["num_hidden_layers"] == 2
+    bad = run_cli("generate", str(tmp_path), "x")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_eval_scores_next_tokens_the_same_for_pytorch_and_the_export(
+        tmp_path: Path, llama_with_tokenizer: Path) -> None:
+    code, record, err = run_json("model=local_hf", f"model.path={llama_with_tokenizer}",
+                                 *SHAPES, "target=cpu", "quant=w8a16_pc", "perf=none",
+                                 "verify=none", "eval=task", "eval.dataset.samples=6",
+                                 store=tmp_path / "store", outputs=tmp_path / "out")
+    assert code == 0, err
+    metrics = step(record, "eval")["metrics"]
+    scores = metrics["scores"] if "scores" in metrics else metrics
+    text = json.dumps(scores)
+    assert "perplexity" in text and "next_token_accuracy" in text

@@ -1,0 +1,122 @@
+"""Causal language models at plan time: detected as text-generation from config.json, planned
+as a prefill and a decode graph over a static key/value cache (shapes from config.json and
+export.shapes, checked against the position limit), delivered by one bundle with a generation
+check; a sweep over precisions exports each graph once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planner.errors import ConfigError
+from planner.models import lm
+from planner.models import tasks as T
+from planner.planning import plan_from_overrides
+from tests.conftest import run_cli
+
+LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 100,
+         "hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "max_position_embeddings": 64}
+GPT2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": 100,
+        "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64}
+
+
+def checkpoint(tmp_path: Path, config: dict[str, Any]) -> Path:
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps(config))
+    (ckpt / "model.safetensors").write_bytes(b"not read at plan time")
+    return ckpt
+
+
+def plan(ckpt: Path, *overrides: str) -> dict[str, Any]:
+    return plan_from_overrides(["model=local_hf", f"model.path={ckpt}", "target=cpu",
+                                *overrides]).to_json()
+
+
+def params(ir: dict[str, Any], step: str) -> dict[str, Any]:
+    return next(s for s in ir["steps"] if s["id"] == step)["params"]
+
+
+@pytest.mark.parametrize("config", [LLAMA, GPT2])
+def test_a_causal_lm_is_text_generation_with_its_class(config: dict[str, Any]) -> None:
+    task, cls = T.detect({"task": None, "model_class": None}, config)
+    assert (task, cls) == ("text-generation", config["architectures"][0])
+    # its base model's hidden states are still there to export, by the Auto class
+    assert T.detect({"task": "feature-extraction", "model_class": None}, config) == \
+        ("feature-extraction", None)
+
+
+def test_an_unlisted_model_type_whose_class_is_a_causal_lm_generates() -> None:
+    config = {**LLAMA, "model_type": "mystery", "architectures": ["MysteryForCausalLM"]}
+    assert T.detect({"task": None, "model_class": None}, config)[0] == "text-generation"
+
+
+def test_two_graphs_over_a_static_cache(tmp_path: Path) -> None:
+    ir = plan(checkpoint(tmp_path, LLAMA), "export.shapes.prefill_length=8",
+              "export.shapes.context_length=40")
+    prefill, decode = params(ir, "prefill.export"), params(ir, "decode.export")
+    assert {s["name"]: s["shape"] for s in prefill["inputs"]} == {
+        "input_ids": [1, 8], "attention_mask": [1, 8], "position_ids": [1, 8]}
+    shapes = {s["name"]: s["shape"] for s in decode["inputs"]}
+    assert shapes["input_ids"] == [1, 1] and shapes["attention_mask"] == [1, 41]
+    past = [n for n in shapes if n.startswith("past_key_values.")]
+    assert len(past) == 2 * 3 and all(shapes[n] == [1, 2, 40, 8] for n in past)  # 2 kv heads
+    assert prefill["outputs"] == decode["outputs"] == [
+        "logits", *[f"present.{i}.{p}" for i in range(3) for p in ("key", "value")]]
+    ids = [s["id"] for s in ir["steps"]]
+    assert ids.count("resolve") == 1 and ir["deliverable"] == "bundle"
+    bundle = params(ir, "bundle")
+    assert (bundle["prefill_length"], bundle["context_length"]) == (8, 40)
+    step = next(s for s in ir["steps"] if s["id"] == "bundle")
+    assert step["inputs"] == {"prefill": "prefill.tag", "decode": "decode.tag",
+                              "source": "resolve"}  # both graphs tagged, not just one
+    assert params(ir, "verify_generation")["new_tokens"] == 16
+
+
+def test_default_lengths_fit_the_positions(tmp_path: Path) -> None:
+    assert lm.lengths(LLAMA, {}) == (63, 63)  # 64 positions: 63 cached + the decoded token
+    assert lm.lengths({**LLAMA, "max_position_embeddings": 4096}, {}) == (64, 256)
+
+
+@pytest.mark.parametrize(("overrides", "says"), [
+    (["export.shapes.context_length=64"], "export.shapes.context_length=63 or less"),
+    (["export.shapes.prefill_length=50", "export.shapes.context_length=32"],
+     "export.shapes.prefill_length=32 or less"),
+    (["export.shapes.batch_size=2"], "export.shapes.batch_size=1"),
+])
+def test_shapes_outside_the_model_are_one_line_naming_the_fix(
+        tmp_path: Path, overrides: list[str], says: str) -> None:
+    ckpt = checkpoint(tmp_path, LLAMA)
+    with pytest.raises(ConfigError, match=says.replace(".", r"\.")):
+        plan(ckpt, *overrides)
+    result = run_cli("plan", "model=local_hf", f"model.path={ckpt}", *overrides)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_gpt2_fields_give_its_cache(tmp_path: Path) -> None:
+    shape = lm.shape_of(GPT2)
+    assert (shape.layers, shape.kv_heads, shape.head_dim, shape.positions) == (2, 4, 8, 64)
+
+
+def test_a_sweep_over_precisions_exports_each_graph_once(tmp_path: Path) -> None:
+    ckpt = checkpoint(tmp_path, LLAMA)
+    result = run_cli("plan", "-m", "model=local_hf", f"model.path={ckpt}", "target=qnn_htp",
+                     "quant=w8a16_pc,w8a8", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    merged = json.loads(result.stdout)
+    ops = [s["op"] for s in merged["steps"]]
+    assert ops.count("export") == 2 and ops.count("quantize") == 4  # two graphs x two
+    assert ops.count("lm_bundle") == 2 and ops.count("compile") == 4
+
+
+def test_plan_text_shows_both_graphs_and_the_bundle(tmp_path: Path) -> None:
+    result = run_cli("plan", "model=local_hf", f"model.path={checkpoint(tmp_path, LLAMA)}",
+                     "target=qnn_htp")
+    assert result.returncode == 0, result.stderr
+    for line in ("prefill.compile", "decode.compile", "bundle", "verify_generation",
+                 "prefill_length=63 context_length=63"):
+        assert line in result.stdout
