@@ -26,7 +26,7 @@ def matmul_graph(weights: list[np.ndarray], seq: int, name: str) -> onnx.ModelPr
     for i, w in enumerate(weights):
         lo, hi = min(float(w.min()), 0.0), max(float(w.max()), 0.0)
         scale = np.float32((hi - lo) / 255)
-        zero = int(round(-lo / scale))
+        zero = int(np.round(-lo / scale))
         wq = np.clip(np.round(w / scale) + zero, 0, 255).astype(np.uint8)
         inits += [numpy_helper.from_array(wq, f"w{i}_q"),
                   numpy_helper.from_array(np.array(scale), f"w{i}_s"),
