@@ -20,7 +20,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from executors.runtime import shared_context as sc
+from planner.core.targets import named
 from tests.qdq_pairs import write_pair
+
+HTP = named("qnn_htp")
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -40,7 +43,7 @@ def _run_on_host(sources: list[Path], cs: sc.ContextSet) -> None:
     rng = np.random.default_rng(1)
     for source, model in zip(sources, cs.models, strict=True):
         start = time.perf_counter()
-        sess = sc.open_sessions(sc.ContextSet([model], [], cs.shared))[0]
+        sess = sc.open_sessions(HTP, sc.ContextSet([model], [], cs.shared))[0]
         took = time.perf_counter() - start
         x = rng.uniform(-1, 1, size=sess.get_inputs()[0].shape).astype(np.float32)
         cpu = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
@@ -58,14 +61,14 @@ def main() -> None:
     for share in (True, False):
         label = "shared" if share else "separate"
         start = time.perf_counter()
-        models = sc.compile_group(sources, root / label, share=share)
+        models = sc.compile_group(HTP, sources, root / label, share=share)
         print(f"{label}: compiled in {time.perf_counter() - start:.2f} s (child processes), "
               f"{_sizes(models)}")
-        problem = sc.load_problem(models, shared=share)
+        problem = sc.load_problem(HTP, models, shared=share)
         print(f"  loads here: {'yes' if not problem else 'no: ' + problem}")
         if not problem:
             _run_on_host(sources, sc.ContextSet(models, sc.binaries_of(models), share))
-    cs = sc.build_context_set(sources, root / "build")
+    cs = sc.build_context_set(HTP, sources, root / "build")
     print(f"build_context_set: shared={cs.shared} binaries={len(cs.binaries)}"
           + (f"; {cs.reason}" if cs.reason else ""))
 

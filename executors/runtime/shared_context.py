@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planner.core.targets import Target, named
 from planner.errors import StepError
 
-TARGET = "qnn_htp"
 SHARE = {"ep.share_ep_contexts": "1"}
 STOP = {"ep.stop_share_ep_contexts": "1"}
 CHILD = "executors.runtime.shared_context"  # run as `python -m`, where __name__ is __main__
@@ -76,14 +76,14 @@ def binaries_of(models: list[Path]) -> list[Path]:
     return found
 
 
-def compile_group(sources: list[Path], out_dir: Path, provider_options: dict[str, Any]
-                  | None = None, share: bool = True) -> list[Path]:
+def compile_group(target: Target, sources: list[Path], out_dir: Path,
+                  provider_options: dict[str, Any] | None = None, share: bool = True) -> list[Path]:
     """Compile `sources` into EPContext models in `out_dir`: one child process for a shared
     group (the EP's shared workspace lives in one process), one per source otherwise."""
     out_dir.mkdir(parents=True, exist_ok=True)
     jobs = [list(sources)] if share else [[s] for s in sources]
     for group in jobs:
-        _child("compile", group, out_dir, provider_options, share)
+        _child(target, "compile", group, out_dir, provider_options, share)
     models = [context_model_path(out_dir, s) for s in sources]
     missing = [m.name for m in models if not m.is_file()]
     if missing:
@@ -92,27 +92,28 @@ def compile_group(sources: list[Path], out_dir: Path, provider_options: dict[str
     return models
 
 
-def load_problem(models: list[Path], provider_options: dict[str, Any] | None = None,
-                 shared: bool = True) -> str:
+def load_problem(target: Target, models: list[Path],
+                 provider_options: dict[str, Any] | None = None, shared: bool = True) -> str:
     """Why `models` cannot be opened and run together here ('' when they can), found by
     trying in a child process."""
     try:
-        _child("load", models, None, provider_options, shared)
+        _child(target, "load", models, None, provider_options, shared)
     except ContextError as exc:
         return exc.lines[0]
     return ""
 
 
-def build_context_set(sources: list[Path], out_dir: Path,
+def build_context_set(target: Target, sources: list[Path], out_dir: Path,
                       provider_options: dict[str, Any] | None = None) -> ContextSet:
     """Compile `sources` sharing one binary if this host can load it; else separately, keeping
     the shared set in `out_dir/shared` for the device and saying why."""
-    shared = compile_group(sources, out_dir / "shared", provider_options, share=True)
-    problem = load_problem(shared, provider_options, shared=True)
+    shared = compile_group(target, sources, out_dir / "shared", provider_options, share=True)
+    problem = load_problem(target, shared, provider_options, shared=True)
     if not problem:
         return ContextSet(shared, binaries_of(shared), shared=True)
-    separate = compile_group(sources, out_dir / "separate", provider_options, share=False)
-    still = load_problem(separate, provider_options, shared=False)
+    separate = compile_group(target, sources, out_dir / "separate", provider_options,
+                             share=False)
+    still = load_problem(target, separate, provider_options, shared=False)
     if still:
         raise ContextError(f"the separately compiled EPContext models do not load: {still}",
                            f"compile each graph alone to see why ({out_dir})")
@@ -121,31 +122,30 @@ def build_context_set(sources: list[Path], out_dir: Path,
                       device_set=shared)
 
 
-def open_sessions(cs: ContextSet, provider_options: dict[str, Any] | None = None) -> list[Any]:
+def open_sessions(target: Target, cs: ContextSet,
+                  provider_options: dict[str, Any] | None = None) -> list[Any]:
     """Sessions on the models of `cs`, created in order (the first loads the shared binary and
     leaves the other graphs in the EP's workspace for the next). Drop them in reverse order.
     Only for a set `build_context_set` returned: a shared set it returns has loaded before."""
     configs = SHARE if cs.shared else {}
-    return [_session(m, provider_options, configs) for m in cs.models]
+    return [_session(target, m, provider_options, configs) for m in cs.models]
 
 
-def _session(path: Path, provider_options: dict[str, Any] | None,
+def _session(target: Target, path: Path, provider_options: dict[str, Any] | None,
              configs: dict[str, str]) -> Any:
     import onnxruntime as ort
 
     from executors.runtime import qnn
-    from planner.core.targets import named
 
-    target = named(TARGET)
     so = qnn.session_options(target, {**target.provider_options, **(provider_options or {})},
                              cpu_fallback=False, configs=configs)
     return ort.InferenceSession(str(path), so)
 
 
-def _child(action: str, paths: list[Path], out_dir: Path | None,
+def _child(target: Target, action: str, paths: list[Path], out_dir: Path | None,
            provider_options: dict[str, Any] | None, share: bool) -> None:
     """Run `action` in a child process; a non-zero exit or a signal is a ContextError."""
-    spec = {"action": action, "paths": [str(p) for p in paths], "share": share,
+    spec = {"target": target.name, "action": action, "paths": [str(p) for p in paths], "share": share,
             "out_dir": str(out_dir) if out_dir else None, "options": provider_options or {}}
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -163,6 +163,7 @@ def _child(action: str, paths: list[Path], out_dir: Path | None,
 
 
 def _compile_in_child(spec: dict[str, Any]) -> None:
+    target = named(spec["target"])
     out_dir = Path(spec["out_dir"])
     sources = [Path(p) for p in spec["paths"]]
     for i, source in enumerate(sources):
@@ -170,14 +171,15 @@ def _compile_in_child(spec: dict[str, Any]) -> None:
                    "ep.context_file_path": str(context_model_path(out_dir, source))}
         if spec["share"]:
             configs |= SHARE | (STOP if i == len(sources) - 1 else {})
-        _session(source, spec["options"], configs)
+        _session(target, source, spec["options"], configs)
 
 
 def _load_in_child(spec: dict[str, Any]) -> None:
     import numpy as np
 
+    target = named(spec["target"])
     configs = SHARE if spec["share"] else {}
-    sessions = [_session(Path(p), spec["options"], configs) for p in spec["paths"]]
+    sessions = [_session(target, Path(p), spec["options"], configs) for p in spec["paths"]]
     for sess in sessions:
         feed = {i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape],
                                  _numpy_type(i.type)) for i in sess.get_inputs()}

@@ -14,7 +14,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from executors.runtime import shared_context as sc
+from planner.core.targets import named
 from tests.qdq_pairs import write_pair
+
+HTP = named("qnn_htp")
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     importlib.util.find_spec("onnxruntime_qnn") is None, reason="onnxruntime-qnn missing")]
@@ -27,8 +30,8 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 def test_shared_group_writes_one_binary_holding_the_weights_once(tmp_path: Path) -> None:
     sources = write_pair(tmp_path / "src", hidden=128, inner=512)  # 128 KiB of weights
-    shared = sc.compile_group(sources, tmp_path / "shared", share=True)
-    separate = sc.compile_group(sources, tmp_path / "separate", share=False)
+    shared = sc.compile_group(HTP, sources, tmp_path / "shared", share=True)
+    separate = sc.compile_group(HTP, sources, tmp_path / "separate", share=False)
     one = sc.binaries_of(shared)
     assert len(one) == 1 and one[0].name == "prefill_ctx_qnn.bin"
     two = sc.binaries_of(separate)
@@ -41,12 +44,12 @@ def test_build_runs_both_graphs_and_matches_cpu(tmp_path: Path) -> None:
     import onnxruntime as ort
 
     sources = write_pair(tmp_path / "src")
-    cs = sc.build_context_set(sources, tmp_path / "out")
+    cs = sc.build_context_set(HTP, sources, tmp_path / "out")
     assert len(cs.binaries) == (1 if cs.shared else 2)
     if not cs.shared:  # the x86 HTP simulator: the shared binary is kept for the device
         assert "does not load on this host" in cs.reason and "crashed with SIG" in cs.reason
         assert cs.device_set and len(sc.binaries_of(cs.device_set)) == 1
-    sessions = sc.open_sessions(cs)
+    sessions = sc.open_sessions(HTP, cs)
     rng = np.random.default_rng(1)
     for source, sess in zip(sources, sessions, strict=True):
         shape = sess.get_inputs()[0].shape
@@ -65,4 +68,4 @@ def test_a_failed_compile_is_an_error_naming_the_model(tmp_path: Path) -> None:
     path = tmp_path / "nz.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     with pytest.raises(sc.ContextError, match=r"compile of nz.onnx (failed|crashed)"):
-        sc.compile_group([path], tmp_path / "out", share=True)
+        sc.compile_group(HTP, [path], tmp_path / "out", share=True)
