@@ -119,7 +119,7 @@ def types_used(model: onnx.ModelProto, default: dict[str, str],
     (no output quantized)."""
     names = {onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT8: "int8",
              onnx.TensorProto.UINT16: "uint16", onnx.TensorProto.INT16: "int16",
-             onnx.TensorProto.INT32: "int32"}
+             onnx.TensorProto.INT32: "int32", onnx.TensorProto.INT4: "int4"}
     inits = {i.name: i for i in model.graph.initializer}
     counts: Counter[str] = Counter()
     for node in model.graph.node:
