@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import onnx
 
 from planner.core.ops import bits
@@ -32,14 +33,14 @@ def overrides(p: dict[str, Any], model: onnx.ModelProto,
     if not is_four_bit(p):
         return {}
     ops = of_params(p).qdq.four_bit_ops
-    blocked = bool(p.get("block_size"))
+    blocked = bool(p.get("block_size"))  # per channel here; to_blocks makes the blocks
     inits = {i.name: i for i in model.graph.initializer}
     axes: dict[str, set[int | None]] = {}
     for node in model.graph.node:
         for k, name in enumerate(node.input):
             if name in inits:
                 axes.setdefault(name, set()).add(
-                    _axis(node, blocked) if node.op_type in ops and k == 1 else None)
+                    _axis(node) if node.op_type in ops and k == 1 else None)
     out = {}
     for name, found in axes.items():
         tensor = inits[name]
@@ -53,17 +54,58 @@ def overrides(p: dict[str, Any], model: onnx.ModelProto,
     return out
 
 
-def _axis(node: onnx.NodeProto, blocked: bool) -> int:
-    """The weight's output-channel axis, or with blocks its input (reduction) axis: MatMul
-    [K, N], Gemm [K, N] ([N, K] with transB), Conv [M, C, kH, kW]."""
+def _axis(node: onnx.NodeProto) -> int:
+    """The weight's output-channel axis: MatMul [K, N], Gemm [K, N] ([N, K] with transB),
+    Conv [M, C, kH, kW]."""
     trans_b = any(a.name == "transB" and a.i for a in node.attribute)
-    output_axis = {"MatMul": -1, "Gemm": 0 if trans_b else 1, "Conv": 0}[node.op_type]
-    input_axis = {"MatMul": -2, "Gemm": 1 if trans_b else 0, "Conv": 1}[node.op_type]
-    return input_axis if blocked else output_axis
+    return {"MatMul": -1, "Gemm": 0 if trans_b else 1, "Conv": 0}[node.op_type]
 
 
-def extra_options(p: dict[str, Any]) -> dict[str, Any]:
-    """The quantizer's options for weights in blocks: the block size, and biases left float
-    (ORT 1.32 cannot scale a bias from a blocked weight's two-dimensional scales)."""
+def to_blocks(model: onnx.ModelProto, floats: onnx.ModelProto, p: dict[str, Any],
+              settings: dict[str, list[dict[str, Any]]]) -> int:
+    """Re-quantize the quantizer's per-channel int4 weights in blocks of p["block_size"] input
+    rows (DequantizeLinear's block_size): ORT 1.32's BlockSize option blocks every weight,
+    and refuses the 1-D ones (norms) and cannot scale a bias from blocked scales. Returns how
+    many weights now are blocked."""
     size = p.get("block_size")
-    return {"BlockSize": size, "QuantizeBias": False} if size else {}
+    if not size:
+        return 0
+    inits = {i.name: i for i in model.graph.initializer}
+    sources = {i.name: i for i in floats.graph.initializer}
+    done = 0
+    for node in model.graph.node:
+        name = node.input[0].removesuffix("_quantized") if node.op_type == "DequantizeLinear" \
+            else ""
+        if name in settings and "axis" in settings[name][0] and name in sources and \
+                len(sources[name].dims) == 2:  # a Conv's 4-bit weights stay per channel
+            axis = 1 - settings[name][0]["axis"] % 2  # the input axis of a 2-D weight
+            q, scale = _blocked(onnx.numpy_helper.to_array(sources[name]), axis, size)
+            _replace(inits[node.input[0]], q)
+            inits[node.input[1]].CopyFrom(onnx.numpy_helper.from_array(scale, node.input[1]))
+            _replace(inits[node.input[2]], np.zeros(scale.shape, np.int8))
+            del node.attribute[:]
+            node.attribute.extend([onnx.helper.make_attribute("axis", axis),
+                                   onnx.helper.make_attribute("block_size", size)])
+            done += 1
+    return done
+
+
+def _blocked(w: np.ndarray, axis: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int4 values and float scales of a 2-D weight, one scale per `size` entries
+    along `axis` (the last block may be short)."""
+    moved = np.moveaxis(w, axis, 0)
+    n = -(-moved.shape[0] // size)
+    padded = np.pad(moved, ((0, n * size - moved.shape[0]), (0, 0)))
+    scale = np.abs(padded.reshape(n, size, -1)).max(axis=1) / 7.0
+    scale = np.where(scale == 0, 1.0, scale).astype(np.float32)
+    q = np.clip(np.rint(moved / np.repeat(scale, size, axis=0)[:moved.shape[0]]), -8, 7)
+    return np.moveaxis(q.astype(np.int8), 0, axis), np.moveaxis(scale, 0, axis)
+
+
+def _replace(tensor: onnx.TensorProto, values: np.ndarray) -> None:
+    """`tensor` (INT4) holding `values`, packed two to a byte, in the model itself."""
+    from onnxruntime.quantization.quant_utils import pack_bytes_to_4bit
+
+    packed = bytes(pack_bytes_to_4bit(np.ascontiguousarray(values).tobytes()))
+    tensor.CopyFrom(onnx.helper.make_tensor(tensor.name, onnx.TensorProto.INT4,
+                                            list(values.shape), packed, raw=True))

@@ -91,8 +91,8 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
     graph_only = onnx.load(str(staged.path), load_external_data=False)
     settings = mp.decide(rules, graph_only.graph, staged.tags)
     qtype = _qtypes()
-    overrides = {**four_bit.overrides(staged.params, graph_only, qtype),
-                 **(mp.tensor_overrides(settings, graph_only, qtype) if rules else {})}
+    four = four_bit.overrides(staged.params, graph_only, qtype)
+    overrides = {**four, **(mp.tensor_overrides(settings, graph_only, qtype) if rules else {})}
     feeds = staged.feeds
 
     class Reader(CalibrationDataReader):
@@ -107,9 +107,12 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
         config = _config(p, staged.path, Reader(), overrides, settings.float_nodes(), qtype)
         quantize(str(staged.path), str(out), config)
     model = load(out, external=False)
+    blocked = four_bit.to_blocks(model, onnx.load(str(staged.path)), p, four) if four else 0
     save(model, out)  # metadata in canonical order, as every artifact
     qdq = sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
-    found = {"qdq_nodes": qdq, "nodes": len(model.graph.node)}
+    found = {"qdq_nodes": qdq, "nodes": len(model.graph.node),
+             **({"weights_4bit": len(four)} if four else {}),
+             **({"weights_blocked": blocked} if blocked else {})}
     if rules:
         found["overridden"] = mp.types_used(model, p, settings.float_nodes())
         found["selected"] = settings.selected
@@ -152,7 +155,7 @@ def _generic_config(p: dict[str, Any], path: Path, reader: Any, method: Any, act
     from onnxruntime.quantization import QuantFormat, StaticQuantConfig
 
     extra: dict[str, Any] = {"ActivationSymmetric": p["symmetric"],
-                             "WeightSymmetric": p["symmetric"], **four_bit.extra_options(p)}
+                             "WeightSymmetric": p["symmetric"]}
     if overrides:  # one Q/DQ per tensor, at its producer's type: the CPU reads any type
         extra["TensorQuantOverrides"] = overrides
     return StaticQuantConfig(

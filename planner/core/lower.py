@@ -164,7 +164,7 @@ def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any) -> list[
         steps.append(Step(sid("quantize"), "quantize", {
             **{k: quant[k] for k in ("kind", "weight_type", "activation_type", "per_channel",
                                      "symmetric", "calibration")},
-            "profile": declared.name, **_block_size(quant, declared), **extra}, inputs))
+            "profile": declared.name, **_block_size(quant), **extra}, inputs))
         chain = sid("quantize")
     if declared.compiles:
         steps.append(Step(sid("compile"), "compile", {
@@ -175,7 +175,7 @@ def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any) -> list[
     return steps
 
 
-def _block_size(quant: dict[str, Any], declared: Any) -> dict[str, Any]:
+def _block_size(quant: dict[str, Any]) -> dict[str, Any]:
     """quant.block_size as a step param, only when set (so per-channel plans keep their keys)."""
     from planner.core.ops import bits
     from planner.errors import ConfigError
@@ -187,10 +187,6 @@ def _block_size(quant: dict[str, Any], declared: Any) -> dict[str, Any]:
         raise ConfigError(f"quant.block_size={size}: blocks are for 4-bit weights, and "
                           f"quant.weight_type is {quant['weight_type']}",
                           "use quant=w4a16, or set quant.block_size=null")
-    if not declared.qdq.block_weights:
-        raise ConfigError(f"quant.block_size={size}: target {declared.name} does not run "
-                          f"blockwise weights (its EP rejects a DequantizeLinear with block_size)",
-                          f"set quant.block_size=null (per-channel 4-bit weights), or target=cpu")
     return {"block_size": size}
 
 

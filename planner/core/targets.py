@@ -39,8 +39,6 @@ class QdqProfile:
     # the ops whose weights a 4-bit precision (weight_type int4) quantizes to 4 bits, per output
     # channel and symmetric; every other weight (embeddings, norms) stays at 8 bits
     four_bit_ops: tuple[str, ...] = ("MatMul", "Gemm", "Conv")
-    # whether it runs 4-bit weights in blocks (quant.block_size: DequantizeLinear's block_size)
-    block_weights: bool = True
 
 
 @dataclass(frozen=True)
@@ -87,8 +85,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            session=SessionSpec("cpu", log_severity=4)),
     Target("qnn_htp", "qnn", "QNNExecutionProvider", "htp", reference=False,
            resource="qnn_htp", qdq=QdqProfile("qnn_qdq_config", float_precision="fp16",
-                                                  weights_16bit=False, search_margin=0.005,
-                                                  block_weights=False),
+                                                  weights_16bit=False, search_margin=0.005),
            legalizer="htp",
            session=SessionSpec("qnn", log_severity=3,
                                no_fallback={"session.disable_cpu_ep_fallback": "1"},
