@@ -230,7 +230,7 @@ def test_int4_weights_import_as_w4a16(tmp_path: Path) -> None:
                  broken(quant__weight_type="int4"))
     result = run_cli("import", str(path), "-o", str(tmp_path / "conf"), env=no_datasets(tmp_path))
     assert result.returncode == 0, result.stderr
-    cfg = config(tmp_path / "conf", "acme_tiny-bert-text-classification-w4a16")
+    cfg = config(tmp_path / "conf", "acme_tiny-bert-text-classification_w4a16")
     assert (cfg["quant"]["name"], cfg["quant"]["weight_type"], cfg["quant"]["per_channel"]) == \
         ("w4a16", "int4", True)
 
