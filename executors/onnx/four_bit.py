@@ -32,7 +32,7 @@ def overrides(p: dict[str, Any], model: onnx.ModelProto,
     """TensorQuantOverrides making the 4-bit ops' weights int4 (nothing unless 4-bit)."""
     if not is_four_bit(p):
         return {}
-    ops = of_params(p).qdq.four_bit_ops
+    four_bit_ops = of_params(p).qdq.four_bit_ops
     blocked = bool(p.get("block_size"))  # per channel here; to_blocks makes the blocks
     inits = {i.name: i for i in model.graph.initializer}
     axes: dict[str, set[int | None]] = {}
@@ -40,7 +40,7 @@ def overrides(p: dict[str, Any], model: onnx.ModelProto,
         for k, name in enumerate(node.input):
             if name in inits:
                 axes.setdefault(name, set()).add(
-                    _axis(node) if node.op_type in ops and k == 1 else None)
+                    _axis(node) if node.op_type in four_bit_ops and k == 1 else None)
     out = {}
     for name, found in axes.items():
         tensor = inits[name]
