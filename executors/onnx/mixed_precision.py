@@ -14,6 +14,7 @@ from typing import Any
 
 import onnx
 
+from executors.onnx import four_bit
 from executors.onnx.hierarchy import prefixes
 from executors.onnx.subgraph import class_of, matches, under
 
@@ -119,7 +120,7 @@ def types_used(model: onnx.ModelProto, default: dict[str, str],
     (no output quantized)."""
     names = {onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT8: "int8",
              onnx.TensorProto.UINT16: "uint16", onnx.TensorProto.INT16: "int16",
-             onnx.TensorProto.INT32: "int32"}
+             onnx.TensorProto.INT32: "int32", onnx.TensorProto.INT4: "int4"}
     inits = {i.name: i for i in model.graph.initializer}
     counts: Counter[str] = Counter()
     for node in model.graph.node:
@@ -137,6 +138,7 @@ def types_used(model: onnx.ModelProto, default: dict[str, str],
     stayed = sum(1 for n in model.graph.node
                  if n.name in wanted and not _qdq_unit(n, made_by_dq, readers))
     usual = {f"activation {default['activation_type']}", f"weight {default['weight_type']}",
+             f"weight {four_bit.default_weight_type(default)}",  # norms of a 4-bit precision
              "weight int32"}  # biases are int32 at every precision
     out = {k: v for k, v in sorted(counts.items()) if k not in usual}
     return out | ({"float nodes": stayed} if float_nodes else {})

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from executors.onnx import four_bit
 from executors.onnx import mixed_precision as mp
 from executors.onnx.artifacts import SIDECAR, load, save
 from executors.store.weights import THRESHOLD, internalize
@@ -63,7 +64,7 @@ def stage(src: Path, staged: Path, p: dict[str, Any], feeds: list[dict[str, Any]
     opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
     types = [p["activation_type"], p["weight_type"],
              *(r.get(k, "") for r in p.get("overrides", []) for k in r)]
-    if opset < OPSET_16BIT and (wide or any("16" in str(t) for t in types)):
+    if opset < OPSET_16BIT and (wide or any(str(t).endswith(("16", "4")) for t in types)):
         model = version_converter.convert_version(model, OPSET_16BIT)
     tags = [""] * len(model.graph.node)
     if hierarchy is not None:
@@ -90,7 +91,8 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
     graph_only = onnx.load(str(staged.path), load_external_data=False)
     settings = mp.decide(rules, graph_only.graph, staged.tags)
     qtype = _qtypes()
-    overrides = mp.tensor_overrides(settings, graph_only, qtype) if rules else {}
+    four = four_bit.overrides(staged.params, graph_only, qtype)
+    overrides = {**four, **(mp.tensor_overrides(settings, graph_only, qtype) if rules else {})}
     feeds = staged.feeds
 
     class Reader(CalibrationDataReader):
@@ -105,9 +107,12 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
         config = _config(p, staged.path, Reader(), overrides, settings.float_nodes(), qtype)
         quantize(str(staged.path), str(out), config)
     model = load(out, external=False)
+    blocked = four_bit.to_blocks(model, onnx.load(str(staged.path)), p, four) if four else 0
     save(model, out)  # metadata in canonical order, as every artifact
     qdq = sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
-    found = {"qdq_nodes": qdq, "nodes": len(model.graph.node)}
+    found = {"qdq_nodes": qdq, "nodes": len(model.graph.node),
+             **({"weights_4bit": len(four)} if four else {}),
+             **({"weights_blocked": blocked} if blocked else {})}
     if rules:
         found["overridden"] = mp.types_used(model, p, settings.float_nodes())
         found["selected"] = settings.selected
@@ -118,7 +123,7 @@ def _qtypes() -> dict[str, Any]:
     from onnxruntime.quantization import QuantType
 
     return {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8, "uint16": QuantType.QUInt16,
-            "int16": QuantType.QInt16}
+            "int16": QuantType.QInt16, "int4": QuantType.QInt4}
 
 
 def _config(p: dict[str, Any], path: Path, reader: Any, overrides: dict[str, Any],
@@ -128,7 +133,8 @@ def _config(p: dict[str, Any], path: Path, reader: Any, overrides: dict[str, Any
     method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
               "percentile": CalibrationMethod.Percentile}[p["calibration"]["method"]]
     return CONFIGS[of_params(p).qdq.config](
-        p, path, reader, method, qtype[p["activation_type"]], qtype[p["weight_type"]],
+        p, path, reader, method, qtype[p["activation_type"]],
+        qtype[four_bit.default_weight_type(p)],
         overrides, exclude)
 
 

@@ -29,9 +29,11 @@ from executors.run.wrapper import StepContext, StepResult
 from executors.samples import Samples, io_specs, valid_positions
 from executors.steps.verify import cosines, vectors
 from planner.core.mixed_precision import as_override
+from planner.core.ops import bits
 from planner.core.targets import of_params, reference
 
-WIDE = {"uint8": "uint16", "int8": "int16"}
+# one step up; 4-bit weights go to w8a16_pc's 8-bit weights, which every target takes
+WIDE = {"uint8": "uint16", "int8": "int16", "int4": "uint8"}
 # ops that move data: a module owning only these between its children is not a block
 MOVES = frozenset({*A.QDQ_OPS, "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
                    "Identity", "Cast", "Expand", "Shape", "Concat", "Slice"})
@@ -203,8 +205,8 @@ def _sidecar(ctx: StepContext) -> dict[str, Any]:
 
 
 def _next(tag: str, now: dict[str, Any] | None, p: dict[str, Any]) -> dict[str, Any] | None:
-    """One step up the ladder: 16-bit activations, 16-bit weights (where the profile allows),
-    float; None at the top."""
+    """One step up the ladder: 16-bit activations, 8-bit weights from 4-bit ones, 16-bit
+    weights (where the profile allows), float; None at the top."""
     now = now or {"modules": [tag]}
     if now.get("precision") == "float":
         return None
@@ -212,7 +214,7 @@ def _next(tag: str, now: dict[str, Any] | None, p: dict[str, Any]) -> dict[str, 
     if act in WIDE:
         return {**now, "activation_type": WIDE[act]}
     weight = now.get("weight_type", p["weight_type"])
-    if weight in WIDE and of_params(p).qdq.weights_16bit:
+    if weight in WIDE and (bits(WIDE[weight]) < 16 or of_params(p).qdq.weights_16bit):
         return {**now, "weight_type": WIDE[weight]}
     return {"modules": [tag], "precision": "float"}
 

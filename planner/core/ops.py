@@ -121,7 +121,7 @@ class Op:
 
 
 def bits(dtype: str | None) -> int:
-    return {"uint8": 8, "int8": 8, "uint16": 16, "int16": 16}.get(dtype or "", 32)
+    return {"int4": 4, "uint8": 8, "int8": 8, "uint16": 16, "int16": 16}.get(dtype or "", 32)
 
 
 def precision(params: dict[str, Any]) -> str:
@@ -191,9 +191,9 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("onnx",)),
     Op("quantize", 2, "QDQ static quantization (or float16 conversion)",
        params=("kind", "weight_type", "activation_type", "per_channel", "symmetric",
-               "calibration", "profile", "overrides", "search"),
+               "calibration", "profile", "overrides", "search", "block_size"),
        inputs=("model", "source", "hierarchy"),
-       optional=("overrides", "search", "hierarchy"),
+       optional=("overrides", "search", "hierarchy", "block_size"),
        # the masked scores' range is what QDQ quantizes: without finite mask constants every
        # real score rounds to one value (measured: MiniLM w8a16_pc on the CPU EP, cosine 0.62)
        requires=(Require(N.NORMALIZED, config_path="optim"),

@@ -36,6 +36,9 @@ class QdqProfile:
     # so that verify on the target passes too (the target computes float nodes and QDQ
     # arithmetic its own way)
     search_margin: float = 0.0
+    # the ops whose weights a 4-bit precision (weight_type int4) quantizes to 4 bits, per output
+    # channel and symmetric; every other weight (embeddings, norms) stays at 8 bits
+    four_bit_ops: tuple[str, ...] = ("MatMul", "Gemm", "Conv")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """`quant` -> the matching packaged `quant` group plus overrides: static QDQ (w8a16_pc, w8a16,
-w8a8 and any other weight/activation types), fp16 conversion, or none (fp32)."""
+w8a8, w4a16 and any other weight/activation types), fp16 conversion, or none (fp32)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from planner.recipes.ledger import BadField, Unsupported
 
 STEP = ("quantize",)
 TYPES = ("uint8", "int8", "uint16", "int16")
+WEIGHT_TYPES = (*TYPES, "int4")  # int4: QuantType.QInt4, as w4a16 quantizes weights
 METHODS = ("minmax", "entropy", "percentile")
 # The packaged qdq groups: (weight_type, activation_type, per_channel).
 QDQ_GROUPS = {"w8a16_pc": ("uint8", "uint16", True), "w8a16": ("uint8", "uint16", False),
-              "w8a8": ("uint8", "uint8", False)}
+              "w8a8": ("uint8", "uint8", False), "w4a16": ("int4", "uint16", True)}
 WINML_DEFAULTS = {"weight_type": "uint8", "activation_type": "uint8", "per_channel": False,
                   "symmetric": False, "samples": 10, "calibration_method": "minmax"}
 ONLY_FOR = {"rtn_bits": "rtn", "rtn_block_size": "rtn", "rtn_symmetric": "rtn",
@@ -100,11 +101,11 @@ def _fp16(cx: Context, quant: dict[str, Any]) -> None:
 
 def _qdq(cx: Context, quant: dict[str, Any]) -> None:
     ledger, draft = cx.ledger, cx.draft
-    w = _one_of(quant, "weight_type", TYPES)
+    w = _one_of(quant, "weight_type", WEIGHT_TYPES)
     a = _one_of(quant, "activation_type", TYPES)
     pc = _flag(quant, "per_channel")
     group = next((g for g, v in QDQ_GROUPS.items() if v == (w, a, pc)), None) or \
-        ("w8a16" if a.endswith("16") else "w8a8")
+        ("w4a16" if (w, a) == ("int4", "uint16") else "w8a16" if a.endswith("16") else "w8a8")
     draft.choose("quant", group, "quant.weight_type, activation_type, per_channel")
     base = dict(zip(("weight_type", "activation_type", "per_channel"), QDQ_GROUPS[group],
                     strict=True))

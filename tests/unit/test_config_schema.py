@@ -43,7 +43,7 @@ def test_added_unknown_key_is_rejected_by_the_schema_not_dropped() -> None:
 
 def test_unknown_group_option_lists_the_options() -> None:
     (line,) = errors_of(["quant=w8a9"])
-    assert line == ("quant: 'w8a9' is not one of fp16, none, w8a16, w8a16_pc, w8a8 "
+    assert line == ("quant: 'w8a9' is not one of fp16, none, w4a16, w8a16, w8a16_pc, w8a8 "
                     "(did you mean 'w8a8'?) (configs in conf/quant/)")
 
 

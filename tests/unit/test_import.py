@@ -176,8 +176,8 @@ BAD = [
      "quant.mode: 'dynamic': dynamic quantization"),
     ("bad opset", broken(export__opset_version=12),
      "export.opset_version: 12: modelplan exports opsets 14 to 21"),
-    ("bad weight type", broken(quant__weight_type="int4"),
-     "quant.weight_type: 'int4' is not one of"),
+    ("bad weight type", broken(quant__weight_type="uint4"),
+     "quant.weight_type: 'uint4' is not one of"),
     ("a section that is not one", broken(loader=5),
      "loader: not a section (an object with task, model_class, ...)"),
     ("winml's own model", broken(loader__model_type="wav2vec2_emotion_regression"),
@@ -223,6 +223,16 @@ def test_a_target_modelplan_lacks_is_refused_unless_one_is_given(tmp_path: Path)
         in ok.stdout
     cfg = config(tmp_path / "conf", "acme_tiny-bert-text-classification-fp16-dml-gpu")
     assert (cfg["target"]["name"], cfg["quant"]["name"]) == ("cpu", "fp16")
+
+
+def test_int4_weights_import_as_w4a16(tmp_path: Path) -> None:
+    path = write(tmp_path, "acme_tiny-bert/text-classification_w4a16_config.json",
+                 broken(quant__weight_type="int4"))
+    result = run_cli("import", str(path), "-o", str(tmp_path / "conf"), env=no_datasets(tmp_path))
+    assert result.returncode == 0, result.stderr
+    cfg = config(tmp_path / "conf", "acme_tiny-bert-text-classification_w4a16")
+    assert (cfg["quant"]["name"], cfg["quant"]["weight_type"], cfg["quant"]["per_channel"]) == \
+        ("w4a16", "int4", True)
 
 
 def test_a_config_someone_wrote_is_not_overwritten(imported: dict[str, Any]) -> None:

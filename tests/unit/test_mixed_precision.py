@@ -153,6 +153,11 @@ def test_the_search_ladder_goes_activations_weights_float() -> None:
                      {"modules": ["/M/A"], "precision": "float"}]
     htp = {**cpu, "activation_type": "uint16", "profile": "qnn_htp"}  # no 16-bit weights
     assert _next("/M/A", None, htp) == {"modules": ["/M/A"], "precision": "float"}
+    # 4-bit weights go to 8 bits on every target, then as 8-bit weights do
+    w4 = {**htp, "weight_type": "int4"}
+    assert _next("/M/A", None, w4) == {"modules": ["/M/A"], "weight_type": "uint8"}
+    assert _next("/M/A", {"modules": ["/M/A"], "weight_type": "uint8"}, w4) == {
+        "modules": ["/M/A"], "precision": "float"}
 
 
 def test_plan_shows_the_search_and_its_gate(tmp_path: Path) -> None:
