@@ -24,6 +24,7 @@ CHECKPOINT_FILES = ("config.json", "generation_config.json", "tokenizer.json",
                     "merges.txt", "vocab.txt", "tokenizer.model", "added_tokens.json",
                     "chat_template.jinja")
 STEP_FILES = ("manifest.json", "result.json", "metrics.json")  # the store's, not the model's
+DEVICE = "device"  # the shared-context set: both graphs, the weights once, for the device
 
 
 def run(ctx: StepContext) -> StepResult:
@@ -45,13 +46,15 @@ def run(ctx: StepContext) -> StepResult:
         inputs, outputs = io_specs(src_dir / MODEL)
         graphs[graph] = {"model": f"{graph}_{MODEL}", "from": ctx.step["inputs"][graph],
                          "inputs": inputs, "outputs": outputs}
+    device = _shared(ctx)
     ckpt = checkpoint_dir(ctx.inputs.get("source"))
     copied = [f for f in CHECKPOINT_FILES if ckpt is not None and (ckpt / f).is_file()]
     for f in copied:
         link_or_copy(ckpt / f, ctx.out / f)
     described = {"graphs": graphs, "prefill_length": p["prefill_length"],
                  "context_length": p["context_length"],
-                 "runs_on": {k: p[k] for k in ("ep", "backend", "provider_options")}}
+                 "runs_on": {k: p[k] for k in ("ep", "backend", "provider_options")},
+                 **({"shared_context": device} if device else {})}
     (ctx.out / BUNDLE).write_text(json.dumps(described, indent=2, sort_keys=True))
     config = json.loads((ckpt / "config.json").read_text()) if "config.json" in copied else {}
     genai = genai_config(config, described, _generation(ckpt))
@@ -63,6 +66,21 @@ def run(ctx: StepContext) -> StepResult:
                                "client_files": copied,
                                "context_length": p["context_length"],
                                "prefill_length": p["prefill_length"]})
+
+
+def _shared(ctx: StepContext) -> dict[str, Any] | None:
+    """The shared-context set (both graphs, one binary) copied into `device/`, and what its
+    step found: whether this host loads it."""
+    src = ctx.inputs.get("shared")
+    if src is None:
+        return None
+    found = json.loads((src / "result.json").read_text())["metrics"]
+    (ctx.out / DEVICE).mkdir()
+    for name in (*found["models"], *found["binaries"]):
+        link_or_copy(src / name, ctx.out / DEVICE / name)
+    return {"folder": DEVICE, "models": found["models"], "binaries": found["binaries"],
+            "binary_bytes": found["binary_bytes"], "loads_here": found["loads_here"],
+            "why_not": found["why_not"]}
 
 
 def _generation(ckpt: Path | None) -> dict[str, Any]:

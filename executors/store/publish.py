@@ -56,9 +56,11 @@ def _copy_hashing(src: Path, dst: Path) -> str:
 
 
 def _published_files(step: dict[str, Any], src: Path, deliverable: str) -> list[Path]:
-    if step["id"] == deliverable:
+    if step["id"] == deliverable:  # its files, its weights, its folders (a bundle's device/)
         return [f for f in sorted(src.iterdir()) if f.is_file() and f.name not in SKIP] + \
-            sorted((src / WEIGHTS).glob("*"))
+            sorted((src / WEIGHTS).glob("*")) + \
+            sorted(f for d in src.iterdir() if d.is_dir() and d.name != WEIGHTS
+                   and not d.name.startswith(".") for f in d.rglob("*") if f.is_file())
     names = {n for role in OPS[step["op"]].publish for n in ROLE_FILES[role]}
     return [src / n for n in sorted(names) if (src / n).is_file()]
 
@@ -109,7 +111,7 @@ def _fill(record: dict[str, Any], out_dirs: dict[str, Path], out_dir: Path,
         for f in _published_files(step, src, deliverable):
             rel = f.relative_to(src).as_posix()
             name = published_name(step["id"], rel)
-            (stage / name).parent.mkdir(exist_ok=True)
+            (stage / name).parent.mkdir(parents=True, exist_ok=True)
             _copy_or_link(f, stage / name, out_dir / name, step["digests"].get(rel))
             record["published"][name] = str(out_dir / name)
     for step in record["steps"]:  # uncached steps built in the stage: name where they land

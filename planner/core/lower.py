@@ -82,7 +82,7 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
         chain, finals[graph], fp32s[graph] = _chain(config, graph, spec)
         steps += chain
     if known["modality"] == T.CAUSAL:
-        steps += _lm_bundle(config, known, finals)
+        steps += _lm_bundle(config, known, finals, _shared_context(config, steps, finals))
         deliverable_id = "bundle"
     elif len(finals) > 1:
         bundle = Step("bundle", "bundle", {"graphs": list(finals)}, dict(finals))
@@ -101,15 +101,29 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
                 deliverable=deliverable_id, symbolic_sources=symbolic_sources)
 
 
-def _lm_bundle(config: dict[str, Any], known: dict[str, Any],
-               finals: dict[str, str]) -> list[Step]:
-    """A causal LM's deliverable (both graphs, one folder) and its generation check."""
+def _shared_context(config: dict[str, Any], steps: list[Step],
+                    finals: dict[str, str]) -> list[Step]:
+    """On a target that compiles: the two graphs' quantized models compiled into one shared
+    context binary (what the compile steps read), for the device to hold the weights once."""
+    declared = of_config(config["target"])
+    if not declared.compiles:
+        return []
+    read = {s.id: s.inputs["model"] for s in steps if s.id in finals.values()}
+    return [Step("share_context", "share_context", {"target": declared.name, **_ep(config)},
+                 {graph: read[final] for graph, final in finals.items()})]
+
+
+def _lm_bundle(config: dict[str, Any], known: dict[str, Any], finals: dict[str, str],
+               shared: list[Step] = ()) -> list[Step]:
+    """A causal LM's deliverable (both graphs, one folder; the shared context beside them),
+    and its generation check."""
     from planner.models import lm
 
     prefill, context = lm.lengths(known["info"], config["export"]["shapes"])
-    steps = [Step("bundle", "lm_bundle", {"graphs": list(finals), "prefill_length": prefill,
-                                          "context_length": context, **_ep(config)},
-                  {**finals, "source": "resolve"})]
+    steps = [*shared, Step("bundle", "lm_bundle", {
+        "graphs": list(finals), "prefill_length": prefill, "context_length": context,
+        **_ep(config)}, {**finals, "source": "resolve",
+                         **({"shared": shared[0].id} if shared else {})})]
     verify = config["verify"]
     if verify["metric"] != "none" and verify["new_tokens"] > 0:
         steps.append(Step("verify_generation", "verify_generation", {
@@ -232,7 +246,7 @@ def _eval(config: dict[str, Any], known: dict[str, Any], deliverable: str,
     steps = []
     reference = next(iter(fp32s.values()))
     if known["modality"] == T.CAUSAL:
-        bundle = _lm_bundle(config, known, fp32s)[0]
+        bundle = _lm_bundle(config, known, fp32s)[0]  # no shared context: fp32 on the host
         host = {"ep": "cpu", "backend": None, "provider_options": {}}  # the fp32 graphs run there
         steps.append(Step("reference_bundle", "lm_bundle", {**bundle.params, **host},
                           bundle.inputs))

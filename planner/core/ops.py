@@ -256,10 +256,21 @@ OPS: dict[str, Op] = {op.name: op for op in (
        "stored once, with its tokenizer, generation config and genai_config.json",
        params=("graphs", "prefill_length", "context_length", "ep", "backend",
                "provider_options"),
-       inputs=("prefill", "decode", "source"),
+       inputs=("prefill", "decode", "source", "shared"), optional=("shared",),
        requires=(Require(N.FORMAT, "eq", "onnx", role="prefill"),
                  Require(N.FORMAT, "eq", "onnx", role="decode")),
        tools=("onnx",), outputs=("models",), chain_role="decode", delivers=("prefill",)),
+    Op("share_context", 1, "compile a causal LM's two graphs into EPContext models sharing "
+       "one context binary (the weights once on the device), and try loading it here",
+       params=("target", "ep", "backend", "provider_options"), inputs=("prefill", "decode"),
+       requires=tuple(r for role in ("prefill", "decode") for r in (
+           Require(N.PRECISION, "not_in", ["fp32"], role=role, config_path="quant",
+                   fix="set quant=w8a16_pc (or quant=w4a16), or target=cpu",
+                   need="a shared context for {target} needs quantized graphs"),
+           Require(N.LEGAL_FOR, "eq", Param("target"), role=role, config_path="target"))),
+       traits=frozenset({T.NEEDS_EP, T.HEAVY}),
+       tools=("onnx", "onnxruntime", "onnxruntime-qnn"), outputs=("models",),
+       chain_role="decode", delivers=("prefill",)),
     Op("verify_generation", 1, "the deliverable's greedy generation against PyTorch's on real "
        "prompts: token agreement, first divergence, logits cosine per step",
        params=("prompts", "new_tokens", "threshold", "ep", "backend", "provider_options"),

@@ -76,7 +76,8 @@ def _size(model: Path) -> str:
 
 
 def _deliverable(record: dict[str, Any]) -> list[str]:
-    models = [(n, p) for n, p in record.get("published", {}).items() if n.endswith(".onnx")]
+    models = [(n, p) for n, p in record.get("published", {}).items()
+              if n.endswith(".onnx") and "/" not in n]  # a bundle's device/ set: see below
     if not models:
         return []
     lines = [f"Deliverable: {p} ({_size(Path(p))})" for _n, p in models]
@@ -84,6 +85,9 @@ def _deliverable(record: dict[str, Any]) -> list[str]:
         m, graph = s["metrics"], graph_of(s["id"])
         where = "" if graph == MAIN_GRAPH else f" ({graph})"
         if s["status"] != "ok":
+            continue
+        lines += _generation_lines(s["id"], m)
+        if "token_agreement" in m:
             continue
         if "cosine_mean" in m:
             lines.append(f"Verify{where}: cosine mean {m['cosine_mean']:.4f}, "
@@ -95,6 +99,25 @@ def _deliverable(record: dict[str, Any]) -> list[str]:
             lines.append(f"Latency on {m['ep']}{where}: median {m['latency_ms_median']:.1f} ms, "
                          f"p90 {m['latency_ms_p90']:.1f} ms")
     return lines
+
+
+def _generation_lines(step_id: str, m: dict[str, Any]) -> list[str]:
+    """A causal LM's: greedy generation against PyTorch, the decode rate, the shared context."""
+    if "token_agreement" in m:
+        return [(f"Generation: {m['token_agreement']:.1%} of {m['new_tokens']} greedy tokens "
+                 f"agree with PyTorch ({m['exact_prompts']}/{m['prompts']} prompts exactly; "
+                 f"first divergence at token {m['first_divergence_min']} at the earliest), "
+                 f"logits cosine mean {m['cosine_mean']:.4f}")]
+    if "loads_here" in m:
+        said = "loads here" if m["loads_here"] else f"does not load here ({m['why_not']})"
+        return [(f"Shared context: device/ holds both graphs over one binary "
+                 f"({human_bytes(m['binary_bytes'])}, the weights once); {said}")]
+    if "latency_ms_median" in m and graph_of(step_id) in ("prefill", "decode"):
+        if graph_of(step_id) == "prefill":
+            return [f"Time to first token (a full prefill pass): {m['latency_ms_median']:.1f} ms"]
+        return [(f"Decode: {1000 / max(m['latency_ms_median'], 1e-9):.1f} tokens/s "
+                 f"({m['latency_ms_median']:.1f} ms a token)")]
+    return []
 
 
 def _counts(record: dict[str, Any]) -> dict[str, int]:
