@@ -91,7 +91,10 @@ def _generation(ckpt: Path | None) -> dict[str, Any]:
 def genai_config(config: dict[str, Any], bundle: dict[str, Any],
                  generation: dict[str, Any]) -> dict[str, Any]:
     """onnxruntime-genai's config for the two graphs: a decoder pipeline whose first model
-    runs on the prompt and second on each generated token, over a static cache."""
+    runs on the prompt and second on each generated token. onnxruntime-genai 0.18 reads this
+    layout but cannot run the pair (measured: it feeds the prompt unpadded, its static cache
+    is its own uint8 sliding window, and its dynamic cache wants present = past + new); the
+    README says so. `modelplan generate` runs the bundle."""
     from planner.models import lm
 
     shape = lm.shape_of(config) if config else None
@@ -105,7 +108,7 @@ def genai_config(config: dict[str, Any], bundle: dict[str, Any],
     eos = generation.get("eos_token_id", config.get("eos_token_id"))
     context = bundle["context_length"] + 1
     return {"model": {
-        "type": config.get("model_type", "decoder"),
+        "type": "decoder-pipeline",
         "bos_token_id": generation.get("bos_token_id", config.get("bos_token_id")),
         "eos_token_id": eos, "pad_token_id": config.get("pad_token_id") or (
             eos[0] if isinstance(eos, list) else eos),
