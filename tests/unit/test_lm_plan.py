@@ -105,7 +105,7 @@ def test_gpt2_fields_give_its_cache(tmp_path: Path) -> None:
 def test_a_sweep_over_precisions_exports_each_graph_once(tmp_path: Path) -> None:
     ckpt = checkpoint(tmp_path, LLAMA)
     result = run_cli("plan", "-m", "model=local_hf", f"model.path={ckpt}", "target=qnn_htp",
-                     "quant=w8a16_pc,w8a8", "--format", "json")
+                     "quant=w8a16_pc,w4a16", "--format", "json")
     assert result.returncode == 0, result.stderr
     merged = json.loads(result.stdout)
     ops = [s["op"] for s in merged["steps"]]
