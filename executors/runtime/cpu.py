@@ -29,8 +29,13 @@ def session(path: Path, target: Target, provider_options: dict[str, Any] | None 
 def step_session(path: Path, target: Target, provider_options: dict[str, Any],
                  cache_dir: Path | None) -> tuple[Any, str]:
     """A session through the optimized-model cache, and the cache's state."""
+    from executors.runtime import parts
     from executors.runtime.session_cache import cpu_session
 
+    split = parts.index(path)
+    if split is not None:  # a split graph: its parts' sessions in a chain
+        return parts.PartsSession(path.parent, split, lambda p: step_session(
+            p, target, provider_options, cache_dir)[0]), "parts"
     found, info = cpu_session(path, cache_dir)
     return found, info.state
 

@@ -67,6 +67,12 @@ def step_session(path: Path, target: Target, provider_options: dict[str, Any],
                  cache_dir: Path | None) -> tuple[Any, str]:
     """A session that runs wholly on the EP (no CPU fallback); a compiled EPContext model is
     already the EP's cache, so there is no other."""
+    from executors.runtime import parts
+
+    found = parts.index(path)
+    if found is not None:  # a split graph: its parts' sessions in a chain
+        return parts.PartsSession(path.parent, found, lambda p: step_session(
+            p, target, provider_options, cache_dir)[0]), "off"
     with native_log():
         return session(path, target, provider_options, cpu_fallback=False), "off"
 

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from executors.onnx import pieces
 from executors.onnx.artifacts import MODEL
 from executors.run.wrapper import StepContext, StepResult
 from executors.runtime.generate import BUNDLE
@@ -34,8 +35,12 @@ def run(ctx: StepContext) -> StepResult:
     for graph in p["graphs"]:
         src_dir = ctx.inputs[graph]
         for f in sorted(src_dir.iterdir()):
-            if f.is_file() and f.name not in STEP_FILES and not f.name.startswith("."):
+            if f.is_file() and f.name not in (*STEP_FILES, pieces.PIECES) \
+                    and not f.name.startswith("."):
                 link_or_copy(f, ctx.out / f"{graph}_{f.name}")
+        split = pieces.index(src_dir)
+        if split is not None:  # a split graph: its parts, each with its weights, in a folder
+            _copy_parts(src_dir, ctx.out / f"{graph}_parts", split)
         for blob in sorted((src_dir / WEIGHTS).glob("*")):
             blobs += 1
             (ctx.out / WEIGHTS).mkdir(exist_ok=True)
@@ -44,8 +49,10 @@ def run(ctx: StepContext) -> StepResult:
                 continue
             link_or_copy(blob, ctx.out / WEIGHTS / blob.name)
         inputs, outputs = io_specs(src_dir / MODEL)
-        graphs[graph] = {"model": f"{graph}_{MODEL}", "from": ctx.step["inputs"][graph],
-                         "inputs": inputs, "outputs": outputs}
+        model = f"{graph}_parts/{MODEL}" if split is not None else f"{graph}_{MODEL}"
+        graphs[graph] = {"model": model, "from": ctx.step["inputs"][graph],
+                         "inputs": inputs, "outputs": outputs,
+                         **({"parts": len(split["pieces"])} if split else {})}
     device = _shared(ctx)
     ckpt = checkpoint_dir(ctx.inputs.get("source"))
     copied = [f for f in CHECKPOINT_FILES if ckpt is not None and (ckpt / f).is_file()]
@@ -66,6 +73,17 @@ def run(ctx: StepContext) -> StepResult:
                                "client_files": copied,
                                "context_length": p["context_length"],
                                "prefill_length": p["prefill_length"]})
+
+
+def _copy_parts(src: Path, dst: Path, split: dict[str, Any]) -> None:
+    """A split graph's parts (each a model folder with its weights) and their index."""
+    dst.mkdir()
+    link_or_copy(src / pieces.PIECES, dst / pieces.PIECES)
+    for part in split["pieces"]:
+        for f in (src / part["dir"]).rglob("*"):
+            if f.is_file() and f.name not in STEP_FILES:
+                (dst / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+                link_or_copy(f, dst / f.relative_to(src))
 
 
 def _shared(ctx: StepContext) -> dict[str, Any] | None:

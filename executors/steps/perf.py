@@ -51,7 +51,11 @@ def run(ctx: StepContext) -> StepResult:
     p = ctx.params
     found = pieces.index(ctx.inputs["model"])
     metrics = {"ep": p["ep"], "iterations": p["iterations"], "warmup": p["warmup"]}
-    if found is not None:
+    if found is not None and found.get("parts"):  # a split graph: its parts run in a chain
+        path = ctx.input_model()
+        feed = batches(io_specs(path)[0], 1, "perf")[0]
+        metrics.update(latency(ctx, path, feed), parts=len(found["pieces"]))
+    elif found is not None:
         metrics.update(_pieces(ctx, found))
     else:
         path = ctx.input_model()

@@ -51,8 +51,26 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
                                        modality, ex["shapes"])
         if ex["outputs"]:
             graphs["model"]["outputs"] = list(ex["outputs"])
+        if modality == T.CAUSAL:
+            count = _parts(config, info)
+            for spec in graphs.values():
+                spec["parts"] = count
         out.update(task=task, model_class=model_class, modality=modality, graphs=graphs)
     return out
+
+
+def _parts(config: dict[str, Any], info: dict[str, Any]) -> int:
+    """A causal LM's parts per graph (planner/models/lm.py says how many)."""
+    from planner.core.ops import bits
+    from planner.models import lm
+
+    quant = config["quant"]
+    weight = 16 if quant["kind"] == "fp16" else 32 if quant["kind"] == "none" else \
+        bits(quant["weight_type"])
+    table = 16 if quant["kind"] == "fp16" else 32 if quant["kind"] == "none" else \
+        bits(quant["activation_type"])
+    return lm.parts(info, config["export"]["parts"], weight, table,
+                    of_config(config["target"]).compiles)
 
 
 def _custom_io_for_pair(modality: str, which: str) -> Exception:
@@ -106,8 +124,8 @@ def _shared_context(config: dict[str, Any], steps: list[Step],
     """On a target that compiles: the two graphs' quantized models compiled into one shared
     context binary (what the compile steps read), for the device to hold the weights once."""
     declared = of_config(config["target"])
-    if not declared.compiles:
-        return []
+    if not declared.compiles or any(s.op == "split" for s in steps):
+        return []  # a split graph's parts would share per part: not built yet
     read = {s.id: s.inputs["model"] for s in steps if s.id in finals.values()}
     return [Step("share_context", "share_context", {"target": declared.name, **_ep(config)},
                  {graph: read[final] for graph, final in finals.items()})]
@@ -159,13 +177,14 @@ def _chain(config: dict[str, Any], graph: str,
     steps.append(Step(sid("optimize"), "optimize", {"flags": sorted(config["optim"]["flags"])},
                       {"model": sid("normalize")}))
     fp32 = chain = sid("optimize")
-    steps += _quantize_and_compile(config, chain, sid)
+    steps += _quantize_and_compile(config, chain, sid, spec)
     deliverable = steps[-1].id
     steps += _sinks(config, deliverable, fp32, sid)
     return steps + module_perf.steps(config, steps, deliverable, sid), deliverable, fp32
 
 
-def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any) -> list[Step]:
+def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any,
+                          spec: dict[str, Any] | None = None) -> list[Step]:
     quant, target = config["quant"], config["target"]
     declared = of_config(target)
     steps = []
@@ -180,6 +199,10 @@ def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any) -> list[
                                      "symmetric", "calibration")},
             "profile": declared.name, **_block_size(quant), **extra}, inputs))
         chain = sid("quantize")
+    parts = (spec or {}).get("parts", 1)
+    if parts > 1:
+        steps.append(Step(sid("split"), "split", {"parts": parts}, {"model": chain}))
+        chain = sid("split")
     if declared.compiles:
         steps.append(Step(sid("compile"), "compile", {
             "target": declared.name, "ep": target["ep"], "backend": target["backend"],

@@ -260,6 +260,15 @@ OPS: dict[str, Op] = {op.name: op for op in (
        requires=(Require(N.FORMAT, "eq", "onnx", role="prefill"),
                  Require(N.FORMAT, "eq", "onnx", role="decode")),
        tools=("onnx",), outputs=("models",), chain_role="decode", delivers=("prefill",)),
+    Op("split", 1, "cut a tagged graph into parts by its repeated block (decoder layers), "
+       "each part's weights under what one model may hold",
+       params=("parts",), inputs=("model",),
+       requires=(Require(N.FORMAT, "eq", "onnx"),
+                 Require(N.TAGGED, config_path="export.parts",
+                         fix="export.parts needs a model exported with hierarchy tags "
+                             "(export.hierarchy=true)")),
+       traits=frozenset({T.CUTS_GRAPH, T.HEAVY}),
+       tools=("onnx", "onnxruntime")),
     Op("share_context", 1, "compile a causal LM's two graphs into EPContext models sharing "
        "one context binary (the weights once on the device), and try loading it here",
        params=("target", "ep", "backend", "provider_options"), inputs=("prefill", "decode"),

@@ -16,6 +16,8 @@ from planner.errors import ConfigError
 
 DEFAULT_PREFILL = 64
 DEFAULT_CONTEXT = 256
+PART_BYTES = int(1.8 * 2**30)  # a part's weights stay under one protobuf's (and one embedded
+                               # context binary's) 2 GB, with room for the graph itself
 # config.json fields that name the same quantity across model families
 _LAYERS = ("num_hidden_layers", "n_layer", "num_layers")
 _HEADS = ("num_attention_heads", "n_head")
@@ -99,3 +101,35 @@ def graph_specs(info: dict[str, Any], shapes: dict[str, Any],
             _spec("attention_mask", "int64", [1, context + 1], 0, 1, "lm_step_mask"), *past]
     return {"prefill": {"inputs": prompt, "outputs": outputs},
             "decode": {"inputs": step, "outputs": outputs}}
+
+
+def weight_bytes(info: dict[str, Any], weight_bits: int, table_bits: int) -> int:
+    """The weights of a causal LM's graph at the build's precision, from config.json: the
+    layers' matrices at `weight_bits`, the embedding table (and an untied head) at
+    `table_bits` (ORT quantizes a Gather's table at the activation type)."""
+    text = info.get("text_config") or info
+    s = shape_of(info)
+    width = _first(text, _WIDTH)
+    heads = _first(text, _HEADS)
+    inter = text.get("intermediate_size") or text.get("n_inner") or 4 * width
+    gated = 3 if "intermediate_size" in text else 2  # SwiGLU's gate, up and down
+    attention = 2 * width * heads * s.head_dim + 2 * width * s.kv_heads * s.head_dim
+    layers = s.layers * (attention + gated * width * inter)
+    tables = s.vocab * width * (1 if text.get("tie_word_embeddings", False) else 2)
+    return (layers * weight_bits + tables * table_bits) // 8
+
+
+def parts(info: dict[str, Any], asked: int | None, weight_bits: int, table_bits: int,
+          compiles: bool) -> int:
+    """How many parts each graph is cut into: `export.parts` when set, else as many as keep
+    every part under PART_BYTES when the target compiles the graph into one binary (a CPU
+    graph keeps its weights in files beside it, so it has no such limit)."""
+    layers = shape_of(info).layers
+    if asked is not None:
+        if asked > layers:
+            raise ConfigError(f"export.parts: {asked} parts of a model with {layers} layers; "
+                              f"set export.parts={layers} or less")
+        return asked
+    if not compiles:
+        return 1
+    return min(layers, -(-weight_bytes(info, weight_bits, table_bits) // PART_BYTES))

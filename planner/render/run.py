@@ -76,8 +76,11 @@ def _size(model: Path) -> str:
 
 
 def _deliverable(record: dict[str, Any]) -> list[str]:
-    models = [(n, p) for n, p in record.get("published", {}).items()
+    published = record.get("published", {})
+    models = [(n, p) for n, p in published.items()
               if n.endswith(".onnx") and "/" not in n]  # a bundle's device/ set: see below
+    if not models and "bundle.json" in published:  # graphs split into parts, in folders
+        models = [("bundle.json", published["bundle.json"])]
     if not models:
         return []
     lines = [f"Deliverable: {p} ({_size(Path(p))})" for _n, p in models]

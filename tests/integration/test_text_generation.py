@@ -125,3 +125,25 @@ def test_eval_scores_next_tokens_the_same_for_pytorch_and_the_export(
     assert scores["target"]["perplexity"] == pytest.approx(scores["pytorch"]["perplexity"],
                                                            rel=0.05)
     assert metrics["eval_verdict"] == "PASS"
+
+
+@pytest.mark.parametrize("target", ["cpu", pytest.param("qnn_htp", marks=pytest.mark.slow)])
+def test_graphs_split_into_parts_generate_like_the_whole(tmp_path: Path, target: str) -> None:
+    """export.parts=2: each graph cut at its decoder layers into two models run in a chain
+    (on HTP each compiled on its own); the tokens are the unsplit build's."""
+    quant = "none" if target == "cpu" else "w8a16_pc"
+    record = build(tmp_path, "llama", f"target={target}", f"quant={quant}", "export.parts=2")
+    whole = build(tmp_path / "whole", "llama", f"target={target}", f"quant={quant}")
+    for graph in ("prefill", "decode"):
+        split = step(record, f"{graph}.split")["metrics"]
+        assert split["parts"] == 2 and split["block"].endswith("LlamaDecoderLayer")
+    got = step(record, "verify_generation")["metrics"]
+    want = step(whole, "verify_generation")["metrics"]
+    if target == "cpu":
+        assert got["token_agreement"] == 1.0
+    assert [p["deliverable"] for p in got["per_prompt"]] == \
+        [p["deliverable"] for p in want["per_prompt"]] or got["token_agreement"] >= 0.75
+    folder = Path(step(record, "bundle")["outputs"]["bundle.json"]).parent
+    described = json.loads((folder / "bundle.json").read_text())["graphs"]
+    assert described["decode"]["parts"] == 2
+    assert (folder / "decode_parts" / "part.1" / "model.onnx").is_file()

@@ -120,3 +120,41 @@ def test_plan_text_shows_both_graphs_and_the_bundle(tmp_path: Path) -> None:
     for line in ("prefill.compile", "decode.compile", "bundle", "verify_generation",
                  "prefill_length=63 context_length=63"):
         assert line in result.stdout
+
+
+def test_parts_follow_the_weights_and_the_target(tmp_path: Path) -> None:
+    """A 7B-shaped model at 16-bit tables and 8-bit weights is ~7 GB: four parts under 1.8 GB
+    on HTP (one embedded context binary each), one on the CPU (weights stay in files)."""
+    seven_b = {**LLAMA, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+               "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000,
+               "max_position_embeddings": 4096}
+    size = lm.weight_bytes(seven_b, 8, 16)
+    assert 6.5e9 < size < 7.5e9
+    assert lm.parts(seven_b, None, 8, 16, compiles=True) == -(-size // lm.PART_BYTES)
+    assert lm.parts(seven_b, None, 8, 16, compiles=False) == 1
+    assert lm.parts(seven_b, 3, 8, 16, compiles=False) == 3
+    with pytest.raises(ConfigError, match="export.parts=32 or less"):
+        lm.parts(seven_b, 40, 8, 16, compiles=True)
+    ir = plan(checkpoint(tmp_path, LLAMA), "export.parts=3", "quant=w8a16_pc")
+    assert params(ir, "prefill.split") == {"parts": 3} == params(ir, "decode.split")
+    assert "prefill.split" not in [s["id"] for s in plan(tmp_path / "ckpt")["steps"]]
+
+
+def test_blocks_and_parts_of_a_tagged_graph() -> None:
+    from onnx import TensorProto, helper
+
+    from executors.steps import split
+
+    tags = ["/M/Emb", "/M/L.0/A", "/M/L.0/B", "/M/L.1/A", "/M/L.2/A", "/M/L.3/A", "/M/Norm",
+            None]
+    prefix, index = split.blocks(tags)
+    assert prefix == "/M/L" and index == [None, 0, 0, 1, 2, 3, None, None]
+    names = ["x", "e", "a0", "b0", "a1", "a2", "a3", "n", "h"]
+    nodes = [helper.make_node("Relu", [names[i]], [names[i + 1]]) for i in range(len(tags))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1])], [helper.make_tensor_value_info("h", TensorProto.FLOAT,
+                                                                       [1])])
+    # the embeddings go with the first part, the norm and head with the last
+    assert split.assign(graph, index, 2) == [0, 0, 0, 0, 1, 1, 1, 1]
+    with pytest.raises(ValueError, match="4 repeated block"):
+        split.assign(graph, index, 5)

@@ -1,0 +1,61 @@
+"""A graph split into parts (the split step) run as one session: each part in order, the
+tensors one part makes handed to the parts that read them. `run`, `get_inputs` and
+`get_outputs` behave as a session of the whole graph."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from executors.onnx.artifacts import MODEL
+from executors.onnx.pieces import PIECES
+
+
+@dataclass(frozen=True)
+class Arg:
+    """What a session's get_inputs()/get_outputs() give: a name, a shape, a type."""
+
+    name: str
+    shape: list[int]
+    type: str
+
+
+def index(model_path: Path) -> dict[str, Any] | None:
+    """The parts index of a split graph's folder (None when `model_path` is one model)."""
+    found = model_path.parent / PIECES
+    if model_path.is_file() or not found.is_file():
+        return None
+    data = json.loads(found.read_text())
+    return data if data.get("parts") else None
+
+
+_ONNX_TYPES = {"float32": "tensor(float)", "int64": "tensor(int64)", "int32": "tensor(int32)",
+               "float16": "tensor(float16)", "bool": "tensor(bool)"}
+
+
+class PartsSession:
+    def __init__(self, folder: Path, found: dict[str, Any],
+                 open_one: Callable[[Path], Any]) -> None:
+        self.parts = [(p, open_one(folder / p["dir"] / MODEL)) for p in found["pieces"]]
+        io = found["io"]
+        self.inputs = [Arg(s["name"], s["shape"], _ONNX_TYPES.get(s["dtype"], "tensor(float)"))
+                       for s in io["inputs"]]
+        self.outputs = [Arg(s["name"], s.get("shape", []),
+                            _ONNX_TYPES.get(s.get("dtype", "float32"), "tensor(float)"))
+                        for s in io["outputs"]]
+
+    def get_inputs(self) -> list[Arg]:
+        return self.inputs
+
+    def get_outputs(self) -> list[Arg]:
+        return self.outputs
+
+    def run(self, names: list[str] | None, feed: dict[str, Any]) -> list[Any]:
+        pool = dict(feed)
+        for part, session in self.parts:
+            got = session.run(part["outputs"], {x: pool[x] for x in part["inputs"]})
+            pool.update(zip(part["outputs"], got, strict=True))
+        return [pool[n] for n in (names or [o.name for o in self.outputs])]
