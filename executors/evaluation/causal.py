@@ -41,6 +41,11 @@ class Causal(Evaluator):
     tasks = ("text-generation",)
 
     def prepare(self, rows: list[dict[str, Any]], cx: Context) -> Prepared:
+        if any(s["name"] == "inputs_embeds" for s in cx.specs["decode"]) or \
+                "hidden_states" in cx.outputs["decode"]:
+            raise EvalDataError("eval: a language model whose embeddings or head run on the "
+                                "host (export.on_host) is not evaluated yet; verify_generation "
+                                "compares it with PyTorch; set eval=none or export.on_host=[]")
         context = int(next(s for s in cx.specs["decode"]
                            if s["name"] == "attention_mask")["shape"][1]) - 1
         ids = _token_lists(rows, cx, context + 1)

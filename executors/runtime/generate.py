@@ -46,14 +46,16 @@ class LMRunner:
     between their calls; the graphs' input specs give the cache geometry."""
 
     def __init__(self, prefill: Forward, decode: Forward, prefill_specs: list[dict[str, Any]],
-                 decode_specs: list[dict[str, Any]]) -> None:
+                 decode_specs: list[dict[str, Any]], host: dict[str, Forward] | None = None
+                 ) -> None:
         self.prefill_forward, self.decode_forward = prefill, decode
+        self.host = host or {}  # "embeddings" / "head" the host runs (export.on_host)
         specs = {s["name"]: s for s in decode_specs}
         self.context = int(specs["attention_mask"]["shape"][1]) - 1
         self.past_shapes = {n: s["shape"] for n, s in specs.items()
                             if n.startswith("past_key_values.")}
         self.prefill_length = int(next(s["shape"][1] for s in prefill_specs
-                                       if s["name"] == "input_ids"))
+                                       if s["name"] == "attention_mask"))
         self.reset()
 
     def reset(self) -> None:
@@ -68,10 +70,10 @@ class LMRunner:
         n = len(first)
         tokens = np.zeros((1, self.prefill_length), np.int64)
         tokens[0, :n] = first
-        feed = {"input_ids": tokens,
+        feed = {**self._tokens(tokens),
                 "attention_mask": (np.arange(self.prefill_length) < n).astype(np.int64)[None],
                 "position_ids": np.arange(self.prefill_length, dtype=np.int64)[None]}
-        out = self.prefill_forward(feed)
+        out = self._logits(self.prefill_forward(feed))
         for name in self.past_shapes:
             self.cache[name][:, :, :n] = out[_present(name)][:, :, :n]
         self.seen = n
@@ -79,6 +81,18 @@ class LMRunner:
         for token in ids[n:]:
             rows.append(self.step(token))
         return np.stack(rows)
+
+    def _tokens(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """The graphs' token input: the ids, or their embeddings looked up on the host."""
+        if "embeddings" not in self.host:
+            return {"input_ids": ids}
+        return {"inputs_embeds": self.host["embeddings"]({"input_ids": ids})["inputs_embeds"]}
+
+    def _logits(self, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graphs' outputs with logits: from the host's head where the graphs end before it."""
+        if "head" in self.host:
+            out["logits"] = self.host["head"]({"hidden_states": out["hidden_states"]})["logits"]
+        return out
 
     @property
     def full(self) -> bool:
@@ -90,10 +104,10 @@ class LMRunner:
             raise IndexError(f"the key/value cache is full ({self.context} tokens)")
         mask = np.zeros((1, self.context + 1), np.int64)
         mask[0, :self.seen], mask[0, -1] = 1, 1
-        feed = {"input_ids": np.array([[token]], np.int64),
+        feed = {**self._tokens(np.array([[token]], np.int64)),
                 "position_ids": np.array([[self.seen]], np.int64),
                 "attention_mask": mask, **self.cache}
-        out = self.decode_forward(feed)
+        out = self._logits(self.decode_forward(feed))
         for name in self.past_shapes:
             self.cache[name][:, :, self.seen] = out[_present(name)][:, :, 0]
         self.seen += 1
@@ -145,13 +159,25 @@ def open_bundle(folder: Path, target: Any, provider_options: dict[str, Any],
     """An LMRunner over a bundle folder written by the lm_bundle step."""
     from executors.runtime.adapters import adapter
 
-    graphs = json.loads((folder / BUNDLE).read_text())["graphs"]
+    described = json.loads((folder / BUNDLE).read_text())
+    graphs = described["graphs"]
     runtime = adapter(target)
     forwards = {g: session_forward(runtime.step_session(folder / graphs[g]["model"], target,
                                                         provider_options, cache_dir)[0])
                 for g in ("prefill", "decode")}
     return LMRunner(forwards["prefill"], forwards["decode"], graphs["prefill"]["inputs"],
-                    graphs["decode"]["inputs"])
+                    graphs["decode"]["inputs"], host_forwards(folder, described))
+
+
+def host_forwards(folder: Path, described: dict[str, Any]) -> dict[str, Forward]:
+    """Sessions on the host CPU for the layers a bundle places there (export.on_host)."""
+    import onnxruntime as ort
+
+    from executors.runtime.adapters import host_providers
+
+    return {layer: session_forward(ort.InferenceSession(str(folder / name),
+                                                        providers=host_providers()))
+            for layer, name in described.get("host", {}).items()}
 
 
 def torch_greedy(model: Any, ids: list[int], new_tokens: int,

@@ -38,19 +38,26 @@ def _presents(cache: Any, layers: int, last: int | None) -> list[Any]:
     return out
 
 
-def step(model: Any, input_ids: Any, attention_mask: Any, position_ids: Any,
-         past: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+def step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
+         past: tuple[Any, ...] = (), embedded: bool = False,
+         headless: bool = False) -> tuple[Any, ...]:
     """(logits, present.0.key, present.0.value, ...) of one forward: the prompt on an empty
-    cache, or one token on the fed cache (the new entries only)."""
+    cache, or one token on the fed cache (the new entries only). `embedded`: `tokens` are
+    the embeddings the host looked up; `headless`: the final hidden states instead of the
+    logits (the host applies the head)."""
     layers = layer_count(model)
     cache = _cache(model, past)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                past_key_values=cache, use_cache=True, return_dict=True)
-    new = input_ids.shape[1] if past else None
-    return (out.logits, *_presents(out.past_key_values, layers, new))
+    kwargs = {"inputs_embeds" if embedded else "input_ids": tokens,
+              "attention_mask": attention_mask, "position_ids": position_ids,
+              "past_key_values": cache, "use_cache": True, "return_dict": True}
+    out = model.base_model(**kwargs) if headless else model(**kwargs)
+    new = tokens.shape[1] if past else None
+    first = out.last_hidden_state if headless else out.logits
+    return (first, *_presents(out.past_key_values, layers, new))
 
 
-def graph_module(model: Any, graph: str, input_names: list[str]) -> Any:
+def graph_module(model: Any, graph: str, input_names: list[str],
+                 output_names: list[str]) -> Any:
     """The module to trace for the prefill or decode graph, taking positional inputs."""
     import torch
 
@@ -62,7 +69,9 @@ def graph_module(model: Any, graph: str, input_names: list[str]) -> Any:
         def forward(self, *args: Any) -> Any:
             feed = dict(zip(input_names, args, strict=True))
             past = tuple(feed[n] for n in input_names if n.startswith("past_key_values."))
-            return step(self.model, feed["input_ids"], feed["attention_mask"],
-                        feed["position_ids"], past)
+            embedded = "inputs_embeds" in feed
+            return step(self.model, feed["inputs_embeds" if embedded else "input_ids"],
+                        feed["attention_mask"], feed["position_ids"], past, embedded,
+                        headless=output_names[0] == "hidden_states")
 
     return Graph().eval()

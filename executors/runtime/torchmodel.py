@@ -81,7 +81,7 @@ def graph_module(model: Any, graph: str | None, input_names: list[str],
     if graph in ("prefill", "decode"):
         from executors.runtime import lmgraphs
 
-        return lmgraphs.graph_module(model, graph, input_names)
+        return lmgraphs.graph_module(model, graph, input_names, output_names)
     held = model.get_encoder() if graph == "encoder" else model
 
     class Graph(torch.nn.Module):

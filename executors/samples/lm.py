@@ -13,8 +13,8 @@ import numpy as np
 
 from executors.samples.text import Got, sentences, tokenizer
 
-LM_KINDS = ("lm_prompt_ids", "lm_prompt_mask", "lm_prompt_positions", "lm_step_ids",
-            "lm_step_positions", "lm_step_mask", "lm_past")
+LM_KINDS = ("lm_prompt_ids", "lm_prompt_embeds", "lm_prompt_mask", "lm_prompt_positions",
+            "lm_step_ids", "lm_step_embeds", "lm_step_positions", "lm_step_mask", "lm_past")
 MAX_STEPS = 8  # decode samples are taken after 0 .. MAX_STEPS - 1 generated tokens
 
 
@@ -43,16 +43,35 @@ def lm_feeds(wanted: dict[str, dict[str, Any]], n: int, split: str, source: Path
 
     model, _ = torchmodel.load(source)
     vocab = int(model.config.get_text_config().vocab_size)
-    if "lm_prompt_ids" in wanted:
-        length = wanted["lm_prompt_ids"]["shape"][1]
+    if "lm_prompt_mask" in wanted:
+        length = wanted["lm_prompt_mask"]["shape"][1]
         ids, origin = prompts(n, split, ckpt, vocab, rng, length)
-        return Got([_prompt_feed(wanted, p, length) for p in ids], origin)
+        with torch.no_grad():
+            feeds = [_embedded(model, wanted, _prompt_feed(wanted, p, length)) for p in ids]
+        return Got(feeds, origin)
     context = wanted["lm_step_mask"]["shape"][1] - 1
     ids, origin = prompts(n, split, ckpt, vocab, rng, max(1, context - MAX_STEPS))
     with torch.no_grad():
-        feeds = [_step_feed(model, wanted, p, (i * 3) % MAX_STEPS, context)
-                 for i, p in enumerate(ids)]
+        feeds = [_embedded(model, wanted, _step_feed(model, wanted, p, (i * 3) % MAX_STEPS,
+                                                     context)) for i, p in enumerate(ids)]
     return Got(feeds, origin + "; caches of PyTorch's greedy generation")
+
+
+IDS_FOR = {"lm_prompt_embeds": "lm_prompt_ids", "lm_step_embeds": "lm_step_ids"}
+
+
+def _embedded(model: Any, wanted: dict[str, dict[str, Any]],
+              feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Token ids looked up in the model's own embedding table, for graphs whose embeddings
+    the host runs (export.on_host)."""
+    import torch
+
+    for kind, ids_kind in IDS_FOR.items():
+        if kind in wanted:
+            ids = feed.pop(ids_kind)
+            table = model.get_input_embeddings()
+            feed[wanted[kind]["name"]] = table(torch.from_numpy(ids)).float().numpy()
+    return feed
 
 
 def random_feeds(wanted: dict[str, dict[str, Any]], n: int, specs: list[dict[str, Any]],
@@ -61,25 +80,41 @@ def random_feeds(wanted: dict[str, dict[str, Any]], n: int, specs: list[dict[str
     generation makes them (a valid prefix; the decoded token after the filled slots)."""
     feeds = []
     for _ in range(n):
-        if "lm_prompt_ids" in wanted:
-            length = wanted["lm_prompt_ids"]["shape"][1]
-            vocab = int(wanted["lm_prompt_ids"]["max"]) + 1
+        if "lm_prompt_mask" in wanted:
+            length = wanted["lm_prompt_mask"]["shape"][1]
+            vocab = int(wanted["lm_prompt_ids"]["max"]) + 1 if "lm_prompt_ids" in wanted else 2
             ids = [int(t) for t in rng.integers(0, vocab, size=int(rng.integers(1, length + 1)))]
-            feeds.append(_prompt_feed(wanted, ids, length))
+            feeds.append(_random_embeds(wanted, _prompt_feed(wanted, ids, length), rng))
             continue
         context = wanted["lm_step_mask"]["shape"][1] - 1
         seen = int(rng.integers(1, context + 1))
         mask = np.zeros((1, context + 1), np.int64)
         mask[0, :seen], mask[0, -1] = 1, 1
-        feed = {wanted["lm_step_ids"]["name"]: rng.integers(
-                    0, int(wanted["lm_step_ids"]["max"]) + 1, size=(1, 1)),
+        feed = {_name(wanted, "lm_step_ids"): rng.integers(
+                    0, int(wanted["lm_step_ids"]["max"]) + 1 if "lm_step_ids" in wanted else 2,
+                    size=(1, 1)),
                 wanted["lm_step_positions"]["name"]: np.array([[seen]], np.int64),
                 wanted["lm_step_mask"]["name"]: mask}
         for spec in specs:
             if spec.get("kind") == "lm_past":
                 feed[spec["name"]] = rng.normal(0.0, 1.0, size=spec["shape"]).astype(np.float32)
-        feeds.append(feed)
+        feeds.append(_random_embeds(wanted, feed, rng))
     return Got(feeds, "random token ids and caches (no torch model here); generation's masks")
+
+
+def _random_embeds(wanted: dict[str, dict[str, Any]], feed: dict[str, np.ndarray],
+                   rng: np.random.Generator) -> dict[str, np.ndarray]:
+    for kind, ids_kind in IDS_FOR.items():
+        if kind in wanted:
+            feed.pop(ids_kind)
+            feed[wanted[kind]["name"]] = rng.normal(0.0, 0.02, size=wanted[kind]["shape"]
+                                                    ).astype(np.float32)
+    return feed
+
+
+def _name(wanted: dict[str, dict[str, Any]], kind: str) -> str:
+    """The input a kind feeds; the kind itself for ids that are embedded before feeding."""
+    return wanted[kind]["name"] if kind in wanted else kind
 
 
 def _prompt_feed(wanted: dict[str, dict[str, Any]], ids: list[int],
@@ -87,7 +122,7 @@ def _prompt_feed(wanted: dict[str, dict[str, Any]], ids: list[int],
     tokens = np.zeros((1, length), np.int64)
     tokens[0, :len(ids)] = ids
     mask = (np.arange(length) < len(ids)).astype(np.int64)[None]
-    return {wanted["lm_prompt_ids"]["name"]: tokens,
+    return {_name(wanted, "lm_prompt_ids"): tokens,
             wanted["lm_prompt_mask"]["name"]: mask,
             wanted["lm_prompt_positions"]["name"]: np.arange(length, dtype=np.int64)[None]}
 
@@ -107,7 +142,7 @@ def _step_feed(model: Any, wanted: dict[str, dict[str, Any]], ids: list[int], st
         token = int(out.logits[0, -1].argmax())
     mask = np.zeros((1, context + 1), np.int64)
     mask[0, :seen], mask[0, -1] = 1, 1
-    feed = {wanted["lm_step_ids"]["name"]: np.array([[token]], np.int64),
+    feed = {_name(wanted, "lm_step_ids"): np.array([[token]], np.int64),
             wanted["lm_step_positions"]["name"]: np.array([[seen]], np.int64),
             wanted["lm_step_mask"]["name"]: mask}
     for i, layer in enumerate(cache.layers):  # every layer's buffers (one spec's shape each)

@@ -54,6 +54,7 @@ def run(ctx: StepContext) -> StepResult:
                          "inputs": inputs, "outputs": outputs,
                          **({"parts": len(split["pieces"])} if split else {})}
     device = _shared(ctx)
+    host = _host(ctx)
     ckpt = checkpoint_dir(ctx.inputs.get("source"))
     copied = [f for f in CHECKPOINT_FILES if ckpt is not None and (ckpt / f).is_file()]
     for f in copied:
@@ -61,7 +62,8 @@ def run(ctx: StepContext) -> StepResult:
     described = {"graphs": graphs, "prefill_length": p["prefill_length"],
                  "context_length": p["context_length"],
                  "runs_on": {k: p[k] for k in ("ep", "backend", "provider_options")},
-                 **({"shared_context": device} if device else {})}
+                 **({"shared_context": device} if device else {}),
+                 **({"host": host} if host else {})}
     (ctx.out / BUNDLE).write_text(json.dumps(described, indent=2, sort_keys=True))
     config = json.loads((ckpt / "config.json").read_text()) if "config.json" in copied else {}
     genai = genai_config(config, described, _generation(ckpt))
@@ -73,6 +75,21 @@ def run(ctx: StepContext) -> StepResult:
                                "client_files": copied,
                                "context_length": p["context_length"],
                                "prefill_length": p["prefill_length"]})
+
+
+def _host(ctx: StepContext) -> dict[str, str]:
+    """The host's graphs (export.on_host) beside the target's, their weights in weights/."""
+    src = ctx.inputs.get("host")
+    if src is None:
+        return {}
+    made = json.loads((src / "result.json").read_text())["metrics"]["layers"]
+    for entry in made.values():
+        link_or_copy(src / entry["model"], ctx.out / entry["model"])
+    for blob in (src / WEIGHTS).glob("*"):
+        (ctx.out / WEIGHTS).mkdir(exist_ok=True)
+        if not (ctx.out / WEIGHTS / blob.name).exists():
+            link_or_copy(blob, ctx.out / WEIGHTS / blob.name)
+    return {layer: entry["model"] for layer, entry in made.items()}
 
 
 def _copy_parts(src: Path, dst: Path, split: dict[str, Any]) -> None:

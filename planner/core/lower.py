@@ -48,7 +48,7 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
             graphs = {"model": {"inputs": ex["inputs"], "outputs": T.task_outputs(task, info)}}
         else:
             graphs = specs.graph_specs(info, sources.preprocessor_info(model, where), task,
-                                       modality, ex["shapes"])
+                                       modality, ex["shapes"], _on_host(ex, modality))
         if ex["outputs"]:
             graphs["model"]["outputs"] = list(ex["outputs"])
         if modality == T.CAUSAL:
@@ -57,6 +57,16 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
                 spec["parts"] = count
         out.update(task=task, model_class=model_class, modality=modality, graphs=graphs)
     return out
+
+
+def _on_host(ex: dict[str, Any], modality: str) -> list[str]:
+    from planner.errors import ConfigError
+
+    if ex["on_host"] and modality != T.CAUSAL:
+        raise ConfigError(f"export.on_host: {ex['on_host']} places a language model's "
+                          f"embeddings or head on the host, and this is a {modality} model; "
+                          "set export.on_host=[]")
+    return sorted(ex["on_host"])
 
 
 def _parts(config: dict[str, Any], info: dict[str, Any]) -> int:
@@ -138,10 +148,16 @@ def _lm_bundle(config: dict[str, Any], known: dict[str, Any], finals: dict[str, 
     from planner.models import lm
 
     prefill, context = lm.lengths(known["info"], config["export"]["shapes"])
+    host = sorted(config["export"]["on_host"])
+    if host:
+        shared = [*shared, Step("host_layers", "host_layers", {"layers": host},
+                                {"source": "resolve"})]
     steps = [*shared, Step("bundle", "lm_bundle", {
         "graphs": list(finals), "prefill_length": prefill, "context_length": context,
         **_ep(config)}, {**finals, "source": "resolve",
-                         **({"shared": shared[0].id} if shared else {})})]
+                         **({"shared": shared[0].id} if shared and shared[0].op ==
+                            "share_context" else {}),
+                         **({"host": "host_layers"} if host else {})})]
     verify = config["verify"]
     if verify["metric"] != "none" and verify["new_tokens"] > 0:
         steps.append(Step("verify_generation", "verify_generation", {
@@ -269,10 +285,10 @@ def _eval(config: dict[str, Any], known: dict[str, Any], deliverable: str,
     steps = []
     reference = next(iter(fp32s.values()))
     if known["modality"] == T.CAUSAL:
-        bundle = _lm_bundle(config, known, fp32s)[0]  # no shared context: fp32 on the host
+        bundle = next(s for s in _lm_bundle(config, known, fp32s) if s.op == "lm_bundle")
         host = {"ep": "cpu", "backend": None, "provider_options": {}}  # the fp32 graphs run there
         steps.append(Step("reference_bundle", "lm_bundle", {**bundle.params, **host},
-                          bundle.inputs))
+                          {r: v for r, v in bundle.inputs.items() if r != "shared"}))
         reference = "reference_bundle"
     elif len(fp32s) > 1:
         steps.append(Step("reference_bundle", "bundle", {"graphs": list(fp32s)}, dict(fp32s)))

@@ -256,7 +256,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        "stored once, with its tokenizer, generation config and genai_config.json",
        params=("graphs", "prefill_length", "context_length", "ep", "backend",
                "provider_options"),
-       inputs=("prefill", "decode", "source", "shared"), optional=("shared",),
+       inputs=("prefill", "decode", "source", "shared", "host"), optional=("shared", "host"),
        requires=(Require(N.FORMAT, "eq", "onnx", role="prefill"),
                  Require(N.FORMAT, "eq", "onnx", role="decode")),
        tools=("onnx",), outputs=("models",), chain_role="decode", delivers=("prefill",)),
@@ -269,6 +269,11 @@ OPS: dict[str, Op] = {op.name: op for op in (
                              "(export.hierarchy=true)")),
        traits=frozenset({T.CUTS_GRAPH, T.HEAVY}),
        tools=("onnx", "onnxruntime")),
+    Op("host_layers", 1, "export a causal LM's embeddings and/or head (export.on_host) as "
+       "small fp32 graphs the host CPU runs beside the target's",
+       params=("layers",), inputs=("source",),
+       traits=frozenset({T.HEAVY}),
+       tools=("torch", "transformers", "onnx"), outputs=("models",), chain_role="source"),
     Op("share_context", 1, "compile a causal LM's two graphs into EPContext models sharing "
        "one context binary (the weights once on the device), and try loading it here",
        params=("target", "ep", "backend", "provider_options"), inputs=("prefill", "decode"),

@@ -82,14 +82,22 @@ def _spec(name: str, dtype: str, shape: list[int], lo: float, hi: float,
     return {"name": name, "dtype": dtype, "shape": shape, "min": lo, "max": hi, "kind": kind}
 
 
-def graph_specs(info: dict[str, Any], shapes: dict[str, Any],
-                batch: int) -> dict[str, dict[str, Any]]:
+HOST_LAYERS = ("embeddings", "head")  # what export.on_host may place on the host CPU
+
+
+def graph_specs(info: dict[str, Any], shapes: dict[str, Any], batch: int,
+                on_host: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+    """The two graphs' I/O. With "embeddings" on the host they take `inputs_embeds` (the
+    host looks the tokens up), with "head" they return `hidden_states` (the host computes
+    the logits): the vocabulary-sized matrices then stay off the target."""
     if batch != 1:
         raise ConfigError("export.shapes.batch_size: a causal LM's graphs decode one sequence "
                           "(batch 1); set export.shapes.batch_size=1")
     s = shape_of(info)
     prefill, context = lengths(info, shapes)
-    outputs = ["logits", *cache_names(s.layers, "present")]
+    outputs = ["hidden_states" if "head" in on_host else "logits",
+               *cache_names(s.layers, "present")]
+    width = _first(info.get("text_config") or info, _WIDTH)
     top = context  # positions run 0 .. context
     prompt = [_spec("input_ids", "int64", [1, prefill], 0, s.vocab - 1, "lm_prompt_ids"),
               _spec("attention_mask", "int64", [1, prefill], 0, 1, "lm_prompt_mask"),
@@ -99,6 +107,10 @@ def graph_specs(info: dict[str, Any], shapes: dict[str, Any],
     step = [_spec("input_ids", "int64", [1, 1], 0, s.vocab - 1, "lm_step_ids"),
             _spec("position_ids", "int64", [1, 1], 0, top, "lm_step_positions"),
             _spec("attention_mask", "int64", [1, context + 1], 0, 1, "lm_step_mask"), *past]
+    if "embeddings" in on_host:
+        prompt[0] = _spec("inputs_embeds", "float32", [1, prefill, width], -1.0, 1.0,
+                          "lm_prompt_embeds")
+        step[0] = _spec("inputs_embeds", "float32", [1, 1, width], -1.0, 1.0, "lm_step_embeds")
     return {"prefill": {"inputs": prompt, "outputs": outputs},
             "decode": {"inputs": step, "outputs": outputs}}
 

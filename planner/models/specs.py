@@ -122,7 +122,8 @@ def audio_inputs(info: dict[str, Any], preproc: dict[str, Any], shapes: dict[str
 
 
 def graph_specs(info: dict[str, Any], preproc: dict[str, Any], task: str, modality: str,
-                shapes: dict[str, Any]) -> dict[str, dict[str, Any]]:
+                shapes: dict[str, Any], on_host: list[str] | tuple[str, ...] = ()
+                ) -> dict[str, dict[str, Any]]:
     """graph name -> {"inputs": [...], "outputs": [...]}: one graph ("model"), or the encoder
     and decoder of a sequence-to-sequence model."""
     mt = T.model_type_of(info)
@@ -144,7 +145,7 @@ def graph_specs(info: dict[str, Any], preproc: dict[str, Any], task: str, modali
     if modality == T.CAUSAL:
         from planner.models import lm
 
-        return lm.graph_specs(info, shapes, batch)
+        return lm.graph_specs(info, shapes, batch, tuple(on_host))
     return _encoder_decoder(info, preproc, mt, modality, shapes, batch, outputs)
 
 

@@ -147,3 +147,29 @@ def test_graphs_split_into_parts_generate_like_the_whole(tmp_path: Path, target:
     described = json.loads((folder / "bundle.json").read_text())["graphs"]
     assert described["decode"]["parts"] == 2
     assert (folder / "decode_parts" / "part.1" / "model.onnx").is_file()
+
+
+@pytest.mark.parametrize(("target", "quant"), [
+    ("cpu", "none"), pytest.param("qnn_htp", "w4a16", marks=pytest.mark.slow)])
+def test_embeddings_and_head_on_the_host(tmp_path: Path, target: str, quant: str) -> None:
+    """export.on_host=[embeddings,head]: the target's graphs take and give hidden states; the
+    bundle's host graphs look the tokens up and compute the logits on the CPU."""
+    record = build(tmp_path, "qwen3", f"target={target}", f"quant={quant}",
+                   "export.on_host=[embeddings,head]")
+    layers = step(record, "host_layers")["metrics"]["layers"]
+    assert set(layers) == {"embeddings", "head"} and max(v["max_abs"] for v in
+                                                         layers.values()) < 1e-4
+    models = graphs(record)
+    for model in models.values():
+        assert model.graph.input[0].name == "inputs_embeds"
+        assert model.graph.output[0].name == "hidden_states"
+        # the vocabulary-sized matrices are off the target: no Gather of token ids left
+        assert not any(n.op_type == "Gather" and "input_ids" in n.input for n in model.graph.node)
+    gen = step(record, "verify_generation")["metrics"]
+    if target == "cpu":
+        assert gen["token_agreement"] == 1.0
+    else:
+        assert gen["cosine_mean"] > 0.99 and gen["token_agreement"] >= 0.75
+    folder = Path(step(record, "bundle")["outputs"]["bundle.json"]).parent
+    assert json.loads((folder / "bundle.json").read_text())["host"] == {
+        "embeddings": "embed_model.onnx", "head": "head_model.onnx"}

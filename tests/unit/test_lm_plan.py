@@ -158,3 +158,23 @@ def test_blocks_and_parts_of_a_tagged_graph() -> None:
     assert split.assign(graph, index, 2) == [0, 0, 0, 0, 1, 1, 1, 1]
     with pytest.raises(ValueError, match="4 repeated block"):
         split.assign(graph, index, 5)
+
+
+def test_embeddings_and_head_on_the_host(tmp_path: Path) -> None:
+    ckpt = checkpoint(tmp_path, LLAMA)
+    ir = plan(ckpt, "export.on_host=[embeddings,head]")
+    prefill, decode = params(ir, "prefill.export"), params(ir, "decode.export")
+    assert prefill["inputs"][0]["name"] == decode["inputs"][0]["name"] == "inputs_embeds"
+    assert prefill["inputs"][0]["shape"] == [1, 63, 32] and decode["inputs"][0]["shape"] == \
+        [1, 1, 32]
+    assert prefill["outputs"][0] == "hidden_states"
+    assert params(ir, "host_layers") == {"layers": ["embeddings", "head"]}
+    bundle = next(s for s in ir["steps"] if s["id"] == "bundle")
+    assert bundle["inputs"]["host"] == "host_layers"
+    only_head = plan(ckpt, "export.on_host=[head]")
+    assert params(only_head, "prefill.export")["inputs"][0]["name"] == "input_ids"
+    (tmp_path / "b").mkdir()
+    bert = checkpoint(tmp_path / "b", {"model_type": "bert", "architectures": ["BertModel"],
+                                       "vocab_size": 100})
+    with pytest.raises(ConfigError, match="export.on_host"):
+        plan(bert, "export.on_host=[head]")
