@@ -10,6 +10,7 @@ else against PyTorch's outputs."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,11 +32,13 @@ class Decoding:
     eos: int | None            # None: every output runs to the graph's length
     pad: int                   # fills the positions after the prefix
     length: int                # the decoder graph's sequence length
+    forced: tuple[int, ...] = ()  # tokens after the start one (Whisper: language, task)
 
 
 def greedy(logits: Logits, how: Decoding) -> list[int]:
-    """The generated tokens (without the start token or eos): at most `how.length`."""
-    prefix, out = [how.start], []
+    """The generated tokens (without the start and forced tokens or eos): at most
+    `how.length` in all."""
+    prefix, out = [how.start, *how.forced], []
     while True:
         ids = np.full((1, how.length), how.pad, np.int64)
         ids[0, :len(prefix)] = prefix
@@ -72,7 +75,22 @@ def decoding(cx: Context) -> Decoding:
                             "to start decoding from; add decoder_start_token_id to config.json")
     pad = _token(cx, "pad_token_id")
     return Decoding(start, _token(cx, "eos_token_id"), 0 if pad is None else pad,
-                    int(ids["shape"][1]))
+                    int(ids["shape"][1]), forced_tokens(cx))
+
+
+def forced_tokens(cx: Context) -> tuple[int, ...]:
+    """The tokens a speech model's generation config forces after the start token: the
+    language and task of a multilingual Whisper (English, transcribe), then no timestamps."""
+    path = None if cx.checkpoint is None else cx.checkpoint / "generation_config.json"
+    if path is None or not path.is_file():
+        return ()
+    gen = json.loads(path.read_text())
+    forced = [int(t) for _, t in sorted(gen.get("forced_decoder_ids") or []) if t is not None]
+    if gen.get("is_multilingual") and gen.get("lang_to_id") and gen.get("task_to_id"):
+        forced = [gen["lang_to_id"].get("<|en|>"), gen["task_to_id"].get("transcribe")]
+    if gen.get("no_timestamps_token_id") is not None:
+        forced.append(int(gen["no_timestamps_token_id"]))
+    return tuple(t for t in forced if t is not None)
 
 
 def decoder_feed(cx: Context, ids: np.ndarray, states: np.ndarray, encoder: Feed) -> Feed:

@@ -80,7 +80,8 @@ def image_feed(cx: Context, value: Any) -> Feed:
 
 
 def audio_feed(cx: Context, value: Any) -> Feed:
-    spec = next((s for s in cx.inputs if kind_of(s) in ("waveform", "spectrogram")), None)
+    spec = next((s for s in cx.inputs if kind_of(s) in ("waveform", "spectrogram",
+                                                         "mel_features")), None)
     if spec is None:
         raise EvalDataError("eval: the graph takes no audio input; its task needs audio")
     extractor = _extractor(cx.checkpoint)
@@ -98,6 +99,10 @@ def audio_feed(cx: Context, value: Any) -> Feed:
     if extractor is None:
         raise EvalDataError("eval: the checkpoint has no feature extractor to compute the "
                             "spectrogram its graph takes; add preprocessor_config.json")
+    if kind_of(spec) == "mel_features":  # [mel bins, frames]: the extractor pads to its window
+        feats = np.asarray(extractor(wav, sampling_rate=rate, return_tensors="np")
+                           ["input_features"][0], np.float32)
+        return {spec["name"]: feats[None]}
     feats = np.asarray(extractor(wav, sampling_rate=rate, return_tensors="np")["input_values"][0],
                        np.float32)
     frames = int(spec["shape"][1])

@@ -1,17 +1,26 @@
 """Speech recognition with a CTC head (wav2vec2, HuBERT): each frame's most likely token,
-repeats merged and blanks dropped (CTC collapse), as text through the checkpoint's tokenizer
+repeats merged and blanks dropped (CTC collapse); with an encoder-decoder (Whisper) greedy
+decoding from its start and forced tokens (executors/evaluation/generation.py); as text through the checkpoint's tokenizer
 (token ids when it has none); word and character error rates against the `transcript` column,
 else against PyTorch's transcripts (executors/evaluation/textscore.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import groupby
 from typing import Any
 
 import numpy as np
 
-from executors.evaluation import textscore
-from executors.evaluation.base import Context, EvalDataError, Evaluator, Prepared, first
+from executors.evaluation import generation, textscore
+from executors.evaluation.base import (
+    Context,
+    EvalDataError,
+    Evaluator,
+    Forward,
+    Prepared,
+    first,
+)
 from executors.evaluation.inputs import audio_feed
 
 
@@ -49,6 +58,20 @@ class Speech(Evaluator):
                                     "{array, sampling_rate} cells")
             feeds.append(audio_feed(cx, row["audio"]))
         return Prepared(feeds, rows)
+
+    def predictions(self, graphs: dict[str, Forward], prepared: Prepared, cx: Context,
+                    progress: Callable[[int], None]) -> list[Any]:
+        """CTC: one graph, one pass; an encoder-decoder (Whisper): greedy decoding."""
+        if "decoder" not in graphs:
+            return super().predictions(graphs, prepared, cx, progress)
+        how, tok = generation.decoding(cx), textscore.tokenizer(cx.checkpoint)
+        out = []
+        for i, feed in enumerate(prepared.feeds):
+            ids = generation.generate(graphs, feed, cx, how)
+            out.append(textscore.ids_text(ids) if tok is None else
+                       str(tok.decode(ids, skip_special_tokens=True)).strip())
+            progress(i)
+        return out
 
     def predict(self, outputs: list[dict[str, np.ndarray]], prepared: Prepared,
                 cx: Context) -> list[Any]:

@@ -70,6 +70,10 @@ def _feature_extractor(model_type: str, config: Any, rate: int) -> Any:
     cls = getattr(transformers, name or "", None)
     if cls is None:
         return None
+    if hasattr(config, "max_source_positions"):  # Whisper-like: log-mel frames, 10 ms each,
+        frames = 2 * config.max_source_positions    # two per encoder position
+        return cls(feature_size=config.num_mel_bins, sampling_rate=rate,
+                   chunk_length=max(1, frames * 160 // rate), hop_length=160)
     if hasattr(config, "num_mel_bins"):  # a spectrogram model: the extractor makes its frames
         return cls(num_mel_bins=config.num_mel_bins, max_length=config.max_length,
                    sampling_rate=rate)

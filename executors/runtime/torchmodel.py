@@ -112,4 +112,10 @@ def decoder_forward(model: Any, feed: dict[str, Any]) -> Any:
               "decoder_input_ids": feed["input_ids"], "use_cache": False, "return_dict": True}
     if "encoder_attention_mask" in feed:
         kwargs["attention_mask"] = feed["encoder_attention_mask"]
+    if hasattr(model.config, "num_mel_bins"):
+        # a speech decoder given no mask looks for packed sequences in its positions (a
+        # torch.diff ONNX cannot express); its ids are one sequence: say so with a full mask
+        import torch
+
+        kwargs["decoder_attention_mask"] = torch.ones_like(feed["input_ids"])
     return model(**kwargs)

@@ -64,7 +64,8 @@ def kind_of(spec: dict[str, Any]) -> str:
     by_name = {"input_ids": "token_ids", "attention_mask": "attention_mask",
                "token_type_ids": "token_types", "bbox": "boxes", "pixel_values": "pixels",
                "encoder_hidden_states": "encoder_hidden_states",
-               "encoder_attention_mask": "encoder_attention_mask"}
+               "encoder_attention_mask": "encoder_attention_mask",
+               "input_features": "mel_features"}
     if spec["name"] == "input_values":
         return "waveform" if len(spec["shape"]) == 2 else "spectrogram"
     return by_name.get(spec["name"], "values")
@@ -103,7 +104,7 @@ class Samples:
     def feeds(self, n: int) -> list[dict[str, np.ndarray]]:
         by_kind = {kind_of(s): s for s in self.specs}
         made: list[dict[str, np.ndarray]] = [{} for _ in range(n)]
-        for group in (text.TEXT_KINDS, ("pixels",), ("waveform", "spectrogram"),
+        for group in (text.TEXT_KINDS, ("pixels",), ("waveform", "spectrogram", "mel_features"),
                       text.DECODER_KINDS, lm.LM_KINDS):
             wanted = {k: by_kind[k] for k in group if k in by_kind}
             if group == text.DECODER_KINDS and self.source is None:
@@ -122,7 +123,7 @@ class Samples:
     def _group(self, wanted: dict[str, dict[str, Any]], n: int) -> list[dict[str, np.ndarray]]:
         if "pixels" in wanted:
             return [self._images(wanted["pixels"], i) for i in range(n)]
-        if "waveform" in wanted or "spectrogram" in wanted:
+        if {"waveform", "spectrogram", "mel_features"} & set(wanted):
             return [self._audio(wanted, i) for i in range(n)]
         if set(wanted) & set(lm.LM_KINDS):
             got = lm.lm_feeds(wanted, n, self.split, self.source, self.ckpt, self.rng) \
@@ -152,7 +153,7 @@ class Samples:
     def _audio(self, wanted: dict[str, dict[str, Any]], i: int) -> dict[str, np.ndarray]:
         extractor = media.feature_extractor(self.ckpt)
         lines = text.sentences(self.split)
-        spec = wanted.get("waveform") or wanted["spectrogram"]
+        spec = wanted.get("waveform") or wanted.get("spectrogram") or wanted["mel_features"]
         batch = spec["shape"][0]
         said = [lines[(i * batch + b) % len(lines)] for b in range(batch)]
         if "waveform" in wanted:
@@ -160,8 +161,9 @@ class Samples:
                                                      if extractor is not None else "normalization")
             return {spec["name"]: np.stack([media.waveform(s, spec["shape"][1], extractor)
                                             for s in said])}
+        make = media.mel_features if "mel_features" in wanted else media.spectrogram
         try:
-            out = np.stack([media.spectrogram(s, spec["shape"], extractor) for s in said])
+            out = np.stack([make(s, spec["shape"], extractor) for s in said])
         except LookupError:
             self.origins["audio"] = "random values (no feature extractor for spectrograms)"
             return {spec["name"]: self._random(spec)}

@@ -167,6 +167,20 @@ def waveform(text: str, samples: int, extractor: Any) -> np.ndarray:
     return ((wav - wav.mean()) / (wav.std() + 1e-7)).astype(np.float32)
 
 
+def mel_features(text: str, shape: list[int], extractor: Any) -> np.ndarray:
+    """`text` spoken, as the [mel bins, frames] log-mel features a Whisper-like encoder takes
+    (its feature extractor pads or cuts the speech to its window)."""
+    _, mels, frames = shape
+    if extractor is None:
+        raise LookupError("the checkpoint has no feature extractor to compute log-mel features")
+    out = np.asarray(extractor(speaker().say(text), sampling_rate=RATE,
+                               return_tensors="np")["input_features"][0], np.float32)
+    if out.shape != (mels, frames):
+        raise LookupError(f"the feature extractor gives {list(out.shape)} features, the graph "
+                          f"takes [{mels}, {frames}]")
+    return out
+
+
 def spectrogram(text: str, shape: list[int], extractor: Any) -> np.ndarray:
     """`text` spoken, as the [frames, mel bins] features a spectrogram model takes (its
     feature extractor computes them; without one there are none to compute)."""

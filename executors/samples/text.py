@@ -161,6 +161,11 @@ def _encoder_inputs(model: Any, tok: Any, texts: list[str], enc_seq: int, pool: 
     from executors.samples import media
 
     config = model.config
+    if hasattr(config, "max_source_positions") and hasattr(config, "num_mel_bins"):
+        shape = [batch, config.num_mel_bins, 2 * config.max_source_positions]
+        extractor = media.feature_extractor(ckpt)
+        speech = np.stack([media.mel_features(t, shape, extractor) for t in texts])
+        return {"input_features": speech}, np.ones((batch, enc_seq), np.int64)
     if getattr(config, "encoder", None) is not None and hasattr(config.encoder, "image_size"):
         size = config.encoder.image_size
         h, w = (size, size) if isinstance(size, int) else size

@@ -159,14 +159,26 @@ def _text_image_inputs(info: dict[str, Any], preproc: dict[str, Any], mt: T.Mode
     return ids + pixel_inputs(info, preproc, mt, shapes, batch)
 
 
+def speech_features(info: dict[str, Any], batch: int) -> list[dict[str, Any]]:
+    """Whisper's encoder input: log-mel features [B, mel bins, frames], two frames per
+    encoder position (its convolutions halve them), from its feature extractor."""
+    mels = int(info.get("num_mel_bins") or 80)
+    frames = 2 * int(info.get("max_source_positions") or 1500)
+    return [_spec("input_features", "float32", [batch, mels, frames], -2.0, 2.0,
+                  "mel_features")]
+
+
 def _encoder_decoder(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType | None,
                      modality: str, shapes: dict[str, Any], batch: int,
                      outputs: list[str]) -> dict[str, dict[str, Any]]:
     decoder_info = info.get("decoder") or info
     vocab = decoder_info.get("vocab_size")
-    dec_seq = sequence_length(shapes, position_limit(decoder_info, mt),
-                              "decoder_sequence_length", DEFAULT_DECODER_SEQUENCE)
-    if modality == T.TEXT2TEXT:
+    limit = decoder_info.get("max_target_positions") or position_limit(decoder_info, mt)
+    dec_seq = sequence_length(shapes, limit, "decoder_sequence_length", DEFAULT_DECODER_SEQUENCE)
+    if modality == T.SPEECH2TEXT:
+        encoder, width, cross = speech_features(info, batch), info.get("d_model"), []
+        enc_seq = int(info.get("max_source_positions") or 1500)
+    elif modality == T.TEXT2TEXT:
         enc_seq = sequence_length(shapes, position_limit(info, mt))
         encoder = text_inputs(info, None, batch, enc_seq)
         width = info.get("d_model") or info.get("hidden_size")

@@ -13,11 +13,11 @@ from typing import Any
 
 from planner.errors import ConfigError
 
-# Modalities: what a graph takes. text2text and image2text models export an encoder and a
-# decoder graph; a causal language model (decoder-only, "causal") a prefill and a decode graph
+# Modalities: what a graph takes. text2text, image2text and speech2text (Whisper: log-mel
+# features) models export an encoder and a decoder graph; a causal language model (decoder-only, "causal") a prefill and a decode graph
 # over a static key/value cache.
-TEXT, IMAGE, AUDIO, TEXT_IMAGE, TEXT2TEXT, IMAGE2TEXT, CAUSAL = (
-    "text", "image", "audio", "text+image", "text2text", "image2text", "causal")
+TEXT, IMAGE, AUDIO, TEXT_IMAGE, TEXT2TEXT, IMAGE2TEXT, CAUSAL, SPEECH2TEXT = (
+    "text", "image", "audio", "text+image", "text2text", "image2text", "causal", "speech2text")
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
          ("logits_per_image", "text_embeds", "image_embeds"), (TEXT_IMAGE,)),
     Task("keypoint-detection", None, ("heatmaps",), (IMAGE,)),
     Task("audio-classification", "AutoModelForAudioClassification", ("logits",), (AUDIO,)),
-    Task("automatic-speech-recognition", "AutoModelForCTC", ("logits",), (AUDIO,)),
+    Task("automatic-speech-recognition", "AutoModelForCTC", ("logits",), (AUDIO, SPEECH2TEXT)),
     Task("text2text-generation", "AutoModelForSeq2SeqLM", ("logits",), (TEXT2TEXT,)),
     Task("image-to-text", "VisionEncoderDecoderModel", ("logits",), (IMAGE2TEXT,)),
     Task("text-generation", "AutoModelForCausalLM", ("logits",), (CAUSAL,)),
@@ -59,7 +59,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
 # The graphs a modality exports, and the outputs of the encoder graph (the decoder's are the
 # task's outputs).
 GRAPHS = {TEXT2TEXT: ("encoder", "decoder"), IMAGE2TEXT: ("encoder", "decoder"),
-          CAUSAL: ("prefill", "decode")}
+          SPEECH2TEXT: ("encoder", "decoder"), CAUSAL: ("prefill", "decode")}
 ENCODER_OUTPUTS = ("last_hidden_state",)
 
 
@@ -133,6 +133,8 @@ MODEL_TYPES: dict[str, ModelType] = {m.name: m for m in (
                                                        "feature-extraction")),
     ModelType("marian", TEXT2TEXT, ("text2text-generation",)),
     ModelType("bart", TEXT2TEXT, ("text2text-generation",), position_offset=2),
+    ModelType("whisper", SPEECH2TEXT, ("automatic-speech-recognition",),
+              classes={"automatic-speech-recognition": "WhisperForConditionalGeneration"}),
     ModelType("vision-encoder-decoder", IMAGE2TEXT, ("image-to-text",), image_size=224),
     *(ModelType(name, CAUSAL, _LM_TASKS, absolute_positions=absolute)
       for name, absolute in (("gpt2", True), ("llama", False), ("mistral", False),
@@ -158,7 +160,8 @@ SUFFIXES: tuple[tuple[str, dict[str, str]], ...] = (
                             TEXT_IMAGE: "zero-shot-object-detection"}),
     ("ForPoseEstimation", {IMAGE: "keypoint-detection"}),
     ("ForCTC", {AUDIO: "automatic-speech-recognition"}),
-    ("ForConditionalGeneration", {TEXT2TEXT: "text2text-generation"}),
+    ("ForConditionalGeneration", {TEXT2TEXT: "text2text-generation",
+                                  SPEECH2TEXT: "automatic-speech-recognition"}),
     ("MTModel", {TEXT2TEXT: "text2text-generation"}),
     ("TextModelWithProjection", {TEXT_IMAGE: "feature-extraction"}),
     ("VisionModelWithProjection", {TEXT_IMAGE: "image-feature-extraction"}),
@@ -192,6 +195,8 @@ def guess_modality(info: dict[str, Any]) -> str | None:
     if "vision_config" in info and "text_config" in info:
         return TEXT_IMAGE
     if info.get("is_encoder_decoder") or ("encoder" in info and "decoder" in info):
+        if "num_mel_bins" in info:  # log-mel features in, text out (Whisper-like)
+            return SPEECH2TEXT
         return IMAGE2TEXT if "image_size" in (info.get("encoder") or {}) else TEXT2TEXT
     if any(k in info for k in ("num_mel_bins", "conv_dim", "feat_extract_norm")):
         return AUDIO

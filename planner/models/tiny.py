@@ -109,6 +109,10 @@ TINY: dict[str, dict[str, Any]] = {
     "marian": {**_SEQ2SEQ, "pad_token_id": 999, "decoder_start_token_id": 999,
                "eos_token_id": 0},
     "bart": _SEQ2SEQ,
+    # 2 s of audio: 200 log-mel frames, 100 encoder positions
+    "whisper": {**{k: v for k, v in _SEQ2SEQ.items() if k != "max_position_embeddings"},
+                "num_mel_bins": 80, "max_source_positions": 100, "max_target_positions": 64,
+                "decoder_start_token_id": 3},
     **{name: {**_LM, **extra} for name, extra in (
         ("llama", {}), ("mistral", {}), ("qwen2", {}), ("phi3", {}),
         ("qwen3", {"head_dim": 16}), ("gemma", {"head_dim": 16}))},  # their defaults: 128, 256
