@@ -64,6 +64,9 @@ def _token(cx: Context, name: str) -> int | None:
 def decoding(cx: Context) -> Decoding:
     ids = next((s for s in cx.specs.get("decoder", []) if kind_of(s) in ("decoder_ids",
                                                                          "token_ids")), None)
+    if cached(cx):  # the one-token decoder: its length is its cache's
+        ids = next(s for s in cx.specs["decoder"] if s["name"] == "attention_mask")
+        ids = {**ids, "shape": [1, ids["shape"][1] - 1]}
     if ids is None:
         raise EvalDataError(f"eval: {cx.task} needs an encoder and a decoder graph taking "
                             "input_ids; build the model's encoder-decoder export")
@@ -113,10 +116,51 @@ def decoder_feed(cx: Context, ids: np.ndarray, states: np.ndarray, encoder: Feed
     return feed
 
 
+def cached(cx: Context) -> bool:
+    """Whether the decoder is the one-token decoder over a static cache (with a cross graph)."""
+    return any(s["name"] == "past_key_values.0.key" for s in cx.specs.get("decoder", []))
+
+
+def cached_greedy(graphs: dict[str, Forward], states: np.ndarray, encoder: Feed, cx: Context,
+                  how: Decoding) -> list[int]:
+    """Greedy decoding with the cached decoder: the cross graph once, then one decoder call
+    per token, its keys and values written into the next cache slot."""
+    specs = {s["name"]: s for s in cx.specs["decoder"]}
+    width = int(cx.specs["cross"][0]["shape"][1])
+    cross = graphs["cross"]({"encoder_hidden_states": states[:, :width]})
+    past = {n: np.zeros(s["shape"], np.float32) for n, s in specs.items()
+            if n.startswith("past_key_values.")}
+    prefix, out, seen = [how.start, *how.forced], [], 0
+    mask_in = next((v for k, v in encoder.items() if "attention_mask" in k), None)
+    while seen < how.length:
+        mask = np.zeros((1, how.length + 1), np.int64)
+        mask[0, :seen], mask[0, -1] = 1, 1
+        token = prefix[seen] if seen < len(prefix) else out[-1]
+        feed = {"input_ids": np.array([[token]], np.int64),
+                "position_ids": np.array([[seen]], np.int64), "attention_mask": mask,
+                **past, **cross}
+        if "encoder_attention_mask" in specs:
+            feed["encoder_attention_mask"] = mask_in if mask_in is not None else \
+                np.ones(specs["encoder_attention_mask"]["shape"], np.int64)
+        got = graphs["decoder"](feed)
+        for name, buffer in past.items():
+            buffer[:, :, seen] = got[name.replace("past_key_values.", "present.")][:, :, 0]
+        seen += 1
+        if seen < len(prefix):
+            continue
+        token = int(np.argmax(got[_logits(cx)][0, -1]))
+        if token == how.eos:
+            break
+        out.append(token)
+    return out
+
+
 def generate(graphs: dict[str, Forward], encoder: Feed, cx: Context, how: Decoding) -> list[int]:
     """One row's generated tokens: the encoder once, the decoder once per token."""
     outputs = graphs["encoder"](encoder)
     states = outputs.get(ENCODER_OUTPUTS[0], next(iter(outputs.values())))
+    if cached(cx):
+        return cached_greedy(graphs, states, encoder, cx, how)
     return greedy(lambda ids: graphs["decoder"](decoder_feed(cx, ids, states, encoder))
                   [_logits(cx)], how)
 

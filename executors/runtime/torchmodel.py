@@ -82,6 +82,10 @@ def graph_module(model: Any, graph: str | None, input_names: list[str],
         from executors.runtime import lmgraphs
 
         return lmgraphs.graph_module(model, graph, input_names, output_names)
+    from executors.runtime import s2sgraphs
+
+    if graph == "cross" or (graph == "decoder" and s2sgraphs.cached(input_names)):
+        return s2sgraphs.graph_module(model, graph, input_names)
     held = model.get_encoder() if graph == "encoder" else model
 
     class Graph(torch.nn.Module):

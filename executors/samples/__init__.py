@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from executors.onnx.artifacts import SOURCE, load, model_meta
-from executors.samples import lm, media, text
+from executors.samples import lm, media, s2s, text
 
 DTYPES = {"int64": np.int64, "int32": np.int32, "float32": np.float32, "float16": np.float16,
           "bool": np.bool_}
@@ -105,10 +105,12 @@ class Samples:
         by_kind = {kind_of(s): s for s in self.specs}
         made: list[dict[str, np.ndarray]] = [{} for _ in range(n)]
         for group in (text.TEXT_KINDS, ("pixels",), ("waveform", "spectrogram", "mel_features"),
-                      text.DECODER_KINDS, lm.LM_KINDS):
+                      text.DECODER_KINDS, lm.LM_KINDS, s2s.S2S_KINDS):
             wanted = {k: by_kind[k] for k in group if k in by_kind}
-            if group == text.DECODER_KINDS and self.source is None:
+            if group in (text.DECODER_KINDS, s2s.S2S_KINDS) and self.source is None:
                 continue  # encoder states need the torch model: random values, said below
+            if group == text.DECODER_KINDS and "s2s_mask" in by_kind:
+                continue  # the cached decoder's encoder mask comes with its step (below)
             if wanted:
                 for feed, part in zip(made, self._group(wanted, n), strict=True):
                     feed.update(part)
@@ -125,6 +127,11 @@ class Samples:
             return [self._images(wanted["pixels"], i) for i in range(n)]
         if {"waveform", "spectrogram", "mel_features"} & set(wanted):
             return [self._audio(wanted, i) for i in range(n)]
+        if "s2s_mask" in wanted:
+            got = s2s.step_feeds(wanted, self.specs, n, self.split, self.source, self.ckpt,
+                                 self.rng)
+            self.origins["decoder"] = got.origin
+            return got.feeds
         if set(wanted) & set(lm.LM_KINDS):
             got = lm.lm_feeds(wanted, n, self.split, self.source, self.ckpt, self.rng) \
                 if self.source is not None else lm.random_feeds(wanted, n, self.specs, self.rng)

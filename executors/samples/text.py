@@ -121,14 +121,12 @@ def decoder_feeds(wanted: dict[str, dict[str, Any]], n: int, split: str, source:
                   ckpt: Path | None, rng: np.random.Generator) -> Got:
     """Target tokens, and the encoder's states on the matching source sentence or photograph
     (computed with the torch model: what the exported encoder gives, before quantization)."""
-    import torch
-
     from executors.runtime import torchmodel
     from executors.samples import media
 
-    ids_spec, states_spec = wanted["decoder_ids"], wanted["encoder_hidden_states"]
-    batch, steps = ids_spec["shape"]
-    enc_seq = states_spec["shape"][1]
+    ids_spec, states_spec = wanted.get("decoder_ids"), wanted["encoder_hidden_states"]
+    batch, enc_seq = states_spec["shape"][:2]
+    steps = ids_spec["shape"][1] if ids_spec is not None else 1  # a cross graph: no ids
     model, _ = torchmodel.load(source)
     tok = tokenizer(ckpt)
     lines = sentences(split)
@@ -136,23 +134,37 @@ def decoder_feeds(wanted: dict[str, dict[str, Any]], n: int, split: str, source:
     feeds = []
     for i in range(n):
         texts = [lines[(i * batch + b) % len(lines)] for b in range(batch)]
-        if tok is not None:
-            dec = np.asarray(tok(texts, padding="max_length", truncation=True,
-                                 max_length=steps, return_tensors="np")["input_ids"])
-        else:
-            dec = rng.integers(0, int(ids_spec["max"]) + 1, size=(batch, steps))
         enc_in, enc_mask = _encoder_inputs(model, tok, texts, enc_seq, pool, i, batch, ckpt,
                                            rng)
-        with torch.no_grad():
-            states = model.get_encoder()(**{k: torch.from_numpy(v) for k, v in enc_in.items()},
-                                         return_dict=True).last_hidden_state.numpy()
-        feed = {ids_spec["name"]: dec, states_spec["name"]: states[:, :enc_seq]}
+        states = encoder_states(model, enc_in)
+        feed = {states_spec["name"]: states[:, :enc_seq]}
+        if ids_spec is not None:
+            feed[ids_spec["name"]] = np.asarray(tok(
+                texts, padding="max_length", truncation=True, max_length=steps,
+                return_tensors="np")["input_ids"]) if tok is not None else \
+                rng.integers(0, int(ids_spec["max"]) + 1, size=(batch, steps))
         if "encoder_attention_mask" in wanted:
             feed[wanted["encoder_attention_mask"]["name"]] = enc_mask
         feeds.append(feed)
     origin = ("target sentences via the model's tokenizer" if tok is not None
               else "random target token ids") + "; encoder states of the torch encoder"
     return Got(feeds, origin)
+
+
+def encoder_states(model: Any, enc_in: dict[str, np.ndarray]) -> np.ndarray:
+    import torch
+
+    with torch.no_grad():
+        return model.get_encoder()(**{k: torch.from_numpy(v) for k, v in enc_in.items()},
+                                   return_dict=True).last_hidden_state.numpy()
+
+
+def encoder_inputs(model: Any, tok: Any, texts: list[str], enc_seq: int, pool: list, i: int,
+                   batch: int, ckpt: Path | None,
+                   rng: np.random.Generator) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The encoder's inputs for shipped sentence `texts` (or photographs, or speech) and its
+    attention mask."""
+    return _encoder_inputs(model, tok, texts, enc_seq, pool, i, batch, ckpt, rng)
 
 
 def _encoder_inputs(model: Any, tok: Any, texts: list[str], enc_seq: int, pool: list, i: int,

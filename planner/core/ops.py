@@ -248,10 +248,11 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("onnxruntime", "onnxruntime-qnn"), outputs=("metrics",),
        headline=("latency_ms_median", "latency_ms_p90", "ep")),
     Op("bundle", 1, "deliver the graphs of an encoder-decoder model together",
-       params=("graphs",), inputs=("encoder", "decoder"),
+       params=("graphs",), inputs=("encoder", "decoder", "cross"), optional=("cross",),
        requires=(Require(N.FORMAT, "eq", "onnx", role="encoder"),
                  Require(N.FORMAT, "eq", "onnx", role="decoder")),
-       tools=("onnx",), outputs=("models",), chain_role="decoder", delivers=("encoder",)),
+       tools=("onnx",), outputs=("models",), chain_role="decoder",
+       delivers=("encoder", "cross")),
     Op("lm_bundle", 1, "deliver a causal LM's prefill and decode graphs in one folder, weights "
        "stored once, with its tokenizer, generation config and genai_config.json",
        params=("graphs", "prefill_length", "context_length", "ep", "backend",

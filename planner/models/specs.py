@@ -196,8 +196,14 @@ def _encoder_decoder(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelT
         raise ConfigError(f"export.inputs: cannot derive the decoder's inputs for model_type "
                           f"{info.get('model_type')!r} (no vocab_size or hidden size in "
                           "config.json); set export.inputs")
+    states = _spec("encoder_hidden_states", "float32", [batch, enc_seq, width], -3.0, 3.0,
+                   "encoder_hidden_states")
+    if shapes.get("decoder_cache"):
+        from planner.models import seq2seq
+
+        return {"encoder": {"inputs": encoder, "outputs": list(T.ENCODER_OUTPUTS)},
+                **seq2seq.cached_graphs(info, states, cross, dec_seq, vocab, outputs)}
     decoder = [_spec("input_ids", "int64", [batch, dec_seq], 0, vocab - 1, "decoder_ids"),
-               _spec("encoder_hidden_states", "float32", [batch, enc_seq, width], -3.0, 3.0,
-                     "encoder_hidden_states"), *cross]
+               states, *cross]
     return {"encoder": {"inputs": encoder, "outputs": list(T.ENCODER_OUTPUTS)},
             "decoder": {"inputs": decoder, "outputs": outputs}}
