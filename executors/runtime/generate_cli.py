@@ -58,6 +58,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError(f"generate: {folder} has no tokenizer files to read the prompt; copy "
                          "the checkpoint's tokenizer files (tokenizer.json, ...) beside it")
     ids = list(tok(args.prompt)["input_ids"])
+    if not ids:
+        raise UsageError("generate: the prompt gives no tokens (and the tokenizer adds none); "
+                         "give a prompt with some text")
     runs_on = described["runs_on"]
     runner = generate.open_bundle(folder, of_params(runs_on), runs_on["provider_options"])
     if len(ids) >= runner.context:

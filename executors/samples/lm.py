@@ -50,7 +50,8 @@ def lm_feeds(wanted: dict[str, dict[str, Any]], n: int, split: str, source: Path
             feeds = [_embedded(model, wanted, _prompt_feed(wanted, p, length)) for p in ids]
         return Got(feeds, origin)
     context = wanted["lm_step_mask"]["shape"][1] - 1
-    ids, origin = prompts(n, split, ckpt, vocab, rng, max(1, context - MAX_STEPS))
+    ids, origin = prompts(n, split, ckpt, vocab, rng, max(1, min(context - MAX_STEPS,
+                                                                 context - 1)))
     with torch.no_grad():
         feeds = [_embedded(model, wanted, _step_feed(model, wanted, p, (i * 3) % MAX_STEPS,
                                                      context)) for i, p in enumerate(ids)]
@@ -135,7 +136,7 @@ def _step_feed(model: Any, wanted: dict[str, dict[str, Any]], ids: list[int], st
     out = model(input_ids=torch.tensor([ids]), use_cache=True, return_dict=True)
     cache, seen = out.past_key_values, len(ids)
     token = int(out.logits[0, -1].argmax())
-    for _ in range(steps):
+    for _ in range(min(steps, context - 1 - len(ids))):  # the decoded token needs a slot too
         out = model(input_ids=torch.tensor([[token]]), past_key_values=cache, use_cache=True,
                     return_dict=True, position_ids=torch.tensor([[seen]]))
         cache, seen = out.past_key_values, seen + 1

@@ -141,12 +141,13 @@ def genai_config(config: dict[str, Any], bundle: dict[str, Any],
         return [s["name"] for s in graphs[graph][key]]
 
     eos = generation.get("eos_token_id", config.get("eos_token_id"))
-    context = bundle["context_length"] + 1
+    context = bundle["context_length"]  # tokens at positions 0 .. context - 1
     return {"model": {
         "type": "decoder-pipeline",
         "bos_token_id": generation.get("bos_token_id", config.get("bos_token_id")),
-        "eos_token_id": eos, "pad_token_id": config.get("pad_token_id") or (
-            eos[0] if isinstance(eos, list) else eos),
+        "eos_token_id": eos, "pad_token_id": config["pad_token_id"]
+        if config.get("pad_token_id") is not None else (eos[0] if isinstance(eos, list)
+                                                          else eos),
         "context_length": context, "vocab_size": shape.vocab if shape else None,
         "decoder": {
             "num_hidden_layers": layers, "head_size": shape.head_dim if shape else None,

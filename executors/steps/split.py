@@ -48,7 +48,8 @@ def assign(graph: onnx.GraphProto, index: list[int | None], parts: int) -> list[
     if count < parts:
         raise ValueError(f"the graph has {count} repeated block(s), fewer than {parts} parts")
     part_of: dict[str, int] = {}
-    out = []
+    out: list[int] = []
+    constant = subgraph.constant_tensors(graph)
     for node, i in zip(graph.node, index, strict=True):
         if i is not None:
             part = i * parts // count
@@ -58,6 +59,15 @@ def assign(graph: onnx.GraphProto, index: list[int | None], parts: int) -> list[
         out.append(part)
         for made in node.output:
             part_of[made] = part
+    # a node outside the blocks that reads only constants (a weight's DequantizeLinear) goes
+    # with its first reader: its part would otherwise hold a dead copy of the weight
+    readers: dict[str, int] = {}
+    for n, node in enumerate(graph.node):
+        for x in subgraph.used_names(node):
+            readers.setdefault(x, out[n])
+    for n, (node, i) in enumerate(zip(graph.node, index, strict=True)):
+        if i is None and all(x in constant for x in subgraph.used_names(node)):
+            out[n] = min((readers[o] for o in node.output if o in readers), default=out[n])
     return out
 
 

@@ -47,6 +47,7 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
         if ex["inputs"]:
             graphs = {"model": {"inputs": ex["inputs"], "outputs": T.task_outputs(task, info)}}
         else:
+            _head_on_host(info, ex["on_host"])
             graphs = specs.graph_specs(info, sources.preprocessor_info(model, where), task,
                                        modality, ex["shapes"], _on_host(ex, modality))
         if ex["outputs"]:
@@ -55,6 +56,12 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
             count = _parts(config, info)
             for spec in graphs.values():
                 spec["parts"] = count
+        elif ex["parts"] is not None:
+            from planner.errors import ConfigError
+
+            raise ConfigError(f"export.parts: {ex['parts']} parts cut a language model's "
+                              f"graphs at their decoder layers, and this is a {modality} "
+                              "model; set export.parts=null")
         out.update(task=task, model_class=model_class, modality=modality, graphs=graphs)
     return out
 
@@ -67,6 +74,20 @@ def _on_host(ex: dict[str, Any], modality: str) -> list[str]:
                           f"embeddings or head on the host, and this is a {modality} model; "
                           "set export.on_host=[]")
     return sorted(ex["on_host"])
+
+
+def _head_on_host(info: dict[str, Any], on_host: list[str]) -> None:
+    """The host's head is the model's output embeddings: a model that scales or caps its
+    logits after them would lose that (gemma2's softcapping, granite's scaling)."""
+    from planner.errors import ConfigError
+
+    text = info.get("text_config") or info
+    scaled = [k for k in ("final_logit_softcapping", "logits_scaling")
+              if text.get(k) not in (None, 1, 1.0)]
+    if "head" in on_host and scaled:
+        raise ConfigError(f"export.on_host: the head on the host is the model's output "
+                          f"embeddings alone, and this model's config.json sets {scaled[0]} "
+                          "after them; keep the head on the target (export.on_host=[embeddings])")
 
 
 def _parts(config: dict[str, Any], info: dict[str, Any]) -> int:
@@ -282,6 +303,10 @@ def _eval(config: dict[str, Any], known: dict[str, Any], deliverable: str,
         task = SYMBOLIC
     elif task not in evaluation.EVAL:
         raise ConfigError(f"eval=task: modelplan has no task metric for {task}; set eval=none")
+    if known["modality"] == T.CAUSAL and config["export"]["on_host"]:
+        raise ConfigError("eval=task: a language model whose embeddings or head run on the "
+                          "host (export.on_host) is not evaluated yet (verify_generation "
+                          "compares it with PyTorch); set eval=none or export.on_host=[]")
     steps = []
     reference = next(iter(fp32s.values()))
     if known["modality"] == T.CAUSAL:

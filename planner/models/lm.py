@@ -43,26 +43,47 @@ def shape_of(info: dict[str, Any]) -> Shape:
     text = info.get("text_config") or info
     layers, heads, width = (_first(text, k) for k in (_LAYERS, _HEADS, _WIDTH))
     vocab = text.get("vocab_size")
-    if not (layers and heads and width and vocab):
-        raise ConfigError(f"export.inputs: cannot derive a causal LM's key/value cache for "
-                          f"model_type {info.get('model_type')!r} (config.json lacks layers, "
-                          "heads, hidden size or vocab_size)")
+    missing = [name for name, value in (("num_hidden_layers", layers),
+                                        ("num_attention_heads", heads),
+                                        ("hidden_size", width), ("vocab_size", vocab))
+               if not value]
+    if missing:
+        raise ConfigError(f"model: the checkpoint's config.json has no {', '.join(missing)} "
+                          f"(model_type {info.get('model_type')!r}); a causal LM's key/value "
+                          "cache is derived from them: add them to config.json")
     kv = text.get("num_key_value_heads") or (1 if text.get("multi_query") else heads)
     head_dim = text.get("head_dim") or width // heads
     return Shape(layers, int(kv), int(head_dim), int(vocab), _first(text, _POSITIONS))
 
 
+def window(info: dict[str, Any]) -> int | None:
+    """The sliding attention window, where the model uses one (its cache then keeps only the
+    last `window` tokens, which a static cache of more slots would not match)."""
+    text = info.get("text_config") or info
+    size = text.get("sliding_window")
+    if not isinstance(size, int) or text.get("use_sliding_window") is False:
+        return None
+    return size
+
+
 def lengths(info: dict[str, Any], shapes: dict[str, Any]) -> tuple[int, int]:
-    """(prefill_length, context_length), checked against the model's position limit: the
-    decode graph sees context_length cached tokens and the one it decodes."""
+    """(prefill_length, context_length), checked against the model's position limit and its
+    sliding window: the tokens take positions 0 .. context_length - 1."""
     limit = shape_of(info).positions
+    slide = window(info)
+    bound = min(b for b in (limit, slide, 2**31) if b)
     context = shapes.get("context_length")
     if context is None:
-        context = min(DEFAULT_CONTEXT, limit - 1) if limit else DEFAULT_CONTEXT
-    elif limit is not None and context + 1 > limit:
-        raise ConfigError(f"export.shapes.context_length: {context} cache slots and the "
-                          f"decoded token need {context + 1} positions, but the model has "
-                          f"{limit}; set export.shapes.context_length={limit - 1} or less")
+        context = min(DEFAULT_CONTEXT, bound)
+    elif limit is not None and context > limit:
+        raise ConfigError(f"export.shapes.context_length: {context} tokens need {context} "
+                          f"positions, but the model has {limit}; set "
+                          f"export.shapes.context_length={limit} or less")
+    elif slide is not None and context > slide:
+        raise ConfigError(f"export.shapes.context_length: {context} cache slots, but the "
+                          f"model attends to a sliding window of {slide} tokens, which a static "
+                          f"cache does not slide; set export.shapes.context_length={slide} or "
+                          "less")
     prefill = shapes.get("prefill_length")
     if prefill is None:
         prefill = min(DEFAULT_PREFILL, context)
@@ -98,7 +119,7 @@ def graph_specs(info: dict[str, Any], shapes: dict[str, Any], batch: int,
     outputs = ["hidden_states" if "head" in on_host else "logits",
                *cache_names(s.layers, "present")]
     width = _first(info.get("text_config") or info, _WIDTH)
-    top = context  # positions run 0 .. context
+    top = context - 1  # positions run 0 .. context - 1
     prompt = [_spec("input_ids", "int64", [1, prefill], 0, s.vocab - 1, "lm_prompt_ids"),
               _spec("attention_mask", "int64", [1, prefill], 0, 1, "lm_prompt_mask"),
               _spec("position_ids", "int64", [1, prefill], 0, top, "lm_prompt_positions")]

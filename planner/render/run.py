@@ -107,10 +107,11 @@ def _deliverable(record: dict[str, Any]) -> list[str]:
 def _generation_lines(step_id: str, m: dict[str, Any]) -> list[str]:
     """A causal LM's: greedy generation against PyTorch, the decode rate, the shared context."""
     if "token_agreement" in m:
+        where = "no divergence" if m["exact_prompts"] == m["prompts"] else \
+            f"first divergence at token {m['first_divergence_min']} at the earliest"
         return [(f"Generation: {m['token_agreement']:.1%} of {m['new_tokens']} greedy tokens "
                  f"agree with PyTorch ({m['exact_prompts']}/{m['prompts']} prompts exactly; "
-                 f"first divergence at token {m['first_divergence_min']} at the earliest), "
-                 f"logits cosine mean {m['cosine_mean']:.4f}")]
+                 f"{where}), logits cosine mean {m['cosine_mean']:.4f}")]
     if "loads_here" in m:
         said = "loads here" if m["loads_here"] else f"does not load here ({m['why_not']})"
         return [(f"Shared context: device/ holds both graphs over one binary "
@@ -119,7 +120,7 @@ def _generation_lines(step_id: str, m: dict[str, Any]) -> list[str]:
         if graph_of(step_id) == "prefill":
             return [f"Time to first token (a full prefill pass): {m['latency_ms_median']:.1f} ms"]
         return [(f"Decode: {1000 / max(m['latency_ms_median'], 1e-9):.1f} tokens/s "
-                 f"({m['latency_ms_median']:.1f} ms a token)")]
+                 f"({m['latency_ms_median']:.1f} ms a token, the decode graph alone)")]
     return []
 
 

@@ -104,7 +104,7 @@ def test_generate_runs_the_published_bundle_like_pytorch(tmp_path: Path,
     assert got["tokens"] == want[0, len(got["prompt_ids"]):].tolist()
     assert got["ttft_ms"] > 0 and got["tokens_per_s"] > 0
     genai = json.loads((folder / "genai_config.json").read_text())["model"]
-    assert genai["context_length"] == 33 and genai["decoder"]["num_hidden_layers"] == 2
+    assert genai["context_length"] == 32 and genai["decoder"]["num_hidden_layers"] == 2
     bad = run_cli("generate", str(tmp_path), "x")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 

@@ -78,12 +78,12 @@ def test_two_graphs_over_a_static_cache(tmp_path: Path) -> None:
 
 
 def test_default_lengths_fit_the_positions(tmp_path: Path) -> None:
-    assert lm.lengths(LLAMA, {}) == (63, 63)  # 64 positions: 63 cached + the decoded token
+    assert lm.lengths(LLAMA, {}) == (64, 64)  # 64 positions: tokens 0 .. 63
     assert lm.lengths({**LLAMA, "max_position_embeddings": 4096}, {}) == (64, 256)
 
 
 @pytest.mark.parametrize(("overrides", "says"), [
-    (["export.shapes.context_length=64"], "export.shapes.context_length=63 or less"),
+    (["export.shapes.context_length=65"], "export.shapes.context_length=64 or less"),
     (["export.shapes.prefill_length=50", "export.shapes.context_length=32"],
      "export.shapes.prefill_length=32 or less"),
     (["export.shapes.batch_size=2"], "export.shapes.batch_size=1"),
@@ -118,7 +118,7 @@ def test_plan_text_shows_both_graphs_and_the_bundle(tmp_path: Path) -> None:
                      "target=qnn_htp")
     assert result.returncode == 0, result.stderr
     for line in ("prefill.compile", "decode.compile", "bundle", "verify_generation",
-                 "prefill_length=63 context_length=63"):
+                 "prefill_length=64 context_length=64"):
         assert line in result.stdout
 
 
@@ -165,7 +165,7 @@ def test_embeddings_and_head_on_the_host(tmp_path: Path) -> None:
     ir = plan(ckpt, "export.on_host=[embeddings,head]")
     prefill, decode = params(ir, "prefill.export"), params(ir, "decode.export")
     assert prefill["inputs"][0]["name"] == decode["inputs"][0]["name"] == "inputs_embeds"
-    assert prefill["inputs"][0]["shape"] == [1, 63, 32] and decode["inputs"][0]["shape"] == \
+    assert prefill["inputs"][0]["shape"] == [1, 64, 32] and decode["inputs"][0]["shape"] == \
         [1, 1, 32]
     assert prefill["outputs"][0] == "hidden_states"
     assert params(ir, "host_layers") == {"layers": ["embeddings", "head"]}
@@ -178,3 +178,24 @@ def test_embeddings_and_head_on_the_host(tmp_path: Path) -> None:
                                        "vocab_size": 100})
     with pytest.raises(ConfigError, match="export.on_host"):
         plan(bert, "export.on_host=[head]")
+
+
+def test_review_findings_are_plan_time_lines(tmp_path: Path) -> None:
+    """A sliding window below the cache, parts or a host head the model cannot take, eval of
+    a host-placed build: each one line at plan time, not a failure hours into the build."""
+    mistral = {**LLAMA, "model_type": "mistral", "architectures": ["MistralForCausalLM"],
+               "sliding_window": 16}
+    assert lm.lengths(mistral, {}) == (16, 16)
+    with pytest.raises(ConfigError, match="sliding window of 16 tokens"):
+        lm.lengths(mistral, {"context_length": 32})
+    assert lm.lengths({**mistral, "use_sliding_window": False}, {})[1] == 64
+    ckpt = checkpoint(tmp_path, {**LLAMA, "final_logit_softcapping": 30.0})
+    with pytest.raises(ConfigError, match="final_logit_softcapping"):
+        plan(ckpt, "export.on_host=[head]")
+    assert plan(ckpt, "export.on_host=[embeddings]")
+    with pytest.raises(ConfigError, match="export.on_host"):
+        plan(ckpt, "export.on_host=[embeddings]", "eval=task")
+    with pytest.raises(ConfigError, match="export.parts: 2 parts"):
+        plan_from_overrides(["model=tiny_bert", "target=cpu", "export.parts=2"])
+    with pytest.raises(ConfigError, match="has no num_hidden_layers"):
+        lm.shape_of({k: v for k, v in LLAMA.items() if k != "num_hidden_layers"})
