@@ -27,7 +27,7 @@ BASE = {"d_model": 768, "encoder_layers": 6, "decoder_layers": 6, "encoder_atten
 
 def build(work: Path, length: int, cached: bool) -> Path:
     overrides = ["model=tiny_random", "model.random_init.model_type=bart",
-                 f"+model.random_init.config={json.dumps(BASE).replace(' ', '')}",
+                 *(f"+model.random_init.config.{k}={v}" for k, v in BASE.items()),
                  "target=cpu", "quant=none", "verify=none", "perf=none",
                  "export.shapes.sequence_length=64",
                  f"export.shapes.decoder_sequence_length={length}",

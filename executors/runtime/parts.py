@@ -24,12 +24,24 @@ class Arg:
 
 
 def index(model_path: Path) -> dict[str, Any] | None:
-    """The parts index of a split graph's folder (None when `model_path` is one model)."""
-    found = model_path.parent / PIECES
-    if model_path.is_file() or not found.is_file():
+    """The parts index of a split graph (None when `model_path` is one model): a step's
+    output folder holds it as pieces.json beside the parts' folders (`model_path` is the
+    folder's model.onnx, which a split graph does not have); a bundle names it itself."""
+    if model_path.suffix == ".json":
+        found = model_path
+    elif model_path.is_file():
+        return None
+    else:
+        found = model_path.parent / PIECES
+    if not found.is_file():
         return None
     data = json.loads(found.read_text())
     return data if data.get("parts") else None
+
+
+def part_path(folder: Path, part: dict[str, Any]) -> Path:
+    """A part's model: named in the index (a bundle's flat files), else in its folder."""
+    return folder / (part.get("model") or f"{part['dir']}/{MODEL}")
 
 
 _ONNX_TYPES = {"float32": "tensor(float)", "int64": "tensor(int64)", "int32": "tensor(int32)",
@@ -39,7 +51,7 @@ _ONNX_TYPES = {"float32": "tensor(float)", "int64": "tensor(int64)", "int32": "t
 class PartsSession:
     def __init__(self, folder: Path, found: dict[str, Any],
                  open_one: Callable[[Path], Any]) -> None:
-        self.parts = [(p, open_one(folder / p["dir"] / MODEL)) for p in found["pieces"]]
+        self.parts = [(p, open_one(part_path(folder, p))) for p in found["pieces"]]
         io = found["io"]
         self.inputs = [Arg(s["name"], s["shape"], _ONNX_TYPES.get(s["dtype"], "tensor(float)"))
                        for s in io["inputs"]]

@@ -28,8 +28,8 @@ SEEDS = {"calibration": 0, "verify": 1, "perf": 2}
 def io_specs(model_path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Input and output specs: from the export's `winml.io.*` metadata, else from the graph;
     a split graph's from its parts index."""
-    split = model_path.parent / "pieces.json"
-    if not model_path.is_file() and split.is_file():
+    split = model_path if model_path.suffix == ".json" else model_path.parent / "pieces.json"
+    if (not model_path.is_file() or model_path.suffix == ".json") and split.is_file():
         io = json.loads(split.read_text()).get("io")
         if io is not None:
             return io["inputs"], io["outputs"]

@@ -39,8 +39,8 @@ def run(ctx: StepContext) -> StepResult:
                     and not f.name.startswith("."):
                 link_or_copy(f, ctx.out / f"{graph}_{f.name}")
         split = pieces.index(src_dir)
-        if split is not None:  # a split graph: its parts, each with its weights, in a folder
-            _copy_parts(src_dir, ctx.out / f"{graph}_parts", split)
+        if split is not None:  # a split graph: its parts beside the others, weights shared
+            _copy_parts(src_dir, ctx.out, graph, split)
         for blob in sorted((src_dir / WEIGHTS).glob("*")):
             blobs += 1
             (ctx.out / WEIGHTS).mkdir(exist_ok=True)
@@ -49,7 +49,7 @@ def run(ctx: StepContext) -> StepResult:
                 continue
             link_or_copy(blob, ctx.out / WEIGHTS / blob.name)
         inputs, outputs = io_specs(src_dir / MODEL)
-        model = f"{graph}_parts/{MODEL}" if split is not None else f"{graph}_{MODEL}"
+        model = f"{graph}_parts.json" if split is not None else f"{graph}_{MODEL}"
         graphs[graph] = {"model": model, "from": ctx.step["inputs"][graph],
                          "inputs": inputs, "outputs": outputs,
                          **({"parts": len(split["pieces"])} if split else {})}
@@ -92,15 +92,22 @@ def _host(ctx: StepContext) -> dict[str, str]:
     return {layer: entry["model"] for layer, entry in made.items()}
 
 
-def _copy_parts(src: Path, dst: Path, split: dict[str, Any]) -> None:
-    """A split graph's parts (each a model folder with its weights) and their index."""
-    dst.mkdir()
-    link_or_copy(src / pieces.PIECES, dst / pieces.PIECES)
-    for part in split["pieces"]:
-        for f in (src / part["dir"]).rglob("*"):
-            if f.is_file() and f.name not in STEP_FILES:
-                (dst / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
-                link_or_copy(f, dst / f.relative_to(src))
+def _copy_parts(src: Path, out: Path, graph: str, split: dict[str, Any]) -> None:
+    """A split graph's parts as `<graph>_part<k>.onnx` beside the other graphs (so they read
+    the one weights/ folder: a weight prefill and decode share is stored once) and their index
+    as `<graph>_parts.json`; the parts' recorded sample inputs stay in the store."""
+    rows = []
+    for k, part in enumerate(split["pieces"]):
+        where = src / part["dir"]
+        name = f"{graph}_part{k}.onnx"
+        link_or_copy(where / MODEL, out / name)
+        for blob in (where / WEIGHTS).glob("*"):
+            (out / WEIGHTS).mkdir(exist_ok=True)
+            if not (out / WEIGHTS / blob.name).exists():
+                link_or_copy(blob, out / WEIGHTS / blob.name)
+        rows.append({**part, "model": name})
+    (out / f"{graph}_parts.json").write_text(json.dumps({**split, "pieces": rows}, indent=1,
+                                                        sort_keys=True))
 
 
 def _shared(ctx: StepContext) -> dict[str, Any] | None:

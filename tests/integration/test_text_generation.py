@@ -145,8 +145,16 @@ def test_graphs_split_into_parts_generate_like_the_whole(tmp_path: Path, target:
         [p["deliverable"] for p in want["per_prompt"]] or got["token_agreement"] >= 0.75
     folder = Path(step(record, "bundle")["outputs"]["bundle.json"]).parent
     described = json.loads((folder / "bundle.json").read_text())["graphs"]
-    assert described["decode"]["parts"] == 2
-    assert (folder / "decode_parts" / "part.1" / "model.onnx").is_file()
+    assert described["decode"]["parts"] == 2 and described["decode"]["model"] == \
+        "decode_parts.json"
+    assert (folder / "decode_part1.onnx").is_file() and not list(folder.rglob("inputs.npz"))
+    # every part reads the one weights/ folder: a blob both graphs use is stored once
+    assert not list(folder.glob("*_parts/"))
+    if target == "cpu":  # (an EPContext part holds its weights in its context binary)
+        for part in ("prefill_part0.onnx", "decode_part0.onnx"):
+            model = onnx.load(str(folder / part), load_external_data=False)
+            assert all(e.value.startswith("weights/") for t in model.graph.initializer
+                       for e in t.external_data if e.key == "location")
 
 
 @pytest.mark.parametrize(("target", "quant"), [
