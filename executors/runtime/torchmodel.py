@@ -104,6 +104,8 @@ def graph_module(model: Any, graph: str | None, input_names: list[str],
                 return self.model(**feed, return_dict=True)
             if graph == "decoder":
                 return decoder_forward(self.model, feed)
+            if pools_at_end(self.model):
+                return end_pooled(self.model, feed)
             return self.model(**feed, return_dict=True)
 
     return Graph().eval()
@@ -123,3 +125,26 @@ def decoder_forward(model: Any, feed: dict[str, Any]) -> Any:
 
         kwargs["decoder_attention_mask"] = torch.ones_like(feed["input_ids"])
     return model(**kwargs)
+
+
+def pools_at_end(model: Any) -> bool:
+    """An encoder-decoder classifier that reads the decoder's state at the last end token
+    (BART's sequence classification)."""
+    return hasattr(model, "classification_head") and \
+        bool(getattr(model.config, "is_encoder_decoder", False))
+
+
+def end_pooled(model: Any, feed: dict[str, Any]) -> dict[str, Any]:
+    """Its forward with the pooling as HTP runs it: HF selects the end tokens' states with a
+    boolean mask (NonZero and GatherND, of a data-dependent shape); the last end token's
+    position is found with ArgMax and its state gathered, the same value on any input whose
+    sequences end in the end token."""
+    import torch
+
+    ids = feed["input_ids"]
+    states = model.model(input_ids=ids, attention_mask=feed.get("attention_mask"),
+                         return_dict=True).last_hidden_state
+    positions = torch.arange(ids.shape[1], device=ids.device)
+    last = (ids.eq(model.config.eos_token_id).long() * (positions + 1)).argmax(-1)
+    pooled = states[torch.arange(ids.shape[0], device=ids.device), last]
+    return {"logits": model.classification_head(pooled)}

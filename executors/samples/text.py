@@ -79,6 +79,8 @@ def text_feeds(wanted: dict[str, dict[str, Any]], n: int, split: str, ckpt: Path
         else:
             mask = _padded_mask(rng, batch, seq)
             ids_v = rng.integers(int(ids["min"]), int(ids["max"]) + 1, size=(batch, seq)) * mask
+            if "end_id" in ids:  # the token the model pools at ends each real sequence
+                ids_v[np.arange(batch), mask.sum(1) - 1] = ids["end_id"]
             types = None
         feed = {ids["name"]: ids_v}
         for kind, spec in wanted.items():

@@ -132,7 +132,13 @@ def graph_specs(info: dict[str, Any], preproc: dict[str, Any], task: str, modali
     if modality == T.TEXT:
         text = info.get("text_config") or info if info.get("model_type") == "clip" else info
         seq = sequence_length(shapes, position_limit(text, mt))
-        return {"model": {"inputs": text_inputs(text, mt, batch, seq), "outputs": outputs}}
+        inputs = text_inputs(text, mt, batch, seq)
+        if mt is not None and mt.modality == T.TEXT2TEXT and isinstance(
+                info.get("eos_token_id"), int):
+            # an encoder-decoder's classifier pools at the end token (BART): every sequence
+            # the graph is fed, random ones too, must end in it
+            inputs[0]["end_id"] = info["eos_token_id"]
+        return {"model": {"inputs": inputs, "outputs": outputs}}
     if modality == T.IMAGE:
         return {"model": {"inputs": pixel_inputs(info, preproc, mt, shapes, batch),
                           "outputs": outputs}}

@@ -132,7 +132,9 @@ MODEL_TYPES: dict[str, ModelType] = {m.name: m for m in (
     ModelType("audio-spectrogram-transformer", AUDIO, ("audio-classification",
                                                        "feature-extraction")),
     ModelType("marian", TEXT2TEXT, ("text2text-generation",)),
-    ModelType("bart", TEXT2TEXT, ("text2text-generation",), position_offset=2),
+    # bart-large-mnli: its sequence-classification head reads the encoder-decoder's text
+    ModelType("bart", TEXT2TEXT, ("text2text-generation", "text-classification",
+                                  "zero-shot-classification"), position_offset=2),
     ModelType("whisper", SPEECH2TEXT, ("automatic-speech-recognition",),
               classes={"automatic-speech-recognition": "WhisperForConditionalGeneration"}),
     ModelType("vision-encoder-decoder", IMAGE2TEXT, ("image-to-text",), image_size=224),
@@ -148,7 +150,8 @@ MODEL_TYPES: dict[str, ModelType] = {m.name: m for m in (
 SUFFIXES: tuple[tuple[str, dict[str, str]], ...] = (
     ("ForMaskedLM", {TEXT: "fill-mask"}),
     ("ForSequenceClassification", {TEXT: "text-classification",
-                                   AUDIO: "audio-classification"}),
+                                   AUDIO: "audio-classification",
+                                   TEXT2TEXT: "text-classification"}),
     ("ForAudioClassification", {AUDIO: "audio-classification"}),
     ("ForTokenClassification", {TEXT: "token-classification"}),
     ("ForQuestionAnswering", {TEXT: "question-answering"}),
@@ -258,8 +261,9 @@ def detect(model: dict[str, Any], info: dict[str, Any],
             task = "sentence-similarity"
     if task is None:
         candidates = mt.tasks if mt else ()
-        if len(candidates) == 1 or (mt is not None and mt.modality == CAUSAL):
-            # a causal LM type's config without a class is still a language model's
+        if len(candidates) == 1 or (mt is not None and mt.modality in (CAUSAL, TEXT2TEXT)):
+            # a generative type's config without a class is its generator's (a classifier
+            # head names its class)
             task = candidates[0]
         else:
             raise ConfigError(
@@ -296,8 +300,8 @@ def task_modality(task: str, info: dict[str, Any], model_class: str | None) -> s
     """The modality the graphs of this build take."""
     modality = modality_of(info, model_class)
     allowed = TASKS[task].modalities
-    if modality == CAUSAL and TEXT in allowed:  # a causal LM's base model, on text
-        return TEXT
+    if modality in (CAUSAL, TEXT2TEXT) and TEXT in allowed:
+        return TEXT  # a causal LM's base model, an encoder-decoder's classifier: on text
     if modality in allowed:
         return modality  # type: ignore[return-value]
     if modality is None and len(allowed) == 1:
