@@ -215,6 +215,38 @@ print(json.dumps({{"ttft_ms": ttft * 1000, "tokens_per_s": len(steps) / sum(step
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _gb(mb: float | None, size: int) -> str:
+    return f"{mb / 1024:.2f} GB | {mb * 2**20 / size:.1f}" if mb else "- | -"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """REPORT.md tables: per step of each build, then generation."""
+    size = result["checkpoint"]["bytes"]
+    lines = []
+    for name, b in result["builds"].items():
+        head = (f"**{name}** (`{' '.join(b['overrides'])}`): {b['status']}, whole command "
+                f"{b['wall_s']:.0f} s, process tree peak {b['tree_peak_mb'] / 1024:.2f} GB "
+                f"({b['tree_peak_x_checkpoint']:.1f}x the checkpoint)")
+        lines += [head, "", "| step | wall | peak RSS (step) | × ckpt | peak RSS (tree) | × ckpt |",
+                  "|---|---|---|---|---|---|"]
+        for s in b["steps"]:
+            if s.get("action", "run") != "run" and s["status"] != "unfinished":
+                continue
+            wall = f"{s['wall_s']:.1f} s" if "wall_s" in s else s["status"]
+            lines.append(f"| {s['step']} | {wall} | {_gb(s.get('peak_rss_mb'), size)} | "
+                         f"{_gb(s.get('tree_peak_mb'), size)} |")
+        lines.append("")
+    lines += ["| generation | prompt tokens | new tokens | TTFT | decode tokens/s |",
+              "|---|---|---|---|---|"]
+    for name, g in result["generate"].items():
+        if "ttft_ms" in g:
+            lines.append(f"| {name} | {g['prompt_tokens']} | {g['tokens']} | "
+                         f"{g['ttft_ms']:.0f} ms | {g['tokens_per_s']:.2f} |")
+        else:
+            lines.append(f"| {name} | failed: {g.get('error')} | | | |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--builds", default="htp,cpu", help="comma-separated: htp, cpu")
@@ -223,7 +255,12 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per build")
     p.add_argument("--new-tokens", type=int, default=8, help="tokens per generation")
     p.add_argument("--keep", action="store_true", help="keep checkpoint and store")
+    p.add_argument("--markdown", type=Path, metavar="JSON",
+                   help="print the tables of an earlier run's JSON and exit")
     a = p.parse_args()
+    if a.markdown:
+        print(markdown(json.loads(a.markdown.read_text())))
+        return 0
     a.work.mkdir(parents=True, exist_ok=True)
     json_out = a.json_out or a.work / "llm_bench.json"
     result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
