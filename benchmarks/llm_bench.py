@@ -17,6 +17,7 @@ are read from its progress lines. Results go to --json-out (default llm_bench.js
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import re
@@ -74,7 +75,7 @@ class Tracked:
     """A child command whose process tree's RSS is sampled over time (for per-step peaks)."""
 
     def __init__(self, argv: list[str], log: Path) -> None:
-        self.t0 = time.perf_counter()
+        self.t0, self.epoch0 = time.perf_counter(), time.time()
         self.proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **ENV},
                                      stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
                                      start_new_session=True)
@@ -113,12 +114,12 @@ class Tracked:
         return max(vals, default=0) / 2**20
 
 
-def modelplan_build(name: str, ckpt: Path, work: Path, timeout: float,
+def modelplan_build(name: str, ckpt: Path, work: Path, store: Path, timeout: float,
                     extra: list[str]) -> dict[str, Any]:
     verify = [] if "verify=none" in extra else VERIFY
     overrides = [*BUILDS[name], *verify, *extra]
     argv = [sys.executable, "-m", "planner.cli", "run", "model=local_hf", f"model.path={ckpt}",
-            *overrides, "--store", str(work / "store"), "--outputs", str(work / "out"),
+            *overrides, "--store", str(store), "--outputs", str(work / "out"),
             "--json"]
     run = Tracked(argv, work / f"build-{name}.log")
     out, timed_out = run.wait(timeout)
@@ -131,7 +132,9 @@ def modelplan_build(name: str, ckpt: Path, work: Path, timeout: float,
                    error=log.strip().splitlines()[-1] if log.strip() else "no output")
         return got
     record = json.loads(out)
-    offset = wall - record["wall_s"]  # interpreter start and compose before the run's clock
+    # the run's clock starts after interpreter start and compose (its `started`: 1 s resolution)
+    started = datetime.datetime.strptime(record["started"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    offset = started - run.epoch0
     steps = []
     for s in record["steps"]:
         row = {"step": s["id"], "action": s["action"], "status": s["status"],
@@ -140,6 +143,7 @@ def modelplan_build(name: str, ckpt: Path, work: Path, timeout: float,
             row["tree_peak_mb"] = run.tree_peak_mb(offset + s["start_s"],
                                                    offset + s["start_s"] + s["wall_s"])
         steps.append(row)
+    got["tree_mb_each_5s"] = [round(b / 2**20) for _, b in run.samples[::50]]
     got.update(status=record["status"], error=record["error"], steps=steps,
                outputs_dir=record["outputs_dir"], metrics=_metrics(record))
     if record["outputs_dir"] and Path(record["outputs_dir"]).is_dir():
@@ -252,6 +256,7 @@ def main() -> int:
     p.add_argument("--builds", default="htp,cpu", help="comma-separated: htp, cpu")
     p.add_argument("--work", type=Path, default=Path("/tmp/llm_bench"))
     p.add_argument("--json-out", type=Path)
+    p.add_argument("--store", type=Path, help="the modelplan store (default: WORK/store)")
     p.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per build")
     p.add_argument("--new-tokens", type=int, default=8, help="tokens per generation")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -277,7 +282,7 @@ def main() -> int:
     save = lambda: json_out.write_text(json.dumps(result, indent=2))
     save()
     for name in [n for n in a.builds.split(",") if n]:
-        b = modelplan_build(name, ckpt, a.work, a.timeout, a.set)
+        b = modelplan_build(name, ckpt, a.work, a.store or a.work / "store", a.timeout, a.set)
         b["tree_peak_x_checkpoint"] = b["tree_peak_mb"] * 2**20 / size
         result["builds"][name] = b
         save()
@@ -291,7 +296,7 @@ def main() -> int:
     print(json.dumps(result["generate"], indent=2))
     if not a.keep:
         shutil.rmtree(ckpt, ignore_errors=True)
-        shutil.rmtree(a.work / "store", ignore_errors=True)
+        shutil.rmtree(a.store or a.work / "store", ignore_errors=True)
     print(f"results: {json_out}")
     return 0
 
