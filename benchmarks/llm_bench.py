@@ -40,6 +40,7 @@ QWEN3_06B = {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers"
              "tie_word_embeddings": True, "bos_token_id": 151643, "eos_token_id": 151645}
 SHAPES = ["export.shapes.prefill_length=16", "export.shapes.context_length=64"]
 BUILDS = {"htp": ["target=qnn_htp", "quant=w4a16", *SHAPES, "perf=none"],
+          "htp_w8": ["target=qnn_htp", "quant=w8a16_pc", *SHAPES, "perf=none"],
           "cpu": ["target=cpu", "quant=none", *SHAPES, "perf=none"]}
 VERIFY = ["verify.samples=1", "verify.new_tokens=4"]  # left out with --set verify=none
 PROMPT = "The capital of France is"
@@ -253,7 +254,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--builds", default="htp,cpu", help="comma-separated: htp, cpu")
+    p.add_argument("--builds", default="htp,cpu", help="comma-separated: htp, htp_w8, cpu")
     p.add_argument("--work", type=Path, default=Path("/tmp/llm_bench"))
     p.add_argument("--json-out", type=Path)
     p.add_argument("--store", type=Path, help="the modelplan store (default: WORK/store)")
