@@ -224,6 +224,18 @@ def _gb(mb: float | None, size: int) -> str:
     return f"{mb / 1024:.2f} GB | {mb * 2**20 / size:.1f}" if mb else "- | -"
 
 
+def _deliverable(found: dict[str, Any] | None) -> str:
+    if not found:
+        return "Nothing published."
+    files = found["files"]
+    blobs = [n for n in files if n.startswith("weights/")]
+    big = sorted((n for n in files if n not in blobs), key=files.get, reverse=True)[:2]
+    return (f"Deliverable: {found['bytes'] / 1e9:.2f} GB in {len(files)} files"
+            + (f" ({len(blobs)} weight blobs, {sum(files[n] for n in blobs) / 1e9:.2f} GB)"
+               if blobs else "") + "; largest: "
+            + ", ".join(f"{n} {files[n] / 1e6:.1f} MB" for n in big) + ".")
+
+
 def markdown(result: dict[str, Any]) -> str:
     """REPORT.md tables: per step of each build, then generation."""
     size = result["checkpoint"]["bytes"]
@@ -240,7 +252,7 @@ def markdown(result: dict[str, Any]) -> str:
             wall = f"{s['wall_s']:.1f} s" if "wall_s" in s else s["status"]
             lines.append(f"| {s['step']} | {wall} | {_gb(s.get('peak_rss_mb'), size)} | "
                          f"{_gb(s.get('tree_peak_mb'), size)} |")
-        lines.append("")
+        lines += [_deliverable(b.get("deliverable")), ""]
     lines += ["| generation | prompt tokens | new tokens | TTFT | decode tokens/s |",
               "|---|---|---|---|---|"]
     for name, g in result["generate"].items():
