@@ -181,28 +181,40 @@ def execute_step(store: Store, step: dict[str, Any], key: str, inputs: dict[str,
                  out_dir: Path | None, say: Callable[[str], None], in_child: InChild,
                  label: str = "", quiet: bool = False, debug: bool = False) -> StepOutcome:
     """Make one step's outputs exist (from the store, or by building them; a HEAVY op's
-    `apply_step` through `in_child`) and describe them; a failure is an outcome too."""
+    `apply_step` through `in_child`) and describe them; a failure is an outcome too, with the
+    wall time and peak memory it took (a failed verify on a large model can cost minutes)."""
+    monitors: list[StepMonitor] = []
     try:
-        return _execute(store, step, key, inputs, out_dir, say, in_child, label, quiet)
+        return _execute(store, step, key, inputs, out_dir, say, in_child, label, quiet,
+                        monitors)
     except Exception as exc:  # noqa: BLE001 - a bug or library error: still one clear line
-        if diskfull.is_disk_full(exc):
-            cacheable = not OPS[step["op"]].has(Trait.NOT_CACHEABLE)
-            where, what = (store.root, "the store") if cacheable or out_dir is None else \
-                (out_dir, "the outputs directory")
-            exc = diskfull.disk_full_error(where, what, step, inputs)
-        if isinstance(exc, StepError):
-            return failed(str(exc))
-        if debug:
-            traceback.print_exc()
-        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        kind = getattr(exc, "type_name", type(exc).__name__)
-        return failed(f"step {step['id']} ({step['op']}) failed: {kind}: "
-                      f"{cause}; rerun with --debug for the traceback")
+        got = _failure(exc, store, step, inputs, out_dir, debug)
+    for mon in monitors:
+        got.wall_s, got.peak_rss_mb = round(mon.wall, 3), round(mon.peak, 1)
+        got.started, got.worker = mon.started, mon.worker
+    return got
+
+
+def _failure(exc: Exception, store: Store, step: dict[str, Any], inputs: dict[str, Path],
+             out_dir: Path | None, debug: bool) -> StepOutcome:
+    if diskfull.is_disk_full(exc):
+        cacheable = not OPS[step["op"]].has(Trait.NOT_CACHEABLE)
+        where, what = (store.root, "the store") if cacheable or out_dir is None else \
+            (out_dir, "the outputs directory")
+        exc = diskfull.disk_full_error(where, what, step, inputs)
+    if isinstance(exc, StepError):
+        return failed(str(exc))
+    if debug:
+        traceback.print_exc()
+    cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    kind = getattr(exc, "type_name", type(exc).__name__)
+    return failed(f"step {step['id']} ({step['op']}) failed: {kind}: "
+                  f"{cause}; rerun with --debug for the traceback")
 
 
 def _execute(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Path],
              out_dir: Path | None, say: Callable[[str], None], in_child: InChild, label: str,
-             quiet: bool) -> StepOutcome:
+             quiet: bool, monitors: list[StepMonitor]) -> StepOutcome:
     cacheable = not OPS[step["op"]].has(Trait.NOT_CACHEABLE)
     entry, repair = store.lookup(key) if cacheable else (None, None)  # verified on use
     got = StepOutcome(status=OK, action="cached")
@@ -216,6 +228,7 @@ def _execute(store: Store, step: dict[str, Any], key: str, inputs: dict[str, Pat
     else:
         say(f"{label} {step['id']:<10} running")
         with StepMonitor(step["id"], quiet) as mon:
+            monitors.append(mon)  # read by execute_step if the build raises
             path, entry, built = _build(store, step, key, inputs, cacheable, out_dir, say,
                                         in_child, mon)
         if built:
