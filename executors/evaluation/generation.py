@@ -33,6 +33,7 @@ class Decoding:
     pad: int                   # fills the positions after the prefix
     length: int                # the decoder graph's sequence length
     forced: tuple[int, ...] = ()  # tokens after the start one (Whisper: language, task)
+    most: int | None = None       # stop after this many new tokens (None: the graph's length)
 
 
 def greedy(logits: Logits, how: Decoding) -> list[int]:
@@ -46,7 +47,7 @@ def greedy(logits: Logits, how: Decoding) -> list[int]:
         if token == how.eos:
             return out
         out.append(token)
-        if len(prefix) == how.length:
+        if len(prefix) == how.length or len(out) == how.most:
             return out
         prefix.append(token)
 
@@ -132,8 +133,9 @@ def cached_greedy(graphs: dict[str, Forward], states: np.ndarray, encoder: Feed,
             if n.startswith("past_key_values.")}
     prefix, out, seen = [how.start, *how.forced], [], 0
     mask_in = next((v for k, v in encoder.items() if "attention_mask" in k), None)
-    while seen < how.length:
-        mask = np.zeros((1, how.length + 1), np.int64)
+    slots = int(specs["attention_mask"]["shape"][1]) - 1
+    while seen < min(how.length, slots):
+        mask = np.zeros((1, slots + 1), np.int64)
         mask[0, :seen], mask[0, -1] = 1, 1
         token = prefix[seen] if seen < len(prefix) else out[-1]
         feed = {"input_ids": np.array([[token]], np.int64),
@@ -152,6 +154,8 @@ def cached_greedy(graphs: dict[str, Forward], states: np.ndarray, encoder: Feed,
         if token == how.eos:
             break
         out.append(token)
+        if len(out) == how.most:
+            break
     return out
 
 

@@ -15,10 +15,17 @@ from planner.errors import UsageError
 
 def add_command(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     sp = sub.add_parser("generate", parents=[common],
-                        help="generate text greedily with a text-generation build's bundle")
+                        help="generate text greedily with a built bundle: a language model's "
+                        "(prompt), or an encoder-decoder's (translate a text, --audio, --image)")
     sp.add_argument("bundle", metavar="BUNDLE",
                     help="the published folder of a text-generation build (outputs/NAME/)")
-    sp.add_argument("prompt", help="the prompt text")
+    sp.add_argument("prompt", nargs="?", default="",
+                    help="the prompt text (a language model), or the text to translate (an "
+                    "encoder-decoder text model)")
+    sp.add_argument("--audio", metavar="FILE",
+                    help="speech to transcribe (a speech model's bundle: Whisper)")
+    sp.add_argument("--image", metavar="FILE",
+                    help="an image to caption (an image-to-text model's bundle)")
     sp.add_argument("--new-tokens", type=int, default=32, metavar="N",
                     help="tokens to generate at most (default 32; fewer at an end token or a "
                     "full cache)")
@@ -35,11 +42,14 @@ def _bundle(folder: Path) -> dict[str, Any]:
     path = folder / BUNDLE
     if not path.is_file():
         raise UsageError(f"generate: {folder} has no {BUNDLE}; give the published folder of a "
-                         "text-generation build (modelplan run prints it as Deliverable)")
+                         "language model's or an encoder-decoder model's build (modelplan run "
+                         "prints it as Deliverable)")
     described = json.loads(path.read_text())
-    if "runs_on" not in described or "prefill" not in described.get("graphs", {}):
-        raise UsageError(f"generate: {path} is not a causal LM's bundle (no prefill and decode "
-                         "graphs); build the model with model.task=text-generation")
+    graphs = described.get("graphs", {})
+    if "runs_on" not in described or not ({"prefill", "encoder"} & set(graphs)):
+        raise UsageError(f"generate: {path} is neither a language model's nor an "
+                         "encoder-decoder model's bundle of this version (no runs_on, or no "
+                         "prefill or encoder graph); rebuild it with modelplan run")
     return described
 
 
@@ -51,13 +61,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     folder = Path(args.bundle).resolve()
     described = _bundle(folder)
     folder = folder if folder.is_dir() else folder.parent
+    if "encoder" in described["graphs"]:
+        from executors.runtime.seq2seq_cli import transcribe
+
+        return transcribe(folder, described, args)
     if args.new_tokens < 1:
         raise UsageError(f"generate --new-tokens {args.new_tokens}: give 1 or more")
     tok = tokenizer(folder)
     if tok is None:
         raise UsageError(f"generate: {folder} has no tokenizer files to read the prompt; copy "
                          "the checkpoint's tokenizer files (tokenizer.json, ...) beside it")
-    ids = list(tok(args.prompt)["input_ids"])
+    ids = list(tok(args.prompt)["input_ids"]) if args.prompt else []
     if not ids:
         raise UsageError("generate: the prompt gives no tokens (and the tokenizer adds none); "
                          "give a prompt with some text")

@@ -1,6 +1,7 @@
 """bundle: an encoder-decoder model's graphs delivered together, as `encoder_model.onnx` and
 `decoder_model.onnx` (hard links to their store entries where the filesystem allows, copies
-otherwise) with `bundle.json` naming each graph's source step and I/O."""
+otherwise) with `bundle.json` naming each graph's source step and I/O and the EP they were built
+for, beside the checkpoint's config, tokenizer and preprocessor files."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import json
 
 from executors.onnx.artifacts import MODEL
 from executors.run.wrapper import StepContext, StepResult
-from executors.samples import io_specs
+from executors.samples import checkpoint_dir, io_specs
+from executors.steps.lm_bundle import CHECKPOINT_FILES
 from executors.store.weights import WEIGHTS, link_or_copy
+
+CLIENT_FILES = (*CHECKPOINT_FILES, "preprocessor_config.json", "source.spm", "target.spm",
+                "spiece.model", "sentencepiece.bpe.model")
 
 
 def run(ctx: StepContext) -> StepResult:
@@ -26,5 +31,13 @@ def run(ctx: StepContext) -> StepResult:
         inputs, outputs = io_specs(src_dir / MODEL)
         described[graph] = {"model": f"{graph}_{MODEL}", "from": ctx.step["inputs"][graph],
                             "inputs": inputs, "outputs": outputs}
-    (ctx.out / "bundle.json").write_text(json.dumps(described, indent=2, sort_keys=True))
-    return StepResult(metrics={"graphs": list(described)})
+    p = ctx.params
+    bundle = {"graphs": described}
+    if "ep" in p:  # the EP the graphs were built for: `modelplan generate` opens them there
+        bundle["runs_on"] = {k: p[k] for k in ("ep", "backend", "provider_options")}
+    ckpt = checkpoint_dir(ctx.inputs.get("source"))
+    copied = [f for f in CLIENT_FILES if ckpt is not None and (ckpt / f).is_file()]
+    for f in copied:  # what reads the input and writes the text: tokenizer, preprocessor
+        link_or_copy(ckpt / f, ctx.out / f)
+    (ctx.out / "bundle.json").write_text(json.dumps(bundle, indent=2, sort_keys=True))
+    return StepResult(metrics={"graphs": list(described), "client_files": copied})

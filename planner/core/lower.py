@@ -134,7 +134,9 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
         steps += _lm_bundle(config, known, finals, _shared_context(config, steps, finals))
         deliverable_id = "bundle"
     elif len(finals) > 1:
-        bundle = Step("bundle", "bundle", {"graphs": list(finals)}, dict(finals))
+        bundle = Step("bundle", "bundle", {"graphs": list(finals), **_ep(config)},
+                      {**finals, "source": "resolve"} if known["graphs"].get("encoder")
+                      else dict(finals))
         steps.append(bundle)
         deliverable_id = bundle.id
     else:
@@ -316,7 +318,9 @@ def _eval(config: dict[str, Any], known: dict[str, Any], deliverable: str,
                           {r: v for r, v in bundle.inputs.items() if r != "shared"}))
         reference = "reference_bundle"
     elif len(fp32s) > 1:
-        steps.append(Step("reference_bundle", "bundle", {"graphs": list(fp32s)}, dict(fp32s)))
+        host = {"ep": "cpu", "backend": None, "provider_options": {}}  # the fp32 graphs run there
+        steps.append(Step("reference_bundle", "bundle", {"graphs": list(fp32s), **host},
+                          {**fp32s, "source": "resolve"}))
         reference = "reference_bundle"
     data = ev["dataset"]
     steps.append(Step("eval", "eval", {

@@ -81,3 +81,33 @@ def test_cached_whisper_decoder_on_htp(tmp_path: Path) -> None:
         assert step(record, f"{graph}.compile")["metrics"]["context_nodes"] >= 1
         assert step(record, f"{graph}.verify")["metrics"]["cosine_mean"] > 0.99
     assert np.isfinite(step(record, "decoder.verify")["metrics"]["cosine_min"])
+
+
+def test_generate_transcribes_with_a_speech_bundle(tmp_path: Path) -> None:
+    """`modelplan generate BUNDLE --audio FILE`: the bundle carries its feature extractor and
+    the EP it was built for; the cached and the uncached bundles transcribe alike; bad input
+    is one line."""
+    import json
+
+    import soundfile
+
+    from tests.conftest import run_cli
+
+    wav = tmp_path / "speech.wav"
+    soundfile.write(wav, media.speaker().say("the cat sat on the mat"), media.RATE)
+    said = []
+    for name, cache in (("c", "true"), ("p", "false")):
+        record = build(tmp_path / name, "whisper", "target=cpu", "quant=none",
+                       f"export.shapes.decoder_cache={cache}")
+        folder = Path(record["published"]["bundle.json"]).parent
+        assert (folder / "preprocessor_config.json").is_file()
+        assert json.loads((folder / "bundle.json").read_text())["runs_on"]["ep"] == "cpu"
+        got = run_cli("generate", str(folder), "--audio", str(wav), "--new-tokens", "5",
+                      "--json")
+        assert got.returncode == 0, got.stderr
+        said.append(json.loads(got.stdout)["tokens"])
+    assert said[0] == said[1] and len(said[0]) == 5
+    for bad in (["--audio", str(tmp_path / "missing.wav")], [], ["--new-tokens", "0",
+                                                                 "--audio", str(wav)]):
+        got = run_cli("generate", str(folder), *bad)
+        assert got.returncode == 2 and len(got.stderr.strip().splitlines()) == 1, got.stderr
