@@ -145,7 +145,8 @@ def test_encoder_decoder_is_one_plan_with_two_chains() -> None:
                                            "perf")} <= set(ids)
         assert any(i.startswith(f"{graph}.legalize") for i in ids)
     bundle = ir["steps"][ids.index("bundle")]
-    assert bundle["inputs"] == {"encoder": "encoder.compile", "decoder": "decoder.compile"}
+    assert bundle["inputs"] == {"encoder": "encoder.compile", "decoder": "decoder.compile",
+                                "source": "resolve"}  # its tokenizer and preprocessor files
     decoder = export_params(ir, "decoder.export")
     assert [s["name"] for s in decoder["inputs"]] == ["input_ids", "encoder_hidden_states",
                                                       "encoder_attention_mask"]
