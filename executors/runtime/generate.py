@@ -117,26 +117,20 @@ class LMRunner:
                forced: list[int] | None = None) -> Generated:
         """Greedy decoding; `forced` feeds those tokens instead of the argmax (teacher forcing:
         the logits at each step are then comparable with the run that chose them)."""
-        eos = eos or set()
         start = time.perf_counter()
         logits = self.prompt(ids)[-1]
         got = Generated([], first_token_s=time.perf_counter() - start)
-        for i in range(new_tokens):
-            got.logits.append(logits)
-            token = int(np.argmax(logits))
-            got.tokens.append(token)
-            if token in eos:
-                got.stopped = "eos"
-                break
-            if i == new_tokens - 1:
-                break
+
+        def step(i: int, token: int) -> np.ndarray | None:
             if self.full:
                 got.stopped = "context"
-                break
-            start = time.perf_counter()
-            logits = self.step(forced[i] if forced is not None and i < len(forced) else token)
-            got.decode_s.append(time.perf_counter() - start)
-        return got
+                return None
+            begin = time.perf_counter()
+            out = self.step(forced[i] if forced is not None and i < len(forced) else token)
+            got.decode_s.append(time.perf_counter() - begin)
+            return out
+
+        return decode_greedily(got, logits, step, new_tokens, eos or set())
 
 
 def _present(past_name: str) -> str:
@@ -185,22 +179,38 @@ def torch_greedy(model: Any, ids: list[int], new_tokens: int,
     """PyTorch's greedy decoding with the checkpoint's own cache (the reference)."""
     import torch
 
-    eos = eos or set()
     got = Generated([])
     with torch.no_grad():
         out = model(input_ids=torch.tensor([ids]), use_cache=True, return_dict=True)
-        cache, seen = out.past_key_values, len(ids)
-        for i in range(new_tokens):
-            logits = out.logits[0, -1].float().numpy()
-            got.logits.append(logits)
-            token = int(np.argmax(logits))
-            got.tokens.append(token)
-            if token in eos:
-                got.stopped = "eos"
-                break
-            if i == new_tokens - 1:
-                break
-            out = model(input_ids=torch.tensor([[token]]), past_key_values=cache,
-                        position_ids=torch.tensor([[seen]]), use_cache=True, return_dict=True)
-            cache, seen = out.past_key_values, seen + 1
+        state = {"cache": out.past_key_values, "seen": len(ids)}
+
+        def step(_i: int, token: int) -> np.ndarray:
+            out = model(input_ids=torch.tensor([[token]]), past_key_values=state["cache"],
+                        position_ids=torch.tensor([[state["seen"]]]), use_cache=True,
+                        return_dict=True)
+            state["cache"], state["seen"] = out.past_key_values, state["seen"] + 1
+            return out.logits[0, -1].float().numpy()
+
+        return decode_greedily(got, out.logits[0, -1].float().numpy(), step, new_tokens,
+                               eos or set())
+
+
+def decode_greedily(got: Generated, logits: np.ndarray,
+                    step: Callable[[int, int], np.ndarray | None], new_tokens: int,
+                    eos: set[int]) -> Generated:
+    """The greedy loop both runners share: take the argmax, stop at an end token or after
+    `new_tokens`, else `step(i, token)` gives the next logits (None: it cannot go on)."""
+    for i in range(new_tokens):
+        got.logits.append(logits)
+        token = int(np.argmax(logits))
+        got.tokens.append(token)
+        if token in eos:
+            got.stopped = "eos"
+            break
+        if i == new_tokens - 1:
+            break
+        following = step(i, token)
+        if following is None:
+            break
+        logits = following
     return got

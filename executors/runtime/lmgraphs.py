@@ -9,6 +9,7 @@ graphs (one weight set, stored once by content)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -56,22 +57,33 @@ def step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
     return (first, *_presents(out.past_key_values, layers, new))
 
 
-def graph_module(model: Any, graph: str, input_names: list[str],
-                 output_names: list[str]) -> Any:
-    """The module to trace for the prefill or decode graph, taking positional inputs."""
+def positional(model: Any, input_names: list[str],
+               run: Callable[[Any, dict[str, Any]], Any]) -> Any:
+    """A module to trace: positional inputs named `input_names`, `run(model, feed)` returning
+    the output tensors; it holds the model as `model`, the scope of the node names
+    (WRAPPER_PREFIX)."""
     import torch
 
     class Graph(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.model = model  # the attribute name is the node names' scope (WRAPPER_PREFIX)
+            self.model = model
 
         def forward(self, *args: Any) -> Any:
-            feed = dict(zip(input_names, args, strict=True))
-            past = tuple(feed[n] for n in input_names if n.startswith("past_key_values."))
-            embedded = "inputs_embeds" in feed
-            return step(self.model, feed["inputs_embeds" if embedded else "input_ids"],
-                        feed["attention_mask"], feed["position_ids"], past, embedded,
-                        headless=output_names[0] == "hidden_states")
+            return run(self.model, dict(zip(input_names, args, strict=True)))
 
     return Graph().eval()
+
+
+def graph_module(model: Any, graph: str, input_names: list[str],
+                 output_names: list[str]) -> Any:
+    """The module to trace for the prefill or decode graph, taking positional inputs."""
+    headless = output_names[0] == "hidden_states"
+
+    def run(held: Any, feed: dict[str, Any]) -> Any:
+        past = tuple(feed[n] for n in input_names if n.startswith("past_key_values."))
+        embedded = "inputs_embeds" in feed
+        return step(held, feed["inputs_embeds" if embedded else "input_ids"],
+                    feed["attention_mask"], feed["position_ids"], past, embedded, headless)
+
+    return positional(model, input_names, run)

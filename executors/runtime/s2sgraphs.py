@@ -74,18 +74,9 @@ def step(model: Any, feed: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def graph_module(model: Any, graph: str, input_names: list[str]) -> Any:
-    import torch
+    from executors.runtime.lmgraphs import positional
 
-    class Graph(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model  # the attribute name is the node names' scope (WRAPPER_PREFIX)
-
-        def forward(self, *args: Any) -> Any:
-            feed = dict(zip(input_names, args, strict=True))
-            return cross(self.model, feed) if graph == "cross" else step(self.model, feed)
-
-    return Graph().eval()
+    return positional(model, input_names, cross if graph == "cross" else step)
 
 
 def cached(input_names: list[str]) -> bool:
