@@ -34,22 +34,34 @@ class Decoding:
     length: int                # the decoder graph's sequence length
     forced: tuple[int, ...] = ()  # tokens after the start one (Whisper: language, task)
     most: int | None = None       # stop after this many new tokens (None: the graph's length)
+    follow: tuple[int, ...] | None = None  # feed these tokens, not the argmax (teacher forcing)
 
 
-def greedy(logits: Logits, how: Decoding) -> list[int]:
+def _next(how: Decoding, out: list[int], token: int) -> int:
+    """The token fed after `out`: the argmax, or the followed run's token at that step."""
+    if how.follow is not None and len(out) <= len(how.follow):
+        return how.follow[len(out) - 1]
+    return token
+
+
+def greedy(logits: Logits, how: Decoding, record: list[np.ndarray] | None = None) -> list[int]:
     """The generated tokens (without the start and forced tokens or eos): at most
-    `how.length` in all."""
+    `how.length` in all; `record` gets each step's logits."""
     prefix, out = [how.start, *how.forced], []
     while True:
         ids = np.full((1, how.length), how.pad, np.int64)
         ids[0, :len(prefix)] = prefix
-        token = int(np.argmax(logits(ids)[0, len(prefix) - 1]))
-        if token == how.eos:
+        row = logits(ids)[0, len(prefix) - 1]
+        if record is not None:
+            record.append(row)
+        token = int(np.argmax(row))
+        if token == how.eos and how.follow is None:
             return out
         out.append(token)
-        if len(prefix) == how.length or len(out) == how.most:
+        if len(prefix) == how.length or len(out) == how.most or \
+                (how.follow is not None and len(out) >= len(how.follow)):
             return out
-        prefix.append(token)
+        prefix.append(_next(how, out, token))
 
 
 def _token(cx: Context, name: str) -> int | None:
@@ -123,7 +135,7 @@ def cached(cx: Context) -> bool:
 
 
 def cached_greedy(graphs: dict[str, Forward], states: np.ndarray, encoder: Feed, cx: Context,
-                  how: Decoding) -> list[int]:
+                  how: Decoding, record: list[np.ndarray] | None = None) -> list[int]:
     """Greedy decoding with the cached decoder: the cross graph once, then one decoder call
     per token, its keys and values written into the next cache slot."""
     specs = {s["name"]: s for s in cx.specs["decoder"]}
@@ -137,7 +149,7 @@ def cached_greedy(graphs: dict[str, Forward], states: np.ndarray, encoder: Feed,
     while seen < min(how.length, slots):
         mask = np.zeros((1, slots + 1), np.int64)
         mask[0, :seen], mask[0, -1] = 1, 1
-        token = prefix[seen] if seen < len(prefix) else out[-1]
+        token = prefix[seen] if seen < len(prefix) else _next(how, out, out[-1])
         feed = {"input_ids": np.array([[token]], np.int64),
                 "position_ids": np.array([[seen]], np.int64), "attention_mask": mask,
                 **past, **cross}
@@ -150,23 +162,28 @@ def cached_greedy(graphs: dict[str, Forward], states: np.ndarray, encoder: Feed,
         seen += 1
         if seen < len(prefix):
             continue
-        token = int(np.argmax(got[_logits(cx)][0, -1]))
-        if token == how.eos:
+        row = got[_logits(cx)][0, -1]
+        if record is not None:
+            record.append(row)
+        token = int(np.argmax(row))
+        if token == how.eos and how.follow is None:
             break
         out.append(token)
-        if len(out) == how.most:
+        if len(out) == how.most or (how.follow is not None and len(out) >= len(how.follow)):
             break
     return out
 
 
-def generate(graphs: dict[str, Forward], encoder: Feed, cx: Context, how: Decoding) -> list[int]:
-    """One row's generated tokens: the encoder once, the decoder once per token."""
+def generate(graphs: dict[str, Forward], encoder: Feed, cx: Context, how: Decoding,
+             record: list[np.ndarray] | None = None) -> list[int]:
+    """One row's generated tokens: the encoder once, the decoder once per token; `record`
+    gets each step's logits."""
     outputs = graphs["encoder"](encoder)
     states = outputs.get(ENCODER_OUTPUTS[0], next(iter(outputs.values())))
     if cached(cx):
-        return cached_greedy(graphs, states, encoder, cx, how)
+        return cached_greedy(graphs, states, encoder, cx, how, record)
     return greedy(lambda ids: graphs["decoder"](decoder_feed(cx, ids, states, encoder))
-                  [_logits(cx)], how)
+                  [_logits(cx)], how, record)
 
 
 def _logits(cx: Context) -> str:

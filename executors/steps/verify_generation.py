@@ -1,5 +1,5 @@
 """verify_generation: a causal LM's deliverable (both graphs, on the target's EP) generates
-greedily on real prompts, teacher-forced along PyTorch's own greedy tokens so that every step's
+greedily on real prompts (an encoder-decoder model's: executors/steps/verify_seq2seq.py), teacher-forced along PyTorch's own greedy tokens so that every step's
 logits compare with PyTorch's at the same prefix. Token agreement is the share of steps whose
 argmax is PyTorch's token; the first divergence is the first step where it is not (up to there
 the deliverable's free-running generation is PyTorch's, token for token)."""
@@ -15,15 +15,20 @@ from executors.run.wrapper import StepContext, StepResult
 from executors.runtime import generate, torchmodel
 from executors.samples import checkpoint_dir
 from executors.samples.lm import prompts
-from executors.steps.verify import cosines
+from executors.steps.agreement import compare, summarize
 from planner.core.diagnosis import VERDICTS
 from planner.core.targets import of_params
 
 
 def run(ctx: StepContext) -> StepResult:
     p = ctx.params
-    model, _ = torchmodel.load(ctx.inputs["source"])
     folder = ctx.inputs["candidate"]
+    if "encoder" in json.loads((folder / generate.BUNDLE).read_text())["graphs"]:
+        from executors.steps.verify_seq2seq import verify
+
+        metrics = verify(ctx)
+        return _verdict(ctx, metrics)
+    model, _ = torchmodel.load(ctx.inputs["source"])
     eos = generate.eos_ids(folder)
     runner = generate.open_bundle(folder, of_params(p), p["provider_options"], ctx.cache_dir)
     vocab = int(model.config.get_text_config().vocab_size)
@@ -36,7 +41,11 @@ def run(ctx: StepContext) -> StepResult:
         want = generate.torch_greedy(model, ids, p["new_tokens"], eos)
         got = runner.greedy(ids, len(want.tokens), forced=want.tokens)
         rows.append(compare(want, got))
-    metrics = summarize(rows, p["threshold"], origin)
+    return _verdict(ctx, summarize(rows, p["threshold"], origin))
+
+
+def _verdict(ctx: StepContext, metrics: dict) -> StepResult:
+    p = ctx.params
     (ctx.out / METRICS).write_text(json.dumps(metrics, indent=2, sort_keys=True))
     if not metrics["passed"]:
         raise ctx.fail(f"cosine_mean {metrics['cosine_mean']:.4f} {VERDICTS['verify']} "
@@ -44,28 +53,3 @@ def run(ctx: StepContext) -> StepResult:
                        f"first divergence at token {metrics['first_divergence_min']})",
                        "use quant=w8a16_pc, or lower verify.threshold if this is acceptable")
     return StepResult(metrics=metrics)
-
-
-def compare(want: generate.Generated, got: generate.Generated) -> dict[str, object]:
-    steps = min(len(want.tokens), len(got.tokens))
-    same = [want.tokens[i] == got.tokens[i] for i in range(steps)]
-    cos = cosines(np.stack(got.logits[:steps]).astype(np.float64),
-                  np.stack(want.logits[:steps]).astype(np.float64))
-    return {"steps": steps, "agree": int(sum(same)),
-            "first_divergence": same.index(False) if False in same else steps,
-            "cosines": cos.tolist(), "pytorch": want.tokens[:steps],
-            "deliverable": got.tokens[:steps]}
-
-
-def summarize(rows: list[dict], threshold: float, origin: str) -> dict[str, object]:
-    every = [c for r in rows for c in r["cosines"]]
-    steps = sum(r["steps"] for r in rows)
-    firsts = [r["first_divergence"] for r in rows]
-    return {"cosine_mean": float(np.mean(every)), "cosine_min": float(np.min(every)),
-            "token_agreement": sum(r["agree"] for r in rows) / max(steps, 1),
-            "first_divergence": float(np.mean(firsts)), "first_divergence_min": min(firsts),
-            "exact_prompts": sum(r["agree"] == r["steps"] for r in rows),
-            "prompts": len(rows), "new_tokens": steps, "threshold": threshold,
-            "passed": float(np.mean(every)) >= threshold, "data": origin,
-            "per_prompt": [{k: r[k] for k in ("steps", "agree", "first_divergence", "pytorch",
-                                              "deliverable")} for r in rows]}

@@ -137,7 +137,7 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
         bundle = Step("bundle", "bundle", {"graphs": list(finals), **_ep(config)},
                       {**finals, "source": "resolve"} if known["graphs"].get("encoder")
                       else dict(finals))
-        steps.append(bundle)
+        steps += [bundle, *_generation_check(config, bundle.id)]
         deliverable_id = bundle.id
     else:
         deliverable_id = next(iter(finals.values()))
@@ -181,13 +181,18 @@ def _lm_bundle(config: dict[str, Any], known: dict[str, Any], finals: dict[str, 
                          **({"shared": shared[0].id} if shared and shared[0].op ==
                             "share_context" else {}),
                          **({"host": "host_layers"} if host else {})})]
+    return steps + _generation_check(config, "bundle")
+
+
+def _generation_check(config: dict[str, Any], bundle: str) -> list[Step]:
+    """verify_generation on a generating model's bundle, when verify runs."""
     verify = config["verify"]
-    if verify["metric"] != "none" and verify["new_tokens"] > 0:
-        steps.append(Step("verify_generation", "verify_generation", {
-            "prompts": verify["samples"], "new_tokens": verify["new_tokens"],
-            "threshold": verify["threshold"], **_ep(config)},
-            {"candidate": "bundle", "source": "resolve"}))
-    return steps
+    if verify["metric"] == "none" or verify["new_tokens"] <= 0:
+        return []
+    return [Step("verify_generation", "verify_generation", {
+        "prompts": verify["samples"], "new_tokens": verify["new_tokens"],
+        "threshold": verify["threshold"], **_ep(config)},
+        {"candidate": bundle, "source": "resolve"})]
 
 
 def _chain(config: dict[str, Any], graph: str,

@@ -71,6 +71,8 @@ def test_cached_decoding_generates_what_the_uncached_decoder_does(tmp_path: Path
     assert got == want and all(len(t) > 0 for t in got)
     for graph in ("encoder", "cross", "decoder"):
         assert step(cached, f"{graph}.verify")["metrics"]["cosine_mean"] > 0.9999
+    for record in (cached, plain):  # both bundles generate PyTorch's tokens
+        assert step(record, "verify_generation")["metrics"]["token_agreement"] == 1.0
 
 
 @pytest.mark.slow

@@ -40,7 +40,12 @@ def test_whisper_builds_and_transcribes_like_pytorch(tmp_path: Path, target: str
     assert "speech via the model's feature extractor" in str(quantize)
     for graph in ("encoder", "decoder"):
         assert step(record, f"{graph}.verify")["metrics"]["cosine_mean"] > 0.99
+    # the bundle generates PyTorch's transcript, teacher-forced step by step
+    gen = step(record, "verify_generation")["metrics"]
+    assert gen["token_agreement"] >= 0.9 and gen["cosine_mean"] > 0.99
+    assert gen["new_tokens"] == 4 * 16 and "wer_vs_pytorch" in gen
     if target == "cpu":
+        assert gen["token_agreement"] == 1.0 and gen["wer_vs_pytorch"] == 0.0
         ev = step(record, "eval")["metrics"]
         assert ev["metric"] == "wer" and ev["eval_verdict"] == "PASS"
         assert ev["scores"]["fp32_onnx"]["wer"] == ev["scores"]["pytorch"]["wer"] == 0.0
