@@ -13,6 +13,7 @@ from planner.core.keys import config_digest
 from planner.core.plan import Plan, Step, graph_step_id
 from planner.core.storelayout import store_root
 from planner.core.targets import of_config
+from planner.core.targets import reference as reference_target
 from planner.models import datasets, evaluation, sources, specs
 from planner.models import tasks as T
 
@@ -171,17 +172,16 @@ def _lm_bundle(config: dict[str, Any], known: dict[str, Any], finals: dict[str, 
     from planner.models import lm
 
     prefill, context = lm.lengths(known["info"], config["export"]["shapes"])
-    host = sorted(config["export"]["on_host"])
-    if host:
-        shared = [*shared, Step("host_layers", "host_layers", {"layers": host},
-                                {"source": "resolve"})]
-    steps = [*shared, Step("bundle", "lm_bundle", {
-        "graphs": list(finals), "prefill_length": prefill, "context_length": context,
-        **_ep(config)}, {**finals, "source": "resolve",
-                         **({"shared": shared[0].id} if shared and shared[0].op ==
-                            "share_context" else {}),
-                         **({"host": "host_layers"} if host else {})})]
-    return steps + _generation_check(config, "bundle")
+    layers = sorted(config["export"]["on_host"])
+    host = [Step("host_layers", "host_layers", {"layers": layers}, {"source": "resolve"})] \
+        if layers else []
+    inputs = {**finals, "source": "resolve"}
+    for role, made in (("shared", shared), ("host", host)):  # at most one step each
+        if made:
+            inputs[role] = made[0].id
+    bundle = Step("bundle", "lm_bundle", {"graphs": list(finals), "prefill_length": prefill,
+                                          "context_length": context, **_ep(config)}, inputs)
+    return [*shared, *host, bundle, *_generation_check(config, bundle.id)]
 
 
 def _generation_check(config: dict[str, Any], bundle: str) -> list[Step]:
@@ -316,15 +316,16 @@ def _eval(config: dict[str, Any], known: dict[str, Any], deliverable: str,
                           "compares it with PyTorch); set eval=none or export.on_host=[]")
     steps = []
     reference = next(iter(fp32s.values()))
+    host = reference_target()  # the fp32 graphs run on the host CPU
+    runs_on = {"ep": host.ep, "backend": host.backend,
+               "provider_options": dict(host.provider_options)}
     if known["modality"] == T.CAUSAL:
         bundle = next(s for s in _lm_bundle(config, known, fp32s) if s.op == "lm_bundle")
-        host = {"ep": "cpu", "backend": None, "provider_options": {}}  # the fp32 graphs run there
-        steps.append(Step("reference_bundle", "lm_bundle", {**bundle.params, **host},
-                          {r: v for r, v in bundle.inputs.items() if r != "shared"}))
+        steps.append(Step("reference_bundle", "lm_bundle", {**bundle.params, **runs_on},
+                          bundle.inputs))
         reference = "reference_bundle"
     elif len(fp32s) > 1:
-        host = {"ep": "cpu", "backend": None, "provider_options": {}}  # the fp32 graphs run there
-        steps.append(Step("reference_bundle", "bundle", {"graphs": list(fp32s), **host},
+        steps.append(Step("reference_bundle", "bundle", {"graphs": list(fp32s), **runs_on},
                           {**fp32s, "source": "resolve"}))
         reference = "reference_bundle"
     data = ev["dataset"]
