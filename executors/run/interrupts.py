@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_received: list[int] = []  # the signals the handling block in force has received
 
 
 class Interrupted(KeyboardInterrupt):
@@ -24,6 +25,15 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
         self.name = signal.Signals(signum).name
         super().__init__(self.name)
+
+
+def caught(exc: KeyboardInterrupt) -> Interrupted:
+    """The interrupt that `exc` carries. A library that checks signals itself while it waits
+    (Ray's core worker) catches the handler's Interrupted and raises a plain
+    KeyboardInterrupt in its place: the signal is the one the handler received."""
+    if isinstance(exc, Interrupted):
+        return exc
+    return Interrupted(_received[-1] if _received else signal.SIGINT)
 
 
 @contextmanager
@@ -37,6 +47,7 @@ def handling(exit_now: Callable[[], None]) -> Iterator[None]:
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         seen.append(signum)
+        _received.append(signum)
         if len(seen) > 1:
             exit_now()
             os._exit(128 + signum)
@@ -48,3 +59,4 @@ def handling(exit_now: Callable[[], None]) -> Iterator[None]:
     finally:
         for s, previous in saved.items():
             signal.signal(s, previous)
+        _received.clear()

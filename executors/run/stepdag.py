@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executors.run.interrupts import Interrupted
+from executors.run.interrupts import caught
 from executors.run.outcome import UNELIDED, Runner, StepOutcome, Work, skipped
 from planner.core.keys import content_key
 from planner.core.ops import OPS, Trait
@@ -206,12 +206,12 @@ class Scheduler:
                 elif self.pending:
                     raise PlanError("the step DAG has a cycle or a missing input; this is a "
                                     "modelplan bug: report the overrides that planned it")
-        except Interrupted:
+        except KeyboardInterrupt as exc:  # as Ray re-raises it too: see interrupts.caught
             self.runner.stop()
             self.stopped = [key for key, _work in self.running.values()]
             if self._starting is not None:
                 self.stopped.append(self._starting)
-            raise
+            raise caught(exc) from None
         return self.outcomes
 
     def _start_ready(self, first: Callable[[str], Any]) -> int:

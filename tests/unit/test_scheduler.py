@@ -5,13 +5,17 @@ real runners are exercised by the integration tests (local, sweeps, Ray)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from executors.run import interrupts
 from executors.run.interrupts import Interrupted
 from executors.run.outcome import OK, UNELIDED, StepOutcome, Work, failed
 from executors.run.stepdag import Scheduler, StepDag, measures
@@ -153,6 +157,30 @@ def test_an_interrupt_stops_the_runner_and_names_the_step_it_stopped() -> None:
     export = next(s["key"] for s in ir["steps"] if s["id"] == "export")
     assert runner.stopped and scheduler.stopped == [export]
     assert export not in scheduler.outcomes
+
+
+def test_an_interrupt_a_library_re_raised_plainly_is_still_the_signal_received() -> None:
+    """Ray's waits check signals themselves: the handler's Interrupted comes back as a plain
+    KeyboardInterrupt, which the scheduler must treat as the same interrupt (SIGTERM here)."""
+    ir = plan()
+
+    def outcome(work: Work) -> None:
+        if work.step["id"] == "export":
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler raises Interrupted ...
+            time.sleep(1)
+
+    def plain(work: Work) -> None:
+        try:
+            outcome(work)
+        except Interrupted:
+            raise KeyboardInterrupt from None  # ... which the library turns into this
+
+    runner = Recorder(plain)
+    scheduler = Scheduler(StepDag([(0, ir)]), runner, lambda _l: None, lambda _k, _s: None)
+    with interrupts.handling(lambda: None), pytest.raises(Interrupted) as stop:
+        scheduler.run()
+    assert stop.value.name == "SIGTERM"
+    assert runner.stopped and len(scheduler.stopped) == 1
 
 
 def test_a_step_the_runner_cannot_run_is_refused_before_anything_runs() -> None:
