@@ -1,11 +1,11 @@
 """Where a run's results go: `outputs/<model>-<quant>-<target>/`, the model named after itself
-(its checkpoint folder, its ONNX file's stem, its hub id; a packaged or random-weights model by
-its config's name), and never over another model's deliverable unless asked (`--overwrite`)."""
+(its Hugging Face id where one is found, else its checkpoint folder or ONNX file's stem; a
+random-weights model by its config's name), and never over another model's deliverable unless
+asked (`--overwrite`)."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ from typing import Any
 from planner.core.ops import OPS, Trait
 from planner.core.storelayout import NAME_MAX
 from planner.errors import UsageError
+from planner.models.identity import display_name
 
 RUN_RECORD = "run.json"
 FAILED_RECORD = "run.failed.json"  # a failed run's record, beside a good deliverable it kept
@@ -28,15 +29,8 @@ def record_file(record: dict[str, Any]) -> str:
 
 
 def model_name(model: dict[str, Any]) -> str:
-    """The model's own name, as a folder name."""
-    source = model["source"]
-    if source in ("local", "onnx_file") and model["path"]:
-        path = Path(os.path.abspath(os.path.expanduser(model["path"])))
-        raw = path.stem if source == "onnx_file" else path.name
-    elif source == "hub_cache" and model["hub_id"]:
-        raw = model["hub_id"].replace("/", "--")
-    else:
-        raw = model["name"]
+    """The model's own name (planner/models/identity.py), as a folder name: `org--name`."""
+    raw = display_name(model).replace("/", "--")
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("._-")[:80]
     return name or "model"
 

@@ -65,7 +65,8 @@ def run(ctx: StepContext) -> StepResult:
     path = ctx.out / MODEL
     what = f" the {p['graph']}" if p["graph"] else ""
     ctx.progress(f"exporting{what} with {p['exporter']}, opset {p['opset']}")
-    used = _export(ctx, module, args, names, outputs, path)
+    axes = free_axes(args, names, expected, outputs) if p.get("dynamic") else None
+    used = _export(ctx, module, args, names, outputs, path, axes)
     model_name = type(model).__name__
     weight_bytes = sum(t.numel() * t.element_size()
                        for t in itertools.chain(model.parameters(), model.buffers()))
@@ -111,11 +112,26 @@ def _kept_classes(ctx: StepContext, model: Any) -> frozenset[str]:
     return frozenset(keep)
 
 
+def free_axes(args: tuple, names: list[str], expected: Any,
+              outputs: list[str]) -> dict[str, dict[int, str]]:
+    """export.shapes.dynamic: a text graph's batch and sequence axes, left free. Every input of
+    tokens is [batch, sequence]; an output's first axis is the batch, and its second the
+    sequence when it had the sequence's length in the trace (per-token outputs)."""
+    length = args[0].shape[1]
+    axes = {n: {0: "batch", 1: "sequence"} for n, a in zip(names, args, strict=True)
+            if a.dim() == 2}
+    got = expected if isinstance(expected, tuple | list) else (expected,)
+    for name, value in zip(outputs, got, strict=False):
+        axes[name] = {0: "batch"} | ({1: "sequence"} if value.dim() >= 2
+                                     and value.shape[1] == length else {})
+    return axes
+
+
 def _export(ctx: StepContext, module: Any, args: tuple, names: list[str],
-            outputs: list[str], path: Path) -> Opset:
+            outputs: list[str], path: Path, axes: dict[str, dict[int, str]] | None) -> Opset:
     try:
         used = export_graph(module, args, names, outputs, path, ctx.params["exporter"],
-                            ctx.params["opset"])
+                            ctx.params["opset"], axes)
     except ExportFailed as exc:
         raise ctx.fail(str(exc), "try another exporter (export=dynamo or export=torchscript) "
                        "or export.opset") from exc.__cause__
@@ -145,11 +161,13 @@ _ADDED_IN = re.compile(r"added in version (\d+)")
 
 
 def export_graph(module: Any, args: tuple, names: list[str], outputs: list[str], path: Path,
-                 exporter: str, opset: int) -> Opset:
+                 exporter: str, opset: int,
+                 axes: dict[str, dict[int, str]] | None = None) -> Opset:
     """torch -> ONNX at `path` (TorchScript tracing, or dynamo with TorchScript-style names), at
     `opset` or, when an operator needs a newer one, at the lowest newer one that expresses
     every operator (the one torch names, else the next, up to the exporter's newest and
-    NEWEST_OPSET): the same model and configured opset always give the same graph."""
+    NEWEST_OPSET): the same model and configured opset always give the same graph. `axes`:
+    the axes left free (name -> axis -> label); none: every shape fixed as traced."""
     from torch.onnx import _constants
 
     newest = min(NEWEST_OPSET, _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
@@ -157,7 +175,7 @@ def export_graph(module: Any, args: tuple, names: list[str], outputs: list[str],
     at, why = opset, ""
     while True:
         try:
-            _export_once(module, args, names, outputs, path, exporter, at)
+            _export_once(module, args, names, outputs, path, exporter, at, axes)
             return Opset(at, why)
         except ExportFailed as exc:
             too_old = _TOO_OLD.search(str(exc))
@@ -173,7 +191,7 @@ def export_graph(module: Any, args: tuple, names: list[str], outputs: list[str],
 
 
 def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str], path: Path,
-                 exporter: str, opset: int) -> None:
+                 exporter: str, opset: int, axes: dict[str, dict[int, str]] | None) -> None:
     import torch
 
     dynamo = exporter == "dynamo"
@@ -186,7 +204,7 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
         try:
             torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs,
                               opset_version=opset, dynamo=dynamo, do_constant_folding=True,
-                              external_data=True)  # no 2 GB limit; `save` makes them blobs
+                              external_data=True, dynamic_axes=axes)  # no 2 GB limit; `save` makes them blobs
         except Exception as exc:
             text = str(exc).strip()
             first = text.splitlines()[0] if text else ""

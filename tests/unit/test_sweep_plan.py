@@ -54,8 +54,9 @@ def test_composer_runs_hydra_once_for_plain_group_files() -> None:
 
 
 def test_merged_plan_has_each_key_once_and_shares_the_prefix(tmp_path: Path) -> None:
-    sweep = plan_sweep(["model=tiny_bert", "quant=w8a8,w8a16", "target=cpu,qnn_htp"],
-                       store=str(tmp_path))
+    # fixed shapes on both targets: the export is the same graph (on cpu it is free by default)
+    sweep = plan_sweep(["model=tiny_bert", "quant=w8a8,w8a16", "target=cpu,qnn_htp",
+                        "export.shapes.dynamic=false"], store=str(tmp_path))
     data = sweep.to_json()
     keys = [s["key"] for s in data["steps"]]
     assert [s["key"] for s in data["steps"]] == list(sweep.unique)
@@ -66,6 +67,16 @@ def test_merged_plan_has_each_key_once_and_shares_the_prefix(tmp_path: Path) -> 
     merges = [rw for rw in data["rewrites"] if rw["rule"] == "sweep-CSE"]
     assert {rw["step"] for rw in merges} >= {"export", "legalize"}
     assert all(rw["action"] == "merge" and rw["premises"] for rw in merges)
+
+
+def test_cpu_and_htp_export_their_own_graphs_of_text_by_default(tmp_path: Path) -> None:
+    sweep = plan_sweep(["model=tiny_bert", "quant=w8a16", "target=cpu,qnn_htp"],
+                       store=str(tmp_path))
+    exports = {j.overrides[-1]: next(s for s in j.ir["steps"] if s["id"] == "export")
+               for j in sweep.jobs}
+    assert exports["target=cpu"]["params"]["dynamic"] is True
+    assert "dynamic" not in exports["target=qnn_htp"]["params"]
+    assert exports["target=cpu"]["key"] != exports["target=qnn_htp"]["key"]
 
 
 def test_a_step_one_job_elides_and_another_runs_is_run(tmp_path: Path) -> None:
@@ -87,7 +98,7 @@ def test_a_bad_job_fails_alone(tmp_path: Path) -> None:
 
 def test_plan_m_cli_text_and_json(tmp_path: Path) -> None:
     result = run_cli("plan", "-m", "model=tiny_bert", "quant=w8a8,w8a16", "target=cpu,qnn_htp",
-                     "--store", str(tmp_path))
+                     "export.shapes.dynamic=false", "--store", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "Shared steps" in result.stdout
     assert result.stdout.strip().splitlines()[-1].startswith(
