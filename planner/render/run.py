@@ -30,7 +30,8 @@ def _show_metric(name: str, value: Any) -> str:
         f"{name}={value:.1f}" if isinstance(value, float) else f"{name}={value}"
 
 
-def _note(step: dict[str, Any]) -> str:
+def note(step: dict[str, Any]) -> str:
+    """A step's outcome in a few words: its status, a failed proof, or its headline metric."""
     if step["status"] != "ok":
         gate = OPS[step["op"]].gate if step["op"] in OPS else ""
         judged = gate and step["metrics"].get(gate)  # failed on its verdict: say on what
@@ -83,7 +84,12 @@ def _deliverable(record: dict[str, Any]) -> list[str]:
         models = [("bundle.json", published["bundle.json"])]
     if not models:
         return []
-    lines = [f"Deliverable: {p} ({_size(Path(p))})" for _n, p in models]
+    return [f"Deliverable: {p} ({_size(Path(p))})" for _n, p in models] + results(record)
+
+
+def results(record: dict[str, Any]) -> list[str]:
+    """The deliverable's figures (verify, eval, generation, latency), without its paths."""
+    lines: list[str] = []
     for s in record["steps"]:
         m, graph = s["metrics"], graph_of(s["id"])
         where = "" if graph == MAIN_GRAPH else f" ({graph})"
@@ -140,7 +146,7 @@ def table(record: dict[str, Any], limit: int | None = modules.TOP) -> str:
     rows = [("step", "action", "wall", "peak RSS", "note", "output")]
     for s in record["steps"]:
         rows.append((s["id"], s["action"] if s["status"] != "skipped" else "-", *_cost(s),
-                     _note(s), _main_output(s)))
+                     note(s), _main_output(s)))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]
              for r in rows]
@@ -174,7 +180,7 @@ def markdown(record: dict[str, Any]) -> str:
     for s in record["steps"]:
         wall, rss = _cost(s)
         action = s["action"] if s["status"] != "skipped" else "-"
-        lines.append(f"| `{s['id']}` | {action} | {wall} | {rss} | {_note(s)} |")
+        lines.append(f"| `{s['id']}` | {action} | {wall} | {rss} | {note(s)} |")
     if record.get("published"):
         lines += ["", *[f"- {line}" for line in _deliverable(record)]]
     lines.extend(accuracy.markdown(record))

@@ -1,0 +1,151 @@
+"""A deliverable's model card (`README.md` in its outputs folder), from its run record: Hugging
+Face model-card metadata (base model, library, pipeline tag, tags for the target and the
+precision), what was built and how, its accuracy against PyTorch, its latency per module, how
+each client opens the folder, and the command that rebuilds it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.render import accuracy, module_accuracy, modules
+from planner.render.run import note, results
+
+SENTENCE_TRANSFORMERS = "modules.json"  # a sentence-transformers model's module list
+# the Optimum ONNX Runtime class that opens a one-graph deliverable of each task
+OPTIMUM = {
+    "feature-extraction": "ORTModelForFeatureExtraction",
+    "text-classification": "ORTModelForSequenceClassification",
+    "zero-shot-classification": "ORTModelForSequenceClassification",
+    "token-classification": "ORTModelForTokenClassification",
+    "question-answering": "ORTModelForQuestionAnswering",
+    "fill-mask": "ORTModelForMaskedLM",
+    "image-classification": "ORTModelForImageClassification",
+    "audio-classification": "ORTModelForAudioClassification",
+    "image-segmentation": "ORTModelForSemanticSegmentation",
+}
+PRECISIONS = {"none": "fp32 weights and activations", "fp16": "float16"}
+
+
+def card(record: dict[str, Any], files: dict[str, int], license_: str | None = None) -> str:
+    """The card's text. `files`: the folder's files (relative name -> bytes)."""
+    model = record["model"]
+    lines = [*_front_matter(model, files, license_), "", *_intro(record, model), ""]
+    lines += ["## Files", "", *_files(files), ""]
+    lines += ["## Accuracy and speed", "", *_figures(record), ""]
+    lines += ["## Use it", "", *_use(model, files), ""]
+    lines += ["## How it was built", "", *_steps(record), ""]
+    lines += ["## Rebuild it", "", "```sh", _command(record), "```", "",
+              "Tools the plan's keys were made with: " +
+              ", ".join(f"{k} {v}" for k, v in sorted(model["tools"].items())) + "."]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _front_matter(model: dict[str, Any], files: dict[str, int],
+                  license_: str | None) -> list[str]:
+    meta = ["---"]
+    if model["id"]:
+        meta.append(f"base_model: {model['id']}")
+        if model["precision"] != "none":
+            meta.append("base_model_relation: quantized")
+    meta.append("library_name: " + ("sentence-transformers" if SENTENCE_TRANSFORMERS in files
+                                    else "onnx"))
+    if license_:
+        meta.append(f"license: {license_}")
+    tag = "sentence-similarity" if SENTENCE_TRANSFORMERS in files else model["task"]
+    if tag:
+        meta.append(f"pipeline_tag: {tag}")
+    tags = ["onnx", "modelplan", model["target"], model["precision"]]
+    tags += ["qnn", "npu", "epcontext"] if _compiled(files) else []
+    meta += ["tags:", *[f"- {t}" for t in dict.fromkeys(tags)], "---"]
+    return meta
+
+
+def _compiled(files: dict[str, int]) -> bool:
+    """Whether the folder holds a compiled context (an EPContext model and its binary)."""
+    return any(n.endswith(".bin") for n in files)
+
+
+def _intro(record: dict[str, Any], model: dict[str, Any]) -> list[str]:
+    source = f"[{model['id']}](https://huggingface.co/{model['id']})" if model["id"] \
+        else f"`{model['name']}`"
+    precision = PRECISIONS.get(model["precision"], f"quantized ({model['precision']})")
+    return [f"# {model['name']} — {model['precision']} for {model['target']}", "",
+            f"{source} as ONNX for `{model['target']}`, {precision}, task "
+            f"`{model['task']}`. Built by modelplan (run `{record['run_id']}`, "
+            f"{record['started']}); `run.json` is the whole record, `metrics.json` every "
+            "step's figures."]
+
+
+def _files(files: dict[str, int]) -> list[str]:
+    blobs = {n: b for n, b in files.items() if n.startswith("weights/")}
+    rows = [f"- `{n}` ({_bytes(b)})" for n, b in sorted(files.items()) if n not in blobs]
+    if blobs:
+        rows.append(f"- `weights/`: {len(blobs)} weight file(s), {_bytes(sum(blobs.values()))}, "
+                    "named by their content (the graphs read them as external data)")
+    return rows
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _figures(record: dict[str, Any]) -> list[str]:
+    out = [f"- {line}" for line in results(record)] or ["- (no verify, eval or perf step ran)"]
+    out += accuracy.markdown(record)
+    out += module_accuracy.record_markdown(record)
+    out += modules.markdown(record)
+    return out
+
+
+def _use(model: dict[str, Any], files: dict[str, int]) -> list[str]:
+    shape = ("Its batch and sequence axes are free: tokenize as you like." if model["dynamic"]
+             else "Its inputs have fixed shapes (" + "; ".join(model["inputs"]) + "): pad and "
+             "truncate to them (e.g. `padding=\"max_length\"`)." if model["inputs"] else "")
+    if _compiled(files):
+        return [
+            "This folder holds an EPContext model compiled for Qualcomm HTP: it runs on ONNX "
+            "Runtime with the QNN execution provider (`onnxruntime-qnn`) on a device with an "
+            "NPU, not on the CPU EP. Clients that open sessions with the default providers "
+            "(Optimum's ORTModel classes, sentence-transformers' ONNX backend, "
+            "transformers.js) cannot run it without that EP. " + shape, "",
+            "```python", "import onnxruntime as ort, onnxruntime_qnn",
+            'ort.register_execution_provider_library("QNNExecutionProvider", '
+            "onnxruntime_qnn.get_library_path())",
+            "options = ort.SessionOptions()",
+            "devices = [d for d in ort.get_ep_devices() if d.ep_name == "
+            '"QNNExecutionProvider"]',
+            'options.add_provider_for_devices(devices, {"backend_type": "htp"})',
+            'session = ort.InferenceSession("model.onnx", options)', "```"]
+    out = [shape, ""] if shape else []
+    if SENTENCE_TRANSFORMERS in files:
+        out += ["sentence-transformers (ONNX backend):", "", "```python",
+                "from sentence_transformers import SentenceTransformer",
+                'model = SentenceTransformer("path/to/this/folder", backend="onnx")',
+                'embeddings = model.encode(["a sentence", "another one"])', "```", ""]
+    cls = OPTIMUM.get(model["task"] or "")
+    if cls and "model.onnx" in files:
+        out += ["Optimum (optimum-onnx):", "", "```python",
+                f"from optimum.onnxruntime import {cls}",
+                f'model = {cls}.from_pretrained("path/to/this/folder")', "```", ""]
+    out += ["ONNX Runtime:", "", "```python", "import onnxruntime as ort",
+            'session = ort.InferenceSession("model.onnx")', "```"]
+    return out
+
+
+def _steps(record: dict[str, Any]) -> list[str]:
+    """Each step of the plan, what happened to it, and for an elided step the proof's check."""
+    out = ["| step | op | action | result |", "|---|---|---|---|"]
+    for s in record["steps"]:
+        check = s.get("proof_check") or {}
+        why = f"elided: {check['detail']}" if s["action"] == "elided" and check.get("held") \
+            else note(s)
+        out.append(f"| `{s['id']}` | {s['op']} | {s['action']} | {why} |")
+    return out
+
+
+def _command(record: dict[str, Any]) -> str:
+    return "modelplan run " + " ".join(record.get("overrides") or [])
