@@ -70,10 +70,10 @@ def _intro(record: dict[str, Any], model: dict[str, Any]) -> list[str]:
         else f"`{model['name']}`"
     precision = PRECISIONS.get(model["precision"], f"quantized ({model['precision']})")
     return [f"# {model['name']} — {model['precision']} for {model['target']}", "",
-            f"{source} as ONNX for `{model['target']}`, {precision}, task "
+            (f"{source} as ONNX for `{model['target']}`, {precision}, task "
             f"`{model['task']}`. Built by modelplan (run `{record['run_id']}`, "
             f"{record['started']}); `run.json` is the whole record, `metrics.json` every "
-            "step's figures."]
+            "step's figures.")]
 
 
 def _files(files: dict[str, int]) -> list[str]:
@@ -113,11 +113,11 @@ def _use(model: dict[str, Any], files: dict[str, int]) -> list[str]:
             "(Optimum's ORTModel classes, sentence-transformers' ONNX backend, "
             "transformers.js) cannot run it without that EP. " + shape, "",
             "```python", "import onnxruntime as ort, onnxruntime_qnn",
-            'ort.register_execution_provider_library("QNNExecutionProvider", '
-            "onnxruntime_qnn.get_library_path())",
+            ('ort.register_execution_provider_library("QNNExecutionProvider", '
+            "onnxruntime_qnn.get_library_path())"),
             "options = ort.SessionOptions()",
-            "devices = [d for d in ort.get_ep_devices() if d.ep_name == "
-            '"QNNExecutionProvider"]',
+            ("devices = [d for d in ort.get_ep_devices() if d.ep_name == "
+            '"QNNExecutionProvider"]'),
             'options.add_provider_for_devices(devices, {"backend_type": "htp"})',
             'session = ort.InferenceSession("model.onnx", options)', "```"]
     out = [shape, ""] if shape else []
