@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test plan lint bench
+.PHONY: run test plan lint bench clients
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,18 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
 	$(BIN)/python -m pip install -q -e '.[run,test]' --config-settings editable_mode=compat
 	touch $@
 
+# The clients that open a deliverable folder (Optimum, sentence-transformers), in their own
+# environment: their pins differ from the build's (pyproject's `clients` extra).
+CLIENTS := .venv-clients
+
+$(CLIENTS)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(CLIENTS)
+	$(CLIENTS)/bin/python -m pip install -q --upgrade pip
+	$(CLIENTS)/bin/python -m pip install -q '.[clients]'
+	touch $@
+
+clients: $(CLIENTS)/.installed
+
 run: $(VENV)/.installed-run
 	$(BIN)/modelplan run
 
@@ -24,7 +36,7 @@ plan: $(VENV)/.installed-run
 	$(BIN)/modelplan plan
 
 # Two pytest-xdist workers; tests that must share one worker carry xdist_group marks.
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test $(CLIENTS)/.installed
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 lint: $(VENV)/.installed-test

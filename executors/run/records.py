@@ -84,6 +84,7 @@ def choices(config: dict[str, Any]) -> dict[str, str]:
 def model_facts(ir: dict[str, Any]) -> dict[str, Any]:
     """What the deliverable is, for its model card: the model's id and name, task, target,
     precision, and the tool versions the plan's keys used."""
+    from planner.core.targets import of_config
     from planner.models.identity import display_name, model_id
 
     config = ir["config"]
@@ -96,7 +97,8 @@ def model_facts(ir: dict[str, Any]) -> dict[str, Any]:
     return {"id": model_id(config["model"]), "name": display_name(config["model"]),
             "task": task, "target": str(config["target"]["name"]),
             "precision": str(config["quant"]["name"]), "tools": dict(ir.get("tools") or {}),
-            "inputs": inputs, "dynamic": bool(exports and exports[0].get("dynamic"))}
+            "inputs": inputs, "dynamic": bool(exports and exports[0].get("dynamic")),
+            "compiled": of_config(config["target"]).compiles}
 
 
 def run_record(ir: dict[str, Any], steps: list[dict[str, Any]], *, executor: str,

@@ -55,14 +55,9 @@ def _front_matter(model: dict[str, Any], files: dict[str, int],
     if tag:
         meta.append(f"pipeline_tag: {tag}")
     tags = ["onnx", "modelplan", model["target"], model["precision"]]
-    tags += ["qnn", "npu", "epcontext"] if _compiled(files) else []
+    tags += ["npu", "epcontext"] if model.get("compiled") else []
     meta += ["tags:", *[f"- {t}" for t in dict.fromkeys(tags)], "---"]
     return meta
-
-
-def _compiled(files: dict[str, int]) -> bool:
-    """Whether the folder holds a compiled context (an EPContext model and its binary)."""
-    return any(n.endswith(".bin") for n in files)
 
 
 def _intro(record: dict[str, Any], model: dict[str, Any]) -> list[str]:
@@ -105,11 +100,11 @@ def _use(model: dict[str, Any], files: dict[str, int]) -> list[str]:
     shape = ("Its batch and sequence axes are free: tokenize as you like." if model["dynamic"]
              else "Its inputs have fixed shapes (" + "; ".join(model["inputs"]) + "): pad and "
              "truncate to them (e.g. `padding=\"max_length\"`)." if model["inputs"] else "")
-    if _compiled(files):
+    if model.get("compiled"):
         return [
-            "This folder holds an EPContext model compiled for Qualcomm HTP: it runs on ONNX "
-            "Runtime with the QNN execution provider (`onnxruntime-qnn`) on a device with an "
-            "NPU, not on the CPU EP. Clients that open sessions with the default providers "
+            f"This folder holds EPContext models compiled for `{model['target']}`: they run on "
+            "ONNX Runtime with the QNN execution provider (`onnxruntime-qnn`) on a device with "
+            "its NPU (or its simulator), not on the CPU EP. Clients that open sessions with the default providers "
             "(Optimum's ORTModel classes, sentence-transformers' ONNX backend, "
             "transformers.js) cannot run it without that EP. " + shape, "",
             "```python", "import onnxruntime as ort, onnxruntime_qnn",

