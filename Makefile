@@ -25,6 +25,10 @@ $(CLIENTS)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(CLIENTS)
 	$(CLIENTS)/bin/python -m pip install -q --upgrade pip
 	$(CLIENTS)/bin/python -m pip install -q '.[clients]'
+	# transformers.js, where Node is installed (its native ONNX Runtime ships in the package;
+	# --ignore-scripts skips a GPU download)
+	if command -v npm >/dev/null 2>&1; then \
+	  cd tests/clients && npm ci -s --ignore-scripts --no-audit --no-fund; fi
 	touch $@
 
 clients: $(CLIENTS)/.installed

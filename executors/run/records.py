@@ -98,7 +98,9 @@ def model_facts(ir: dict[str, Any]) -> dict[str, Any]:
             "task": task, "target": str(config["target"]["name"]),
             "precision": str(config["quant"]["name"]), "tools": dict(ir.get("tools") or {}),
             "inputs": inputs, "dynamic": bool(exports and exports[0].get("dynamic")),
-            "compiled": of_config(config["target"]).compiles}
+            "compiled": of_config(config["target"]).compiles,
+            "rules": [f"{rw['rule']} ({rw['action']} {rw['step']}): {rw['conclusion']}"
+                      for rw in ir.get("rewrites") or []]}
 
 
 def run_record(ir: dict[str, Any], steps: list[dict[str, Any]], *, executor: str,

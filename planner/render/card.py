@@ -33,7 +33,7 @@ def card(record: dict[str, Any], files: dict[str, int], license_: str | None = N
     lines += ["## Files", "", *_files(files), ""]
     lines += ["## Accuracy and speed", "", *_figures(record), ""]
     lines += ["## Use it", "", *_use(model, files), ""]
-    lines += ["## How it was built", "", *_steps(record), ""]
+    lines += ["## How it was built", "", *_steps(record), "", *_rules(model), ""]
     lines += ["## Rebuild it", "", "```sh", _command(record), "```", "",
               "Tools the plan's keys were made with: " +
               ", ".join(f"{k} {v}" for k, v in sorted(model["tools"].items())) + "."]
@@ -142,5 +142,19 @@ def _steps(record: dict[str, Any]) -> list[str]:
     return out
 
 
+def _rules(model: dict[str, Any]) -> list[str]:
+    rules = model.get("rules") or []
+    return ["What the planner's rules did (each proved in `modelplan plan`):", "",
+            *[f"- {r}" for r in rules]] if rules else []
+
+
+GROUPS = ("model", "optim", "quant", "target", "verify", "eval", "perf")
+
+
 def _command(record: dict[str, Any]) -> str:
-    return "modelplan run " + " ".join(record.get("overrides") or [])
+    """The run's config as a command: every group's choice, then its other overrides."""
+    choices = record.get("choices") or {}
+    picked = [f"{g}={choices[g]}" for g in GROUPS if g in choices]
+    rest = [o for o in record.get("overrides") or []
+            if o.partition("=")[0].lstrip("+~") not in GROUPS]
+    return " ".join(["modelplan run", *picked, *rest])

