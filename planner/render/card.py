@@ -100,6 +100,8 @@ def _use(model: dict[str, Any], files: dict[str, int]) -> list[str]:
     shape = ("Its batch and sequence axes are free: tokenize as you like." if model["dynamic"]
              else "Its inputs have fixed shapes (" + "; ".join(model["inputs"]) + "): pad and "
              "truncate to them (e.g. `padding=\"max_length\"`)." if model["inputs"] else "")
+    if "bundle.json" in files:
+        return _bundle(model, files)
     if model.get("compiled"):
         return [
             f"This folder holds EPContext models compiled for `{model['target']}`: they run on "
@@ -128,6 +130,20 @@ def _use(model: dict[str, Any], files: dict[str, int]) -> list[str]:
                 f'model = {cls}.from_pretrained("path/to/this/folder")', "```", ""]
     out += ["ONNX Runtime:", "", "```python", "import onnxruntime as ort",
             'session = ort.InferenceSession("model.onnx")', "```"]
+    return out
+
+
+def _bundle(model: dict[str, Any], files: dict[str, int]) -> list[str]:
+    """A generation bundle: graphs over a static cache, run by modelplan's own loop."""
+    where = (f"on the EP it was built for (`{model['target']}`)" if model.get("compiled")
+             else "on the CPU")
+    out = ["A bundle of graphs (`bundle.json` lists them with their inputs, outputs and cache "
+           f"geometry) that runs {where} with modelplan's greedy loop:", "", "```sh",
+           'modelplan generate path/to/this/folder "a prompt"', "```"]
+    if "genai_config.json" in files:
+        out += ["", "`genai_config.json` follows onnxruntime-genai's layout; onnxruntime-genai "
+                "0.18 cannot run these graphs as they are (it feeds the prompt unpadded and "
+                "wants a cache that grows), see modelplan's README."]
     return out
 
 

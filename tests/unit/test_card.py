@@ -1,0 +1,75 @@
+"""The model card written from a run record: Hugging Face metadata a hub parser reads, what a
+client needs to know to open the folder (free or fixed shapes, the EP of a compiled model),
+and the command that rebuilds it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import ModelCardData
+from huggingface_hub.repocard import metadata_load
+
+from planner.render.card import card
+
+
+def record(**model: Any) -> dict[str, Any]:
+    facts = {"id": "BAAI/bge-small-en-v1.5", "name": "BAAI/bge-small-en-v1.5",
+             "task": "feature-extraction", "target": "cpu", "precision": "w8a16_pc",
+             "tools": {"onnxruntime": "1.32.0", "torch": "2.13.0+cpu"},
+             "inputs": ["input_ids: int64[1x128]", "attention_mask: int64[1x128]"],
+             "dynamic": True, "compiled": False,
+             "rules": ["idempotent-elision (elide optimize): optimize is idempotent"], **model}
+    steps = [{"id": "verify", "op": "verify", "action": "run", "status": "ok",
+              "proof_check": None, "metrics": {"cosine_mean": 0.9991, "cosine_min": 0.998}},
+             {"id": "optimize", "op": "optimize", "action": "elided", "status": "ok",
+              "proof_check": {"held": True, "detail": "premises hold on the real input"},
+              "metrics": {}}]
+    return {"run_id": "r1", "started": "2026-11-27T00:00:00+0000", "steps": steps,
+            "modules": [], "model": facts, "overrides": ["target=cpu", "+verify.samples=8"],
+            "choices": {"model": "local_hf", "quant": "w8a16_pc", "target": "cpu",
+                        "executor": "local"}}
+
+
+FILES = {"model.onnx": 1000, "config.json": 10, "modules.json": 10, "weights/ab": 5000,
+         "weights/cd": 5000}
+
+
+def test_the_metadata_is_a_hub_model_card(tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text(card(record(), FILES, "mit"))
+    meta = metadata_load(tmp_path / "README.md")
+    assert meta == {"base_model": "BAAI/bge-small-en-v1.5", "base_model_relation": "quantized",
+                    "library_name": "sentence-transformers", "license": "mit",
+                    "pipeline_tag": "sentence-similarity",
+                    "tags": ["onnx", "modelplan", "cpu", "w8a16_pc"]}
+    assert ModelCardData(**meta).to_dict()["base_model"] == "BAAI/bge-small-en-v1.5"
+
+
+def test_a_model_without_id_or_quantization_claims_no_base(tmp_path: Path) -> None:
+    text = card(record(id=None, name="my-ckpt", precision="none", task="text-classification"),
+                {"model.onnx": 10}, None)
+    (tmp_path / "README.md").write_text(text)
+    meta = metadata_load(tmp_path / "README.md")
+    assert "base_model" not in meta and "license" not in meta
+    assert meta["library_name"] == "onnx" and meta["pipeline_tag"] == "text-classification"
+    assert "ORTModelForSequenceClassification" in text and "SentenceTransformer" not in text
+
+
+def test_the_card_says_how_to_open_the_folder_and_rebuild_it() -> None:
+    text = card(record(), FILES, None)
+    assert "batch and sequence axes are free" in text
+    assert '`weights/`: 2 weight file(s), 9.8 KB' in text
+    assert "SentenceTransformer(\"path/to/this/folder\", backend=\"onnx\")" in text
+    assert "modelplan run model=local_hf quant=w8a16_pc target=cpu +verify.samples=8" in text
+    assert "| `optimize` | optimize | elided | elided: premises hold on the real input |" in text
+    assert "- idempotent-elision (elide optimize): optimize is idempotent" in text
+    assert "Verify: cosine mean 0.9991, min 0.9980" in text
+
+
+def test_a_compiled_deliverable_names_the_ep_it_needs_and_its_fixed_shapes() -> None:
+    text = card(record(target="qnn_htp", compiled=True, dynamic=False), FILES, None)
+    assert "tags:\n- onnx\n- modelplan\n- qnn_htp\n- w8a16_pc\n- npu\n- epcontext" in text
+    assert "EPContext models compiled for `qnn_htp`" in text
+    assert "register_execution_provider_library" in text
+    assert "fixed shapes (input_ids: int64[1x128]; attention_mask: int64[1x128])" in text
+    assert "from optimum" not in text  # a client on the default providers cannot run it
