@@ -137,13 +137,13 @@ def _bundle(model: dict[str, Any], files: dict[str, int]) -> list[str]:
     """A generation bundle: graphs over a static cache, run by modelplan's own loop."""
     where = (f"on the EP it was built for (`{model['target']}`)" if model.get("compiled")
              else "on the CPU")
-    out = ["A bundle of graphs (`bundle.json` lists them with their inputs, outputs and cache "
-           f"geometry) that runs {where} with modelplan's greedy loop:", "", "```sh",
+    out = [("A bundle of graphs (`bundle.json` lists them with their inputs, outputs and cache "
+           f"geometry) that runs {where} with modelplan's greedy loop:"), "", "```sh",
            'modelplan generate path/to/this/folder "a prompt"', "```"]
     if "genai_config.json" in files:
-        out += ["", "`genai_config.json` follows onnxruntime-genai's layout; onnxruntime-genai "
+        out += ["", ("`genai_config.json` follows onnxruntime-genai's layout; onnxruntime-genai "
                 "0.18 cannot run these graphs as they are (it feeds the prompt unpadded and "
-                "wants a cache that grows), see modelplan's README."]
+                "wants a cache that grows), see modelplan's README.")]
     return out
 
 
