@@ -21,7 +21,8 @@ from executors.evaluation import textscore
 from executors.evaluation.base import Context, EvalDataError, Evaluator, Feed, Forward, Prepared
 from executors.evaluation.inputs import modality_feed
 from executors.samples import kind_of
-from planner.models.tasks import ENCODER_OUTPUTS
+from planner.models.seq2seq import start_token
+from planner.models.tasks import ENCODER_OUTPUTS, model_type_of
 
 Logits = Callable[[np.ndarray], np.ndarray]  # padded decoder ids [1, L] -> logits [1, L, V]
 
@@ -65,10 +66,11 @@ def greedy(logits: Logits, how: Decoding, record: list[np.ndarray] | None = None
 
 
 def _token(cx: Context, name: str) -> int | None:
-    """A special token id from config.json, else from its decoder's config."""
+    """A special token id from config.json, else from its decoder's (or text model's) config."""
     value = cx.info.get(name)
-    if value is None:
-        value = (cx.info.get("decoder") or {}).get(name)
+    for part in ("decoder", "text_config"):
+        if value is None:
+            value = (cx.info.get(part) or {}).get(name)
     if isinstance(value, list):  # several eos ids: the first
         value = value[0] if value else None
     return None if value is None else int(value)
@@ -83,14 +85,14 @@ def decoding(cx: Context) -> Decoding:
     if ids is None:
         raise EvalDataError(f"eval: {cx.task} needs an encoder and a decoder graph taking "
                             "input_ids; build the model's encoder-decoder export")
-    start = _token(cx, "decoder_start_token_id")
-    if start is None:
-        start = _token(cx, "bos_token_id")
+    start = start_token(cx.info)
     if start is None:
         raise EvalDataError("eval: config.json has no decoder_start_token_id (nor bos_token_id) "
                             "to start decoding from; add decoder_start_token_id to config.json")
     pad = _token(cx, "pad_token_id")
-    return Decoding(start, _token(cx, "eos_token_id"), 0 if pad is None else pad,
+    mt = model_type_of(cx.info)
+    end = _token(cx, mt.end_token if mt is not None else "eos_token_id")
+    return Decoding(start, end, 0 if pad is None else pad,
                     int(ids["shape"][1]), forced_tokens(cx))
 
 

@@ -109,8 +109,47 @@ def ort_pass(src: Path, dst: Path) -> None:
         "session.optimized_model_external_initializers_min_size_in_bytes", str(THRESHOLD))
     ort.InferenceSession(str(src), so, providers=host_providers())
     model = load(dst, external=False)
+    _rename_generated(model.graph, _names(load(src, external=False).graph))
     canonical_order(model.graph)
     save(model, dst)
+
+
+GENERATED = "ort_basic/"  # a prefix no ONNX Runtime transformer generates names with
+
+
+def _names(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor's and node's name."""
+    return {i.name for i in graph.initializer} | {o for n in graph.node for o in n.output} | \
+        {v.name for v in graph.input} | {n.name for n in graph.node}
+
+
+def _rename_generated(graph: onnx.GraphProto, before: set[str]) -> None:
+    """Give the tensors and nodes a pass created (`gemm_input_shape_token_66`,
+    `gemm_output_reshape_token_17`) names that ONNX Runtime does not generate: a client's
+    session, optimizing the graph again with its own counters, generates the same names and
+    derives initializers from them (`<node>_new_shape`), and fails when one exists already
+    ("Attempt to replace the existing tensor", measured on BLIP's text decoder)."""
+    taken = _names(graph)
+    # generated: not the export's, and not derived from one of its names ("/model/.../MatMul/
+    # MatMulAddFusion", "/..._output_0" keep theirs: hierarchy tags follow those)
+    new = sorted(n for n in taken - before if n and not n.startswith(("/", GENERATED)))
+    if not new:
+        return
+    renamed = {}
+    for name in new:  # a later pass restarts ORT's counters: its names may repeat earlier ones
+        fresh, k = GENERATED + name, 1
+        while fresh in taken:
+            fresh, k = f"{GENERATED}{name}.{k}", k + 1
+        renamed[name] = fresh
+        taken.add(fresh)
+    for init in graph.initializer:
+        init.name = renamed.get(init.name, init.name)
+    for node in graph.node:
+        node.input[:] = [renamed.get(x, x) for x in node.input]
+        node.output[:] = [renamed.get(x, x) for x in node.output]
+        node.name = renamed.get(node.name, node.name)
+    for info in graph.value_info:
+        info.name = renamed.get(info.name, info.name)
 
 
 def canonical_order(graph: onnx.GraphProto) -> None:

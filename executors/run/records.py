@@ -12,6 +12,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from planner.render import card
+
 FORMAT_VERSION = 1
 
 
@@ -81,28 +83,6 @@ def choices(config: dict[str, Any]) -> dict[str, str]:
             if isinstance(node, dict) and isinstance(node.get("name"), str)}
 
 
-def model_facts(ir: dict[str, Any]) -> dict[str, Any]:
-    """What the deliverable is, for its model card: the model's id and name, task, target,
-    precision, and the tool versions the plan's keys used."""
-    from planner.core.targets import of_config
-    from planner.models.identity import display_name, model_id
-
-    config = ir["config"]
-    resolve = next((s for s in ir["steps"] if s["op"] == "resolve"), None)
-    task = resolve["params"]["task"] if resolve else config["model"].get("task")
-    exports = [s["params"] for s in ir["steps"] if s["op"] == "export"]
-    inputs = [f"{i['name']}: {i['dtype']}[{'x'.join(map(str, i['shape']))}]"
-              for i in (exports[0]["inputs"] if len(exports) == 1
-                        and isinstance(exports[0]["inputs"], list) else [])]
-    return {"id": model_id(config["model"]), "name": display_name(config["model"]),
-            "task": task, "target": str(config["target"]["name"]),
-            "precision": str(config["quant"]["name"]), "tools": dict(ir.get("tools") or {}),
-            "inputs": inputs, "dynamic": bool(exports and exports[0].get("dynamic")),
-            "compiled": of_config(config["target"]).compiles,
-            "rules": [f"{rw['rule']} ({rw['action']} {rw['step']}): {rw['conclusion']}"
-                      for rw in ir.get("rewrites") or []]}
-
-
 def run_record(ir: dict[str, Any], steps: list[dict[str, Any]], *, executor: str,
                store: Path, started: float, wall_s: float, overrides: list[str],
                deliverable: str, outputs_dir: Path | None, job: int | None = None,
@@ -124,7 +104,7 @@ def run_record(ir: dict[str, Any], steps: list[dict[str, Any]], *, executor: str
         "config_digest": ir["config_digest"], "choices": choices(ir["config"]),
         "overrides": list(overrides),
         "deliverable": deliverable, "outputs_dir": str(outputs_dir) if outputs_dir else None,
-        "steps": steps, "error": error, "modules": modules, "model": model_facts(ir),
+        "steps": steps, "error": error, "modules": modules, "model": card.facts(ir),
     }
     if error and not interrupted_by:
         from executors.run.gate_accuracy import record_fields  # onnx, only after a failure

@@ -13,7 +13,7 @@ from typing import Any
 from executors.onnx import hierarchy
 from executors.runtime import torchmodel
 from executors.samples import Samples
-from executors.steps.export import export_graph
+from executors.steps.export import export_graph, free_axes
 
 
 def _random_model(described: dict[str, Any], model: dict[str, Any]) -> Any:
@@ -84,7 +84,14 @@ def hierarchy_counts(described: dict[str, Any], config: dict[str, Any]) -> dict[
             names = [s["name"] for s in spec["inputs"]]
             module, args, scopes, folded = _traced(model, graph, spec, ex["torch_modules"])
             path = Path(tmp) / f"{graph}.onnx"
-            export_graph(module, args, names, spec["outputs"], path, ex["exporter"], ex["opset"])
+            axes = None
+            if spec.get("dynamic"):  # the axes the build leaves free, as its export does
+                import torch
+
+                with torch.no_grad():
+                    axes = free_axes(args, names, module(*args), spec["outputs"])
+            export_graph(module, args, names, spec["outputs"], path, ex["exporter"], ex["opset"],
+                         axes)
             import onnx
 
             nodes = [n.name for n in onnx.load(str(path), load_external_data=False).graph.node]

@@ -2,75 +2,172 @@
 seq2seq.py has their I/O): `cross`, the decoder's cross-attention keys and values on the
 encoder's states (one decoder pass on the start token fills them; only they are returned, so
 the rest of that pass is not in the graph), and the one-token `decoder` over a static
-self-attention cache. Its cache is fed in full (C slots, the empty ones masked), so the model
-would take C as the token's position: a hook on the decoder's position embedding gives it the
-`position_ids` input instead. Cross keys and values are marked as filled, so no layer
-recomputes them."""
+self-attention cache. Cross keys and values are marked as filled, so no layer recomputes them.
+
+Its cache is fed in full (C slots, the empty ones masked) and the token's own key goes after
+them, so the model would take C as the token's position: `positions_at` gives the decoder the
+`position_ids` input instead, wherever its family reads positions (a BART-, Whisper- or
+TrOCR-like `embed_positions`, a BERT-like embeddings module, GPT-2's `wpe`), or for T5's
+relative attention bias, computes the bias of the slots and the token from their true
+positions.
+
+One forward (`decode`) serves the traced graphs and the calibration samples: the model's own
+forward on given encoder states, or a captioner's text decoder on the image's (BLIP)."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from planner.models.seq2seq import start_token
 
-def _layers(model: Any) -> int:
-    return int(model.config.decoder_layers)
+
+def decoder_of(model: Any) -> Any:
+    """The module that decodes: a captioner's text decoder (BLIP), else the model's decoder."""
+    return model.text_decoder if hasattr(model, "text_decoder") else model.get_decoder()
+
+
+def start(model: Any) -> int:
+    return int(start_token(model.config.to_dict()) or 0)
+
+
+def decode(model: Any, states: Any, ids: Any, encoder_mask: Any = None, **kwargs: Any) -> Any:
+    """One decoder forward on the encoder's `states` (use_cache on, return_dict)."""
+    if hasattr(model, "text_decoder"):  # BLIP: the text decoder reads the image's states
+        import torch
+
+        mask = kwargs.pop("decoder_attention_mask", None)
+        return model.text_decoder(input_ids=ids, encoder_hidden_states=states,
+                                  attention_mask=torch.ones_like(ids) if mask is None else mask,
+                                  use_cache=True, return_dict=True, **kwargs)
+    kw = {"encoder_outputs": (states,), "decoder_input_ids": ids, "return_dict": True,
+          "use_cache": True, **kwargs}
+    if encoder_mask is not None:
+        kw["attention_mask"] = encoder_mask
+    return model(**kw)
 
 
 @contextmanager
-def positions_at(model: Any, position_ids: Any):
-    """The decoder's position embedding reads `position_ids` (1-D) whatever it is given."""
-    embed = model.get_decoder().embed_positions
-
-    def hook(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        return args, {**kwargs, "position_ids": position_ids.reshape(-1)}
-
-    handle = embed.register_forward_pre_hook(hook, with_kwargs=True)
+def positions_at(model: Any, position_ids: Any) -> Iterator[None]:
+    """Within the block the decoder takes its token's position from `position_ids`."""
+    decoder = decoder_of(model)
+    bias = _relative_bias(decoder)
+    if bias is not None:
+        with _bias_at(bias, position_ids):
+            yield
+        return
+    module, how = _position_module(decoder)
+    if how == "kwargs":
+        hook = module.register_forward_pre_hook(
+            lambda _m, args, kwargs: (args, {**kwargs, "position_ids": position_ids.reshape(
+                1, -1) if _two_d(module) else position_ids.reshape(-1)}), with_kwargs=True)
+    else:  # an embedding table indexed by positions (GPT-2's wpe)
+        hook = module.register_forward_pre_hook(lambda _m, _args: (position_ids.reshape(1, -1),))
     try:
         yield
     finally:
-        handle.remove()
+        hook.remove()
 
 
-def _call(model: Any, feed: dict[str, Any], ids: Any, **kwargs: Any) -> Any:
-    """The model's forward on given encoder states (Whisper's encoder takes no mask)."""
-    kw = {"encoder_outputs": (feed["encoder_hidden_states"],), "decoder_input_ids": ids,
-          "return_dict": True, "use_cache": True, **kwargs}
-    if "encoder_attention_mask" in feed:
-        kw["attention_mask"] = feed["encoder_attention_mask"]
-    return model(**kw)
+def _two_d(module: Any) -> bool:
+    """Whether an embeddings module takes [batch, sequence] positions (BERT-like)."""
+    return hasattr(module, "position_embeddings")
+
+
+def _position_module(decoder: Any) -> tuple[Any, str]:
+    for name, module in decoder.named_modules():
+        if name.rsplit(".", 1)[-1] == "embed_positions" and \
+                "position_ids" in inspect.signature(module.forward).parameters:
+            return module, "kwargs"
+    for _name, module in decoder.named_modules():
+        if hasattr(module, "position_embeddings") and \
+                "position_ids" in inspect.signature(module.forward).parameters:
+            return module, "kwargs"
+    for _name, module in decoder.named_modules():
+        if hasattr(module, "wpe"):
+            return module.wpe, "table"
+    raise ValueError(f"the cached decoder cannot give {type(decoder).__name__} its token's "
+                     "position (no position embedding it knows); set "
+                     "export.shapes.decoder_cache=false")
+
+
+def _relative_bias(decoder: Any) -> Any:
+    """The decoder's first self-attention when it computes a relative position bias (T5)."""
+    for _name, module in decoder.named_modules():
+        if getattr(module, "has_relative_attention_bias", False) and \
+                getattr(module, "is_decoder", False) and hasattr(module, "compute_bias"):
+            return module
+    return None
+
+
+@contextmanager
+def _bias_at(attention: Any, position_ids: Any) -> Iterator[None]:
+    """T5's bias for one query at `position` over C cache slots (slot i holds position i) and
+    the token itself, after them: relative positions [0 .. C-1, position] - position."""
+    import torch
+
+    def bias(query_length: int, key_length: int, device: Any = None, **_: Any) -> Any:
+        here = position_ids.reshape(-1)[:1]
+        keys = torch.cat([torch.arange(key_length - 1, dtype=here.dtype), here])
+        buckets = attention._relative_position_bucket(
+            keys[None, :] - here[:, None], bidirectional=not attention.is_decoder,
+            num_buckets=attention.relative_attention_num_buckets,
+            max_distance=attention.relative_attention_max_distance)
+        return attention.relative_attention_bias(buckets).permute([2, 0, 1]).unsqueeze(0)
+
+    attention.compute_bias = bias
+    try:
+        yield
+    finally:
+        del attention.compute_bias
+
+
+def _layers(feed: dict[str, Any]) -> int:
+    return sum(1 for k in feed if k.startswith("past_key_values.") and k.endswith(".key"))
 
 
 def cross(model: Any, feed: dict[str, Any]) -> tuple[Any, ...]:
     import torch
 
-    start = int(model.config.decoder_start_token_id or 0)
-    out = _call(model, feed, torch.full((1, 1), start, dtype=torch.long))
+    ids = torch.full((1, 1), start(model), dtype=torch.long)
+    out = decode(model, feed["encoder_hidden_states"], ids, feed.get("encoder_attention_mask"))
     layers = out.past_key_values.cross_attention_cache.layers
-    return tuple(t for layer in layers[:_layers(model)] for t in (layer.keys, layer.values))
+    return tuple(t for layer in layers for t in (layer.keys, layer.values))
 
 
 def step(model: Any, feed: dict[str, Any]) -> tuple[Any, ...]:
+    import torch
     from transformers import DynamicCache, EncoderDecoderCache
 
-    mine, theirs = DynamicCache(config=model.config), DynamicCache(config=model.config)
-    for i in range(_layers(model)):
+    layers = _layers(feed)
+    mine, theirs = DynamicCache(), DynamicCache()
+    for i in range(layers):
         mine.update(feed[f"past_key_values.{i}.key"], feed[f"past_key_values.{i}.value"], i)
         theirs.update(feed[f"cross.{i}.key"], feed[f"cross.{i}.value"], i)
     cache = EncoderDecoderCache(mine, theirs)
-    for i in range(_layers(model)):
+    for i in range(layers):
         cache.is_updated[i] = True
-    states = feed.get("encoder_hidden_states")
-    if states is None:  # the layers read the cross cache; the states only give its shape
-        import torch
-
-        states = torch.zeros(1, feed["cross.0.key"].shape[2], model.config.d_model)
+    # the layers read the cross cache; the states give its length and width only
+    states = torch.zeros(1, feed["cross.0.key"].shape[2], encoder_width(model))
     with positions_at(model, feed["position_ids"]):
-        out = _call(model, {**feed, "encoder_hidden_states": states}, feed["input_ids"],
-                    decoder_attention_mask=feed["attention_mask"], past_key_values=cache)
-    layers = out.past_key_values.self_attention_cache.layers
-    return (out.logits, *(t for layer in layers[:_layers(model)]
+        out = decode(model, states, feed["input_ids"], feed.get("encoder_attention_mask"),
+                     decoder_attention_mask=feed["attention_mask"], past_key_values=cache)
+    own = out.past_key_values.self_attention_cache.layers
+    return (out.logits, *(t for layer in own[:layers]
                           for t in (layer.keys[:, :, -1:], layer.values[:, :, -1:])))
+
+
+def encoder_width(model: Any) -> int:
+    """The width of the encoder's states the decoder reads."""
+    cfg = model.config
+    for part in (getattr(cfg, "encoder", None), getattr(cfg, "vision_config", None), cfg):
+        for key in ("d_model", "hidden_size"):
+            value = getattr(part, key, None) if part is not None else None
+            if isinstance(value, int):
+                return value
+    raise ValueError(f"{type(model).__name__}: its config says no encoder width")
 
 
 def graph_module(model: Any, graph: str, input_names: list[str]) -> Any:

@@ -67,8 +67,16 @@ def traced_base(model: Any, graph: str | None) -> str:
     an encoder graph (its node names are relative to it), else the whole model's ("")."""
     if graph != "encoder":
         return ""
-    encoder = model.get_encoder()
+    encoder = encoder_of(model)
     return next(name for name, module in model.named_modules() if module is encoder)
+
+
+def encoder_of(model: Any) -> Any:
+    """An encoder-decoder model's encoder: its vision model for a captioner whose text decoder
+    reads the image (BLIP), else what the model calls its encoder."""
+    if hasattr(model, "text_decoder") and hasattr(model, "vision_model"):
+        return model.vision_model
+    return model.get_encoder()
 
 
 def graph_module(model: Any, graph: str | None, input_names: list[str],
@@ -86,7 +94,7 @@ def graph_module(model: Any, graph: str | None, input_names: list[str],
 
     if graph == "cross" or (graph == "decoder" and s2sgraphs.cached(input_names)):
         return s2sgraphs.graph_module(model, graph, input_names)
-    held = model.get_encoder() if graph == "encoder" else model
+    held = encoder_of(model) if graph == "encoder" else model
 
     class Graph(torch.nn.Module):
         def __init__(self) -> None:
@@ -114,6 +122,13 @@ def graph_module(model: Any, graph: str | None, input_names: list[str],
 def decoder_forward(model: Any, feed: dict[str, Any]) -> Any:
     """The decoder of an encoder-decoder model on given encoder states (no past key values:
     the static-shape variant, which recomputes the whole prefix each step)."""
+    import torch
+
+    if hasattr(model, "text_decoder"):  # BLIP: the text decoder on the image's states
+        return model.text_decoder(input_ids=feed["input_ids"],
+                                  attention_mask=torch.ones_like(feed["input_ids"]),
+                                  encoder_hidden_states=feed["encoder_hidden_states"],
+                                  use_cache=False, return_dict=True)
     kwargs = {"encoder_outputs": (feed["encoder_hidden_states"],),
               "decoder_input_ids": feed["input_ids"], "use_cache": False, "return_dict": True}
     if "encoder_attention_mask" in feed:
@@ -121,8 +136,6 @@ def decoder_forward(model: Any, feed: dict[str, Any]) -> Any:
     if hasattr(model.config, "num_mel_bins"):
         # a speech decoder given no mask looks for packed sequences in its positions (a
         # torch.diff ONNX cannot express); its ids are one sequence: say so with a full mask
-        import torch
-
         kwargs["decoder_attention_mask"] = torch.ones_like(feed["input_ids"])
     return model(**kwargs)
 

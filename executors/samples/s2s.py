@@ -44,18 +44,21 @@ def _after(model: Any, enc_in: dict[str, np.ndarray], enc_mask: np.ndarray, step
            slots: int, masked: bool) -> dict[str, np.ndarray]:
     import torch
 
+    from executors.runtime import s2sgraphs
+    from executors.runtime.torchmodel import encoder_of
+
     encoder = {k: torch.from_numpy(v) for k, v in enc_in.items()}
-    states = model.get_encoder()(**encoder, return_dict=True).last_hidden_state
-    kw = {"encoder_outputs": (states,), "use_cache": True, "return_dict": True}
-    if masked:
-        kw["attention_mask"] = torch.from_numpy(enc_mask)
-    token = int(model.config.decoder_start_token_id or 0)
+    states = encoder_of(model)(**encoder, return_dict=True).last_hidden_state
+    source_mask = torch.from_numpy(enc_mask) if masked else None
+    token = s2sgraphs.start(model)
     cache = None
-    for t in range(steps):
-        out = model(decoder_input_ids=torch.tensor([[token]]), past_key_values=cache, **kw)
+    for _t in range(steps):
+        out = s2sgraphs.decode(model, states, torch.tensor([[token]]), source_mask,
+                               past_key_values=cache)
         cache, token = out.past_key_values, int(out.logits[0, -1].argmax())
     if cache is None:  # the first step: the cross keys and values from a pass on the start
-        cache = model(decoder_input_ids=torch.tensor([[token]]), **kw).past_key_values
+        cache = s2sgraphs.decode(model, states, torch.tensor([[token]]),
+                                 source_mask).past_key_values
         seen = 0
     else:
         seen = steps

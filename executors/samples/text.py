@@ -156,9 +156,11 @@ def decoder_feeds(wanted: dict[str, dict[str, Any]], n: int, split: str, source:
 def encoder_states(model: Any, enc_in: dict[str, np.ndarray]) -> np.ndarray:
     import torch
 
+    from executors.runtime.torchmodel import encoder_of
+
     with torch.no_grad():
-        return model.get_encoder()(**{k: torch.from_numpy(v) for k, v in enc_in.items()},
-                                   return_dict=True).last_hidden_state.numpy()
+        feed = {k: torch.from_numpy(v) for k, v in enc_in.items()}
+        return encoder_of(model)(**feed, return_dict=True).last_hidden_state.numpy()
 
 
 def encoder_inputs(model: Any, tok: Any, texts: list[str], enc_seq: int, pool: list, i: int,
@@ -180,10 +182,11 @@ def _encoder_inputs(model: Any, tok: Any, texts: list[str], enc_seq: int, pool: 
         extractor = media.feature_extractor(ckpt)
         speech = np.stack([media.mel_features(t, shape, extractor) for t in texts])
         return {"input_features": speech}, np.ones((batch, enc_seq), np.int64)
-    if getattr(config, "encoder", None) is not None and hasattr(config.encoder, "image_size"):
-        size = config.encoder.image_size
+    vision = getattr(config, "encoder", None) or getattr(config, "vision_config", None)
+    if vision is not None and hasattr(vision, "image_size"):  # an image captioner's
+        size = vision.image_size
         h, w = (size, size) if isinstance(size, int) else size
-        shape = [batch, getattr(config.encoder, "num_channels", 3), h, w]
+        shape = [batch, getattr(vision, "num_channels", 3), h, w]
         processor = media.image_processor(ckpt)
         pixels = np.stack([media.pixels(pool[(i * batch + b) % len(pool)], shape, processor)
                            for b in range(batch)])

@@ -78,8 +78,13 @@ def _dynamic(config: dict[str, Any], modality: str, graphs: dict[str, Any]) -> b
     wanted = config["export"]["shapes"]["dynamic"]
     target = of_config(config["target"])
     free_here = modality == T.TEXT and len(graphs) == 1
+    dynamo = config["export"]["exporter"] == "dynamo"
     if wanted is None:
-        return free_here and not target.compiles
+        return free_here and not target.compiles and not dynamo
+    if wanted and dynamo:
+        raise ConfigError("export.shapes.dynamic=true: free axes are exported with the "
+                          "TorchScript exporter (the dynamo exporter wants torch.export's "
+                          "dynamic shapes, which are not built); use export=torchscript")
     if wanted and target.compiles:
         raise ConfigError(f"export.shapes.dynamic=true: target {target.name} compiles graphs "
                           "of fixed shapes; set export.shapes.dynamic=null or false")

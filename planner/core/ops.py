@@ -162,7 +162,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.HEAVY}),
        tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy"),
        publish=("hierarchy",), headline=("opset_used",)),
-    Op("normalize", 2, "shape inference and ONNX Runtime basic optimizations",
+    Op("normalize", 3, "shape inference and ONNX Runtime basic optimizations",
        params=(), inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),
        # measured: ORT's basic level includes MatMulAddFusion

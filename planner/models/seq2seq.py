@@ -18,17 +18,42 @@ def _spec(name: str, dtype: str, shape: list[int], lo: float, hi: float,
     return {"name": name, "dtype": dtype, "shape": shape, "min": lo, "max": hi, "kind": kind}
 
 
+def decoder_config(info: dict[str, Any]) -> dict[str, Any]:
+    """The decoder's part of config.json: a vision-encoder-decoder's `decoder`, a captioner's
+    text model (BLIP's `text_config`), else the whole config (BART, Marian, Whisper, T5)."""
+    return info.get("decoder") or info.get("text_config") or info
+
+
 def decoder_shape(info: dict[str, Any]) -> tuple[int, int, int]:
-    """(layers, heads, head width) of the decoder, from config.json."""
-    layers = info.get("decoder_layers")
-    heads = info.get("decoder_attention_heads")
-    width = info.get("d_model")
-    if not (layers and heads and width) or "decoder" in info:
-        raise ConfigError(f"export.shapes.decoder_cache: the cached decoder is built for "
-                          f"BART-, Marian- and Whisper-like decoders (decoder_layers, "
-                          f"decoder_attention_heads, d_model in config.json), not model_type "
-                          f"{info.get('model_type')!r}; set export.shapes.decoder_cache=false")
-    return int(layers), int(heads), int(width) // int(heads)
+    """(layers, heads, head width) of the decoder's self-attention, from config.json: BART-
+    and T5-like encoder-decoders, and the BERT-, GPT-2- or TrOCR-like decoder of a vision
+    encoder-decoder or a captioner."""
+    dec = decoder_config(info)
+    layers = _first(dec, "decoder_layers", "num_decoder_layers", "num_layers",
+                    "num_hidden_layers", "n_layer")
+    heads = _first(dec, "decoder_attention_heads", "num_heads", "num_attention_heads", "n_head")
+    width = _first(dec, "d_model", "hidden_size", "n_embd")
+    head_dim = _first(dec, "d_kv") or (width // heads if width and heads else None)
+    if not (layers and heads and head_dim):
+        raise ConfigError(f"export.shapes.decoder_cache: config.json does not say the decoder's "
+                          f"layers, heads and width (model_type {info.get('model_type')!r}); set "
+                          "export.shapes.decoder_cache=false")
+    return int(layers), int(heads), int(head_dim)
+
+
+def _first(config: dict[str, Any], *keys: str) -> int | None:
+    return next((int(config[k]) for k in keys if isinstance(config.get(k), int)), None)
+
+
+def start_token(info: dict[str, Any]) -> int | None:
+    """The token a decoder starts from: decoder_start_token_id (of the config, its decoder's or
+    its text model's), else the text model's bos (BLIP), else the config's bos."""
+    parts = (info, info.get("decoder") or {}, info.get("text_config") or {})
+    for key in ("decoder_start_token_id", "bos_token_id"):
+        for part in parts:
+            if isinstance(part.get(key), int):
+                return int(part[key])
+    return None
 
 
 def cached_graphs(info: dict[str, Any], states: dict[str, Any], cross: list[dict[str, Any]],

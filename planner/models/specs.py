@@ -177,7 +177,7 @@ def speech_features(info: dict[str, Any], batch: int) -> list[dict[str, Any]]:
 def _encoder_decoder(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType | None,
                      modality: str, shapes: dict[str, Any], batch: int,
                      outputs: list[str]) -> dict[str, dict[str, Any]]:
-    decoder_info = info.get("decoder") or info
+    decoder_info = info.get("decoder") or info.get("text_config") or info
     vocab = decoder_info.get("vocab_size")
     limit = decoder_info.get("max_target_positions") or position_limit(decoder_info, mt)
     dec_seq = sequence_length(shapes, limit, "decoder_sequence_length", DEFAULT_DECODER_SEQUENCE)
@@ -192,7 +192,7 @@ def _encoder_decoder(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelT
                        "encoder_attention_mask")]
     else:
         encoder = pixel_inputs(info, preproc, mt, shapes, batch)
-        enc = info.get("encoder") or {}
+        enc = info.get("encoder") or info.get("vision_config") or {}
         _, _, h, w = encoder[0]["shape"]
         patch = enc.get("patch_size") or 16
         enc_seq = (h // patch) * (w // patch) + 1

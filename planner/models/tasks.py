@@ -74,6 +74,7 @@ class ModelType:
     classes: dict[str, str] = field(default_factory=dict)  # task -> class no Auto class loads
     outputs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # task -> other outputs
     image_size: int | None = None                # when config.json does not say
+    end_token: str = "eos_token_id"              # the config field generation stops at
 
 
 _TEXT_TASKS = ("feature-extraction", "fill-mask", "text-classification",
@@ -132,12 +133,17 @@ MODEL_TYPES: dict[str, ModelType] = {m.name: m for m in (
     ModelType("audio-spectrogram-transformer", AUDIO, ("audio-classification",
                                                        "feature-extraction")),
     ModelType("marian", TEXT2TEXT, ("text2text-generation",)),
+    ModelType("t5", TEXT2TEXT, ("text2text-generation",), absolute_positions=False),
     # bart-large-mnli: its sequence-classification head reads the encoder-decoder's text
     ModelType("bart", TEXT2TEXT, ("text2text-generation", "text-classification",
                                   "zero-shot-classification"), position_offset=2),
     ModelType("whisper", SPEECH2TEXT, ("automatic-speech-recognition",),
               classes={"automatic-speech-recognition": "WhisperForConditionalGeneration"}),
     ModelType("vision-encoder-decoder", IMAGE2TEXT, ("image-to-text",), image_size=224),
+    # BLIP captioning: its vision model is the encoder, its text decoder reads the image
+    ModelType("blip", IMAGE2TEXT, ("image-to-text",),
+              classes={"image-to-text": "BlipForConditionalGeneration"}, image_size=384,
+              end_token="sep_token_id"),
     *(ModelType(name, CAUSAL, _LM_TASKS, absolute_positions=absolute)
       for name, absolute in (("gpt2", True), ("llama", False), ("mistral", False),
                              ("qwen2", False), ("qwen3", False), ("phi3", False),
@@ -164,7 +170,8 @@ SUFFIXES: tuple[tuple[str, dict[str, str]], ...] = (
     ("ForPoseEstimation", {IMAGE: "keypoint-detection"}),
     ("ForCTC", {AUDIO: "automatic-speech-recognition"}),
     ("ForConditionalGeneration", {TEXT2TEXT: "text2text-generation",
-                                  SPEECH2TEXT: "automatic-speech-recognition"}),
+                                  SPEECH2TEXT: "automatic-speech-recognition",
+                                  IMAGE2TEXT: "image-to-text"}),
     ("MTModel", {TEXT2TEXT: "text2text-generation"}),
     ("TextModelWithProjection", {TEXT_IMAGE: "feature-extraction"}),
     ("VisionModelWithProjection", {TEXT_IMAGE: "image-feature-extraction"}),

@@ -109,6 +109,10 @@ TINY: dict[str, dict[str, Any]] = {
     "marian": {**_SEQ2SEQ, "pad_token_id": 999, "decoder_start_token_id": 999,
                "eos_token_id": 0},
     "bart": _SEQ2SEQ,
+    "t5": {"d_model": 32, "d_kv": 16, "num_heads": 2, "num_layers": 2, "num_decoder_layers": 2,
+           "d_ff": 64, "vocab_size": 1000, "relative_attention_num_buckets": 8,
+           "relative_attention_max_distance": 16, "decoder_start_token_id": 0,
+           "pad_token_id": 0, "eos_token_id": 1},
     # 2 s of audio: 200 log-mel frames, 100 encoder positions
     "whisper": {**{k: v for k, v in _SEQ2SEQ.items() if k != "max_position_embeddings"},
                 "num_mel_bins": 80, "max_source_positions": 100, "max_target_positions": 64,
@@ -118,6 +122,9 @@ TINY: dict[str, dict[str, Any]] = {
         ("qwen3", {"head_dim": 16}), ("gemma", {"head_dim": 16}))},  # their defaults: 128, 256
     "gpt2": {"n_embd": 32, "n_layer": 2, "n_head": 2, "n_inner": 64, "vocab_size": 1000,
              "n_positions": 128, "bos_token_id": 1, "eos_token_id": 2},
+    "blip": {"vision_config": {**_VIT}, "text_config": {
+        **_TEXT, "encoder_hidden_size": _VIT["hidden_size"], "bos_token_id": 998,
+        "sep_token_id": 102, "pad_token_id": 0, "eos_token_id": 2}},
     "vision-encoder-decoder": {
         "encoder": {"model_type": "vit", **_VIT},
         "decoder": {"model_type": "bert", **_TEXT, "is_decoder": True,

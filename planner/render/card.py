@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.core.targets import of_config
+from planner.models.identity import display_name, model_id
 from planner.render import accuracy, module_accuracy, modules
 from planner.render.run import note, results
 
@@ -24,6 +26,25 @@ OPTIMUM = {
     "image-segmentation": "ORTModelForSemanticSegmentation",
 }
 PRECISIONS = {"none": "fp32 weights and activations", "fp16": "float16"}
+
+
+def facts(ir: dict[str, Any]) -> dict[str, Any]:
+    """What the deliverable is, for its model card: the model's id and name, task, target,
+    precision, and the tool versions the plan's keys used."""
+    config = ir["config"]
+    resolve = next((s for s in ir["steps"] if s["op"] == "resolve"), None)
+    task = resolve["params"]["task"] if resolve else config["model"].get("task")
+    exports = [s["params"] for s in ir["steps"] if s["op"] == "export"]
+    inputs = [f"{i['name']}: {i['dtype']}[{'x'.join(map(str, i['shape']))}]"
+              for i in (exports[0]["inputs"] if len(exports) == 1
+                        and isinstance(exports[0]["inputs"], list) else [])]
+    return {"id": model_id(config["model"]), "name": display_name(config["model"]),
+            "task": task, "target": str(config["target"]["name"]),
+            "precision": str(config["quant"]["name"]), "tools": dict(ir.get("tools") or {}),
+            "inputs": inputs, "dynamic": bool(exports and exports[0].get("dynamic")),
+            "compiled": of_config(config["target"]).compiles,
+            "rules": [f"{rw['rule']} ({rw['action']} {rw['step']}): {rw['conclusion']}"
+                      for rw in ir.get("rewrites") or []]}
 
 
 def card(record: dict[str, Any], files: dict[str, int], license_: str | None = None) -> str:
