@@ -42,6 +42,8 @@ def decode(model: Any, states: Any, ids: Any, encoder_mask: Any = None, **kwargs
         return model.text_decoder(input_ids=ids, encoder_hidden_states=states,
                                   attention_mask=torch.ones_like(ids) if mask is None else mask,
                                   use_cache=True, return_dict=True, **kwargs)
+    if "past_key_values" in kwargs and "cache" in inspect.signature(model.forward).parameters:
+        kwargs["cache"] = kwargs.pop("past_key_values")  # its name from transformers 5.40 on
     kw = {"encoder_outputs": (states,), "decoder_input_ids": ids, "return_dict": True,
           "use_cache": True, **kwargs}
     if encoder_mask is not None:
@@ -105,17 +107,21 @@ def _relative_bias(decoder: Any) -> Any:
 @contextmanager
 def _bias_at(attention: Any, position_ids: Any) -> Iterator[None]:
     """T5's bias for one query at `position` over C cache slots (slot i holds position i) and
-    the token itself, after them: relative positions [0 .. C-1, position] - position."""
+    the token itself, after them: relative positions [0 .. C-1, position] - position. The
+    bias of every position is a constant table (its buckets take a logarithm, which HTP does
+    not run); the graph gathers the row of `position`."""
     import torch
 
     def bias(query_length: int, key_length: int, device: Any = None, **_: Any) -> Any:
-        here = position_ids.reshape(-1)[:1]
-        keys = torch.cat([torch.arange(key_length - 1, dtype=here.dtype), here])
-        buckets = attention._relative_position_bucket(
-            keys[None, :] - here[:, None], bidirectional=not attention.is_decoder,
+        slots = key_length - 1
+        where = torch.arange(slots)
+        table = attention.relative_attention_bias(attention._relative_position_bucket(
+            where[None, :] - where[:, None], bidirectional=not attention.is_decoder,
             num_buckets=attention.relative_attention_num_buckets,
-            max_distance=attention.relative_attention_max_distance)
-        return attention.relative_attention_bias(buckets).permute([2, 0, 1]).unsqueeze(0)
+            max_distance=attention.relative_attention_max_distance))  # [position, slot, heads]
+        own = attention.relative_attention_bias(torch.zeros(1, 1, dtype=torch.long))
+        row = table.index_select(0, position_ids.reshape(-1)[:1])  # [1, slots, heads]
+        return torch.cat([row, own], dim=1).permute([2, 0, 1]).unsqueeze(0)
 
     attention.compute_bias = bias
     try:

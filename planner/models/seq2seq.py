@@ -67,7 +67,7 @@ def cached_graphs(info: dict[str, Any], states: dict[str, Any], cross: list[dict
     kv = [_spec(n, "float32", [1, heads, enc_seq, head_dim], -8.0, 8.0, "s2s_cross")
           for n in cross_kv]
     step = [_spec("input_ids", "int64", [1, 1], 0, vocab - 1, "s2s_step_ids"),
-            _spec("position_ids", "int64", [1, 1], 0, slots, "s2s_positions"),
+            _spec("position_ids", "int64", [1, 1], 0, slots - 1, "s2s_positions"),
             _spec("attention_mask", "int64", [1, slots + 1], 0, 1, "s2s_mask"),
             *cross, *past, *kv]
     # the cross keys and values do not read the encoder's mask (the step does)

@@ -122,7 +122,8 @@ TINY: dict[str, dict[str, Any]] = {
         ("qwen3", {"head_dim": 16}), ("gemma", {"head_dim": 16}))},  # their defaults: 128, 256
     "gpt2": {"n_embd": 32, "n_layer": 2, "n_head": 2, "n_inner": 64, "vocab_size": 1000,
              "n_positions": 128, "bos_token_id": 1, "eos_token_id": 2},
-    "blip": {"vision_config": {**_VIT}, "text_config": {
+    # BLIP's vision config initializes with a 1e-10 range: states near 0, cosines meaningless
+    "blip": {"vision_config": {**_VIT, "initializer_range": 0.02}, "text_config": {
         **_TEXT, "encoder_hidden_size": _VIT["hidden_size"], "bos_token_id": 998,
         "sep_token_id": 102, "pad_token_id": 0, "eos_token_id": 2}},
     "vision-encoder-decoder": {
