@@ -184,14 +184,21 @@ def _pair_shapes(cx: Context, tensors: list[Any]) -> None:
             set_.append(("decoder_sequence_length", length))
     set_ = [(k, v) for k, v in set_ if all(isinstance(x, int) and x >= 1 for x in
                                            (v if isinstance(v, list) else [v]))]
+    # (decoder_cache is added after this check: a flag, not a size)
+    cached = cx.role == "decoder" and any(str(n).startswith("past_") for n in by_name)
+    if cached:  # one new token over a static KV cache: modelplan's cached decoder
+        set_.append(("decoder_cache", True))
     for key, value in set_:
         cx.draft.set(f"export.shapes.{key}", value, f"{cx.role}:export.input_tensors")
-    said = ", ".join(f"{k}={v}" for k, v in set_) or "nothing"
+    said = ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in set_) \
+        or "nothing"
     note = (f"export.shapes: {said}; modelplan derives the {cx.role} graph's input names and "
             "dtypes (int64 ids)")
-    if cx.role == "decoder" and any(str(n).startswith("past_") for n in by_name):
-        note += ("; winml-cli's decoder takes one new token and a KV cache (past_*, "
-                 "cache_position), modelplan's takes the whole decoder sequence and no cache")
+    if cached:
+        note += ("; winml-cli's decoder takes one new token and a static KV cache (past_*, "
+                 "cache_position), as modelplan's cached decoder does (its own names: "
+                 "past_key_values.<layer>.key, position_ids, and a cross graph that computes "
+                 "the cross-attention keys and values once)")
     cx.ledger.mapped("export.input_tensors", "export.shapes", STEP, note)
 
 
@@ -203,7 +210,8 @@ def _pair_outputs(cx: Context, tensors: Any) -> None:
         cx.ledger.mapped("export.output_tensors", None, STEP, "the encoder's hidden states "
                          "(modelplan names them last_hidden_state)")
     elif any(str(n).startswith("present_") for n in names):
-        cx.ledger.dropped("export.output_tensors", "present_* KV-cache outputs: modelplan's "
-                          "decoder graph has no cache; it outputs logits")
+        cx.ledger.mapped("export.output_tensors", None, STEP, "the logits and present_* "
+                         "KV-cache outputs: modelplan's cached decoder gives the logits and "
+                         "the new token's keys and values (present.<layer>.key/value)")
     else:
         cx.ledger.mapped("export.output_tensors", None, STEP, "the decoder's logits")

@@ -140,7 +140,7 @@ def _model_class(cx: Context, cls: object) -> None:
         raise BadField("loader.model_class", f"{cls!r} is not a class name")
     if cls in winml.OWN_CLASSES:
         raise Unsupported("loader.model_class", f"{cls!r} is {winml.OWN_CLASSES[cls]}")
-    role = winml.WRAPPER_ROLES.get(cls)
+    role = winml.wrapper_role(cls)
     if role is not None:
         if role != cx.role:
             raise Unsupported("loader.model_class", f"{cls!r} is winml-cli's wrapper for the "

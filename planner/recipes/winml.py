@@ -89,6 +89,19 @@ WRAPPER_ROLES = {
     "VisionEncoderWrapper": "encoder", "VisionDecoderWrapper": "decoder",
 }
 
+
+
+def wrapper_role(cls: str) -> str | None:
+    """The graph a winml-cli wrapper class exports: the listed ones, and by its name's end
+    any other (`BlipVisionEncoderWrapper`, `BlipTextDecoderWrapper`)."""
+    if cls in WRAPPER_ROLES:
+        return WRAPPER_ROLES[cls]
+    for role in ("encoder", "decoder"):
+        if cls.endswith(f"{role.capitalize()}Wrapper"):
+            return role
+    return None
+
+
 # Model types as winml-cli names them -> (the checkpoint's model type, the tower).
 TYPE_ALIASES = {
     "clip_text_model": ("clip", "text tower"),

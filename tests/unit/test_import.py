@@ -272,6 +272,55 @@ def test_an_encoder_and_a_decoder_recipe_are_one_config(tmp_path: Path) -> None:
     assert len(cfg["origin"]["recipes"]) == 2
     assert any(f["field"] == "decoder:export.input_tensors" and "KV cache" in f["note"]
                for f in cfg["origin"]["fields"])
+    assert cfg["export"]["shapes"]["decoder_cache"] is True  # one token over a static cache
+
+
+def test_blip_captioning_recipes_import_as_one_cached_image_to_text_build(tmp_path: Path
+                                                                          ) -> None:
+    """A BLIP pair as winml-cli writes its encoder-decoder recipes (its wrappers named by the
+    graph they export), and the decoder over a static KV cache."""
+    def part(role: str, tensors: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"loader": {"task": "image-feature-extraction" if role == "encoder" else
+                           "text2text-generation", "model_type": "blip",
+                           "model_class": f"Blip{'Vision' if role == 'encoder' else 'Text'}"
+                                          f"{role.title()}Wrapper"},
+                "export": {"opset_version": 17, "input_tensors": tensors},
+                "quant": {"mode": "qdq", "weight_type": "uint8", "activation_type": "uint16",
+                          "per_channel": True, "samples": 8,
+                          "model_id": "Salesforce/blip-image-captioning-base"},
+                "eval": {"task": "image-to-text"}}
+    folder = "Salesforce_blip-image-captioning-base/qnn/htp"
+    write(tmp_path, f"{folder}/image-to-text_qdq_config_decoder.json",
+          part("decoder", [{"name": "decoder_input_ids", "dtype": "int32", "shape": [1, 1]},
+                           {"name": "encoder_hidden_states", "dtype": "float32",
+                            "shape": [1, 577, 768]},
+                           {"name": "past_0_key", "dtype": "float32", "shape": [1, 12, 40, 64]}]))
+    enc = write(tmp_path, f"{folder}/image-to-text_qdq_config_encoder.json",
+                part("encoder", [{"name": "pixel_values", "dtype": "float32",
+                                  "shape": [1, 3, 384, 384]}]))
+    result = run_cli("import", str(enc), "-o", str(tmp_path / "conf"), env=no_datasets(tmp_path))
+    assert result.returncode == 0, result.stderr
+    name = next(p.stem for p in (tmp_path / "conf").glob("*.yaml"))
+    cfg = config(tmp_path / "conf", name)
+    assert cfg["model"]["hub_id"] == "Salesforce/blip-image-captioning-base"
+    assert cfg["model"]["task"] == "image-to-text" and cfg["target"]["name"] == "qnn_htp"
+    shapes = cfg["export"]["shapes"]
+    assert (shapes["image_size"], shapes["decoder_sequence_length"], shapes["decoder_cache"]) \
+        == (384, 40, True)
+
+
+def test_bart_mnli_imports_as_zero_shot_classification(tmp_path: Path) -> None:
+    recipe = {**RECIPE, "loader": {"task": "zero-shot-classification", "model_type": "bart",
+                                   "model_class": "BartForSequenceClassification"},
+              "quant": {**RECIPE["quant"], "model_id": "facebook/bart-large-mnli",
+                        "task": "zero-shot-classification", "nodes_to_exclude": None},
+              "eval": None}
+    path = write(tmp_path, "facebook_bart-large-mnli/qnn/htp/zero-shot_qdq_config.json", recipe)
+    result = run_cli("import", str(path), "-o", str(tmp_path / "conf"), env=no_datasets(tmp_path))
+    assert result.returncode == 0, result.stderr
+    cfg = config(tmp_path / "conf", next(p.stem for p in (tmp_path / "conf").glob("*.yaml")))
+    assert (cfg["model"]["hub_id"], cfg["model"]["task"], cfg["model"]["model_class"]) == (
+        "facebook/bart-large-mnli", "zero-shot-classification", "BartForSequenceClassification")
 
 
 def test_a_directory_is_one_row_per_recipe(tmp_path: Path) -> None:
