@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from executors.store import weights
+from planner.models.seq2seq import LOOP_FILE
 
 if TYPE_CHECKING:  # imported where used: a fully cached run never loads onnx (nor numpy)
     import onnx
@@ -17,7 +18,8 @@ SOURCE = "source.json"                 # what resolve found
 METRICS = "metrics.json"               # a sink's measurements
 SIDECAR = "model_htp_metadata.json"    # the export's hierarchy map
 REPORT = "model_hierarchy.md"          # the export's optional hierarchy report
-ROLE_FILES = {"hierarchy": (SIDECAR, REPORT)}  # an output role's files, besides the model
+ROLE_FILES = {"hierarchy": (SIDECAR, REPORT),
+              "loop": (LOOP_FILE, f"{LOOP_FILE}.data")}  # an output role's files, besides the model
 FACTS_KEY = "modelplan.facts"
 OPSET_RAISED_KEY = "modelplan.opset_raised"  # export's record of an opset raised for an operator
 TAG_KEY = "winml.hierarchy.tag"

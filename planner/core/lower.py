@@ -14,7 +14,7 @@ from planner.core.plan import Plan, Step, graph_step_id
 from planner.core.storelayout import store_root
 from planner.core.targets import of_config
 from planner.core.targets import reference as reference_target
-from planner.models import datasets, evaluation, sources, specs
+from planner.models import datasets, evaluation, seq2seq, sources, specs
 from planner.models import tasks as T
 
 SYMBOLIC = "<from the checkpoint>"  # specs of a source that could not be read here
@@ -171,6 +171,8 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
         deliverable_id = bundle.id
     else:
         deliverable_id = next(iter(finals.values()))
+    loop = seq2seq.loop_params(config, known, of_config(config["target"]).compiles)
+    steps += [Step("generate_loop", "generate_loop", loop, {"model": "resolve"})] if loop else []
     if config["eval"]["kind"] != "none":
         steps += _eval(config, known, deliverable_id, fp32s)
     symbolic_sources = [{"step": resolve.id, "reason": known["symbolic"]}] \

@@ -296,4 +296,13 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("torch", "transformers", "onnxruntime", "onnxruntime-qnn"),
        outputs=("metrics",), chain_role="candidate",
        headline=("token_agreement", "first_divergence", "cosine_mean")),
+    Op("generate_loop", 1, "export an encoder-decoder's greedy decoding as one ONNX graph (the "
+       "decoder in a Loop) and open it through the session cache, cold and warm",
+       params=("encoder_inputs", "decoder_length", "start", "pad", "masked", "opset"),
+       inputs=("model",),
+       requires=(Require(N.FORMAT, "eq", "torch", config_path="model",
+                         fix="the loop is exported from the torch model"),),
+       traits=frozenset({T.SINK, T.HEAVY}),
+       tools=("torch", "transformers", "onnx", "onnxruntime"), outputs=("loop",),
+       publish=("loop",), headline=("cache_warm", "session_warm_s")),
 )}

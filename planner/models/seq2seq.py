@@ -12,6 +12,8 @@ from typing import Any
 
 from planner.errors import ConfigError
 
+LOOP_FILE = "generate_loop.onnx"  # export.generate_loop's graph, beside the deliverable
+
 
 def _spec(name: str, dtype: str, shape: list[int], lo: float, hi: float,
           kind: str) -> dict[str, Any]:
@@ -73,3 +75,30 @@ def cached_graphs(info: dict[str, Any], states: dict[str, Any], cross: list[dict
     # the cross keys and values do not read the encoder's mask (the step does)
     return {"cross": {"inputs": [states], "outputs": cross_kv},
             "decoder": {"inputs": step, "outputs": [outputs[0], *present]}}
+
+
+def loop_params(config: dict[str, Any], known: dict[str, Any],
+                compiles: bool) -> dict[str, Any] | None:
+    """export.generate_loop=true: the params of the step that exports an encoder-decoder's
+    greedy decoding as one ONNX graph with a Loop, for the CPU (None when it is off)."""
+    ex = config["export"]
+    if not ex["generate_loop"]:
+        return None
+    graphs = known["graphs"]
+    if "encoder" not in graphs or "decoder" not in graphs:
+        raise ConfigError(f"export.generate_loop=true: the loop graph is built for "
+                          f"encoder-decoder models, and this is a {known['modality']} model; "
+                          "set export.generate_loop=false")
+    if compiles:
+        raise ConfigError(f"export.generate_loop=true: the loop graph runs on the CPU; target "
+                          f"{config['target']['name']} compiles graphs without a Loop; set "
+                          "target=cpu or export.generate_loop=false")
+    decoder = {s["name"]: s for s in graphs["decoder"]["inputs"]}
+    length = decoder["attention_mask"]["shape"][1] - 1 if "past_key_values.0.key" in decoder \
+        else decoder["input_ids"]["shape"][1]
+    info = known["info"]
+    pad = decoder_config(info).get("pad_token_id", info.get("pad_token_id"))
+    return {"encoder_inputs": graphs["encoder"]["inputs"], "decoder_length": int(length),
+            "start": start_token(info) or 0, "pad": int(pad) if isinstance(pad, int) else 0,
+            "masked": any(s["name"] == "attention_mask" for s in graphs["encoder"]["inputs"]),
+            "opset": ex["opset"]}

@@ -9,6 +9,7 @@ from typing import Any
 from planner.core.ops import OPS
 from planner.core.plan import ACTIONS, MAIN_GRAPH, graph_of
 from planner.core.storelayout import WEIGHTS
+from planner.models.seq2seq import LOOP_FILE
 from planner.outputs import FAILED_RECORD, record_file
 from planner.render import accuracy, module_accuracy, modules
 from planner.support.units import human_bytes
@@ -78,8 +79,8 @@ def _size(model: Path) -> str:
 
 def _deliverable(record: dict[str, Any]) -> list[str]:
     published = record.get("published", {})
-    models = [(n, p) for n, p in published.items()
-              if n.endswith(".onnx") and "/" not in n]  # a bundle's device/ set: see below
+    models = [(n, p) for n, p in published.items()  # a bundle's device/ set: see below
+              if n.endswith(".onnx") and "/" not in n and n != LOOP_FILE]
     if not models and "bundle.json" in published:  # graphs split into parts, in folders
         models = [("bundle.json", published["bundle.json"])]
     if not models:
@@ -104,6 +105,10 @@ def results(record: dict[str, Any]) -> list[str]:
         if "search" in m:  # quant.search=auto: the plain config that pins what it found
             lines.append(f"Search{where}: {m['search']['candidates']} candidate(s); pin: "
                          f"{m['search']['pin']}")
+        if "cache_warm" in m:  # export.generate_loop's graph
+            lines.append(f"Loop graph: {LOOP_FILE}, {m['loops']} Loop, tokens match PyTorch; "
+                         f"session cache {m['cache_cold']} then {m['cache_warm']} (cold "
+                         f"{m['session_cold_s']:.3f} s, warm {m['session_warm_s']:.3f} s)")
         if "latency_ms_median" in m:
             lines.append(f"Latency on {m['ep']}{where}: median {m['latency_ms_median']:.1f} ms, "
                          f"p90 {m['latency_ms_p90']:.1f} ms")

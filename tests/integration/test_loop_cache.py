@@ -86,3 +86,35 @@ def test_the_cache_holds_the_loop_on_the_tier_ort_can_reload(
         assert info.state == f"hit-{fmt}"
         np.testing.assert_array_equal(bench.generate(again, feed), expected)
     np.testing.assert_array_equal(bench.generate(first, feed), expected)
+
+
+def test_export_generate_loop_builds_the_loop_beside_the_bundle(tmp_path: Path) -> None:
+    """export.generate_loop=true: the plan's own step exports the loop for the CPU, checks its
+    tokens against PyTorch's loop, opens it through the session cache cold and warm, and says
+    which tier held it; the graph is published beside the bundle. Refused on HTP and for a
+    model that is not an encoder-decoder, in one line each."""
+    from tests.conftest import run_cli
+    from tests.integration.conftest import run_json, step
+
+    args = ("model=tiny_random", "model.random_init.model_type=bart", "quant=none",
+            "perf=none", "verify=none", "export.generate_loop=true",
+            "export.shapes.sequence_length=16", "export.shapes.decoder_sequence_length=8",
+            "+model.random_init.config.init_std=0.5")  # tokens that vary with the step
+    code, record, err = run_json(*args, "target=cpu", store=tmp_path / "store",
+                                 outputs=tmp_path / "out")
+    assert code == 0, err
+    m = step(record, "generate_loop")["metrics"]
+    assert m["loops"] == 1 and m["body_nodes"] > 0 and m["tokens_match_pytorch"]
+    assert any(len(set(t[0][1:])) > 1 for t in m["tokens"])
+    tier = m["cache_cold"].split("-")[1]  # the tier ORT could reload, measured, not assumed
+    assert m["cache_cold"] == f"wrote-{tier}" and m["cache_warm"] == f"hit-{tier}"
+    assert m["session_warm_s"] < m["session_cold_s"]
+    assert (Path(record["outputs_dir"]) / "generate_loop.onnx").is_file()
+    shown = run_cli("plan", *args, "target=cpu", "--store", str(tmp_path / "store"))
+    assert "generate_loop" in shown.stdout and "masked=true" in shown.stdout
+    for bad in (("target=qnn_htp",), ("target=cpu", "model.random_init.model_type=bert",
+                                      "model.task=feature-extraction")):
+        refused = run_cli("plan", *args, *bad, "--store", str(tmp_path / "store"))
+        assert refused.returncode == 2
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert "export.generate_loop=true" in refused.stderr
