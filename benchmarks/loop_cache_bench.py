@@ -61,25 +61,11 @@ def greedy_module(model: Any, with_encoder: bool = True) -> Any:
     with torch.no_grad():
         traced_enc = torch.jit.trace(enc, (ids,)) if with_encoder else torch.nn.Identity()
         traced_dec = torch.jit.trace(dec, (prefix, enc(ids)))
-    start, pad = int(cfg.decoder_start_token_id), int(cfg.pad_token_id)
+    from executors.steps.generate_loop import loop_classes
 
-    class Greedy(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.enc, self.dec = traced_enc, traced_dec
-            self.start, self.pad, self.length = start, pad, LENGTH
-
-        def forward(self, source: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
-            states = self.enc(source)
-            pos = torch.arange(self.length).unsqueeze(0)
-            out = torch.where(pos == 0, self.start, self.pad)
-            for i in range(int(steps)):  # a tensor trip count: exported as a Loop
-                logits = self.dec(out, states)
-                token = logits[:, i].argmax(-1, keepdim=True)
-                out = torch.where(pos == i + 1, token, out)
-            return out
-
-    return torch.jit.script(Greedy())
+    loop, _masked = loop_classes()  # the plan's own loop (export.generate_loop), unmasked
+    return torch.jit.script(loop(traced_enc, traced_dec, int(cfg.decoder_start_token_id),
+                                 int(cfg.pad_token_id), LENGTH))
 
 
 def torch_greedy(model: Any, ids: np.ndarray, steps: int = STEPS) -> np.ndarray:

@@ -67,11 +67,12 @@ def scripted(model: Any, names: list[str], feed: dict[str, np.ndarray],
         traced_enc = torch.jit.trace(enc, enc_in)
         traced_dec = torch.jit.trace(dec, (prefix, states, *(enc_in[1:2] if masked else ())))
     shared = (traced_enc, traced_dec, int(p["start"]), int(p["pad"]), int(length))
-    loop, masked_loop = _modules()
+    loop, masked_loop = loop_classes()
     return torch.jit.script(masked_loop(*shared) if masked else loop(*shared))
 
 
-def _modules() -> tuple[type, type]:
+def loop_classes() -> tuple[type, type]:
+    """The scripted loop's classes: one input to the encoder, or token ids and their mask."""
     import torch
 
     class Loop(torch.nn.Module):

@@ -11,6 +11,7 @@ from planner.core.targets import of_config
 from planner.models.identity import display_name, model_id
 from planner.render import accuracy, module_accuracy, modules
 from planner.render.run import note, results
+from planner.support.units import human_bytes
 
 SENTENCE_TRANSFORMERS = "modules.json"  # a sentence-transformers model's module list
 # the Optimum ONNX Runtime class that opens a one-graph deliverable of each task
@@ -94,19 +95,11 @@ def _intro(record: dict[str, Any], model: dict[str, Any]) -> list[str]:
 
 def _files(files: dict[str, int]) -> list[str]:
     blobs = {n: b for n, b in files.items() if n.startswith("weights/")}
-    rows = [f"- `{n}` ({_bytes(b)})" for n, b in sorted(files.items()) if n not in blobs]
+    rows = [f"- `{n}` ({human_bytes(b)})" for n, b in sorted(files.items()) if n not in blobs]
     if blobs:
-        rows.append(f"- `weights/`: {len(blobs)} weight file(s), {_bytes(sum(blobs.values()))}, "
+        rows.append(f"- `weights/`: {len(blobs)} weight file(s), {human_bytes(sum(blobs.values()))}, "
                     "named by their content (the graphs read them as external data)")
     return rows
-
-
-def _bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def _figures(record: dict[str, Any]) -> list[str]:
