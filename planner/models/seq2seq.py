@@ -20,6 +20,27 @@ def _spec(name: str, dtype: str, shape: list[int], lo: float, hi: float,
     return {"name": name, "dtype": dtype, "shape": shape, "min": lo, "max": hi, "kind": kind}
 
 
+# the families the cached decoder is measured on (tokens equal to the uncached decoder's and to
+# transformers' generate on the CPU, every graph compiled for HTP): by the model's type, or a
+# vision encoder-decoder's decoder's
+MEASURED = frozenset({"bart", "marian", "t5", "whisper", "blip"})
+MEASURED_DECODERS = frozenset({"bert"})
+
+
+def cached(info: dict[str, Any], wanted: bool | None) -> bool:
+    """export.shapes.decoder_cache: as set, or (null) for the families it is measured on."""
+    if wanted is not None:
+        return wanted
+    decoder = (info.get("decoder") or {}).get("model_type")
+    if info.get("model_type") not in MEASURED and decoder not in MEASURED_DECODERS:
+        return False
+    try:
+        decoder_shape(info)
+    except ConfigError:  # its config.json does not say the decoder's shape: the plain decoder
+        return False
+    return True
+
+
 def decoder_config(info: dict[str, Any]) -> dict[str, Any]:
     """The decoder's part of config.json: a vision-encoder-decoder's `decoder`, a captioner's
     text model (BLIP's `text_config`), else the whole config (BART, Marian, Whisper, T5)."""

@@ -204,9 +204,9 @@ def _encoder_decoder(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelT
                           "config.json); set export.inputs")
     states = _spec("encoder_hidden_states", "float32", [batch, enc_seq, width], -3.0, 3.0,
                    "encoder_hidden_states")
-    if shapes.get("decoder_cache"):
-        from planner.models import seq2seq
+    from planner.models import seq2seq
 
+    if seq2seq.cached(info, shapes.get("decoder_cache")):
         return {"encoder": {"inputs": encoder, "outputs": list(T.ENCODER_OUTPUTS)},
                 **seq2seq.cached_graphs(info, states, cross, dec_seq, vocab, outputs)}
     decoder = [_spec("input_ids", "int64", [batch, dec_seq], 0, vocab - 1, "decoder_ids"),

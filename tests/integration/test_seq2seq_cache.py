@@ -101,7 +101,8 @@ def test_cached_decoding_generates_what_the_uncached_decoder_does(tmp_path: Path
     shapes = ("export.shapes.sequence_length=16", "export.shapes.decoder_sequence_length=8")
     cached = build(tmp_path / "c", family, "target=cpu", "quant=none", *shapes,
                    "export.shapes.decoder_cache=true")
-    plain = build(tmp_path / "p", family, "target=cpu", "quant=none", *shapes)
+    plain = build(tmp_path / "p", family, "target=cpu", "quant=none", *shapes,
+                  "export.shapes.decoder_cache=false")
     assert {"encoder.export", "cross.export", "decoder.export"} <= {s["id"] for s in
                                                                    cached["steps"]}
     task = FAMILIES[family]

@@ -137,7 +137,7 @@ def test_input_specs_per_modality(tmp_path: Path, config: dict[str, Any],
 
 def test_encoder_decoder_is_one_plan_with_two_chains() -> None:
     ir = plan_from_overrides(["model=tiny_random", "model.random_init.model_type=marian",
-                              "target=qnn_htp"]).to_json()
+                              "target=qnn_htp", "export.shapes.decoder_cache=false"]).to_json()
     ids = [s["id"] for s in ir["steps"]]
     assert ids.count("resolve") == 1 and ir["deliverable"] == "bundle"
     for graph in ("encoder", "decoder"):
@@ -150,6 +150,18 @@ def test_encoder_decoder_is_one_plan_with_two_chains() -> None:
     decoder = export_params(ir, "decoder.export")
     assert [s["name"] for s in decoder["inputs"]] == ["input_ids", "encoder_hidden_states",
                                                       "encoder_attention_mask"]
+
+
+def test_the_cached_decoder_is_the_default_where_it_is_measured() -> None:
+    """decoder_cache=null: the cached decoder (and its cross graph) for Marian, the decoder of
+    the whole prefix when asked (decoder_cache=false)."""
+    def graphs(*extra: str) -> set[str]:
+        ir = plan_from_overrides(["model=tiny_random", *extra, "target=cpu"]).to_json()
+        return {s["id"].split(".")[0] for s in ir["steps"] if s["op"] == "export"}
+
+    assert graphs("model.random_init.model_type=marian") == {"encoder", "cross", "decoder"}
+    assert graphs("model.random_init.model_type=marian",
+                  "export.shapes.decoder_cache=false") == {"encoder", "decoder"}
 
 
 def test_every_task_has_a_schema_entry_and_a_model_type() -> None:
