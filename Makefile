@@ -18,15 +18,15 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
 	touch $@
 
 # The clients that open a deliverable folder (Optimum, sentence-transformers), in their own
-# environment: their pins differ from the build's (pyproject's `clients` extra).
+# environment: their pins differ from the build's (pyproject's `clients` extra); and
+# transformers.js where Node is installed (its native ONNX Runtime ships in the package;
+# --ignore-scripts skips a GPU download).
 CLIENTS := .venv-clients
 
 $(CLIENTS)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(CLIENTS)
 	$(CLIENTS)/bin/python -m pip install -q --upgrade pip
 	$(CLIENTS)/bin/python -m pip install -q '.[clients]'
-	# transformers.js, where Node is installed (its native ONNX Runtime ships in the package;
-	# --ignore-scripts skips a GPU download)
 	if command -v npm >/dev/null 2>&1; then \
 	  cd tests/clients && npm ci -s --ignore-scripts --no-audit --no-fund; fi
 	touch $@
