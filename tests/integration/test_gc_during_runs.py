@@ -4,8 +4,11 @@ about to read, and the one it is building) survive; everything else can go."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from planner.core.storelayout import entry_complete
 from tests.conftest import run_cli
@@ -24,7 +27,15 @@ def test_gc_keeps_what_a_running_run_holds(cpu_run: dict[str, Any], tmp_path: Pa
     assert code == 0, err
     run = start(*QUANTIZED, store=store, outputs=tmp_path / "c")
     step_process(run, "quantize")  # mid-build; verify will read normalize's entry after it
-    gc = run_cli("store", "gc", "--keep-runs", "0", "--store", str(store))
+    # held still while gc runs: a tiny quantize and verify can end before gc has started
+    held = [psutil.Process(run.pid), *psutil.Process(run.pid).children(recursive=True)]
+    for proc in held:
+        proc.send_signal(signal.SIGSTOP)
+    try:
+        gc = run_cli("store", "gc", "--keep-runs", "0", "--store", str(store))
+    finally:
+        for proc in held:
+            proc.send_signal(signal.SIGCONT)
     assert gc.returncode == 0, gc.stderr
     assert "held by 1 running run(s)" in gc.stdout
     for held in ("resolve", "export", "normalize"):  # cached for the run: kept
