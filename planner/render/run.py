@@ -90,7 +90,7 @@ def _deliverable(record: dict[str, Any]) -> list[str]:
 
 def results(record: dict[str, Any]) -> list[str]:
     """The deliverable's figures (verify, eval, generation, latency), without its paths."""
-    lines: list[str] = []
+    lines: list[str] = _seq2seq_speed(record)
     for s in record["steps"]:
         m, graph = s["metrics"], graph_of(s["id"])
         where = "" if graph == MAIN_GRAPH else f" ({graph})"
@@ -113,6 +113,22 @@ def results(record: dict[str, Any]) -> list[str]:
             lines.append(f"Latency on {m['ep']}{where}: median {m['latency_ms_median']:.1f} ms, "
                          f"p90 {m['latency_ms_p90']:.1f} ms")
     return lines
+
+
+def _seq2seq_speed(record: dict[str, Any]) -> list[str]:
+    """An encoder-decoder's generation speed from its graphs' perf: the first token takes the
+    encoder, the cross graph (when the decoder is cached) and one decoder step; each further
+    token one decoder step."""
+    ms = {graph_of(s["id"]): s["metrics"]["latency_ms_median"] for s in record["steps"]
+          if s["op"] == "perf" and s["status"] == "ok" and "latency_ms_median" in s["metrics"]}
+    if "encoder" not in ms or "decoder" not in ms:
+        return []
+    first = ms["encoder"] + ms.get("cross", 0.0) + ms["decoder"]
+    step = ms["decoder"]
+    return [(f"Generation speed: time to first token {first:.1f} ms (encoder"
+            f"{', cross' if 'cross' in ms else ''} and one decoder step), then "
+            f"{1000 / max(step, 1e-9):.1f} tokens/s ({step:.1f} ms a token, "
+            f"{'one token over the cache' if 'cross' in ms else 'the whole prefix'})")]
 
 
 def _generation_lines(step_id: str, m: dict[str, Any]) -> list[str]:

@@ -73,3 +73,16 @@ def test_a_compiled_deliverable_names_the_ep_it_needs_and_its_fixed_shapes() -> 
     assert "register_execution_provider_library" in text
     assert "fixed shapes (input_ids: int64[1x128]; attention_mask: int64[1x128])" in text
     assert "from optimum" not in text  # a client on the default providers cannot run it
+
+
+def test_an_encoder_decoder_card_says_its_generation_speed() -> None:
+    """From its graphs' perf: the first token is the encoder, the cross graph and a decoder
+    step; each further token a decoder step."""
+    rec = record(task="text2text-generation")
+    rec["steps"] = [{"id": f"{g}.perf", "op": "perf", "action": "run", "status": "ok",
+                     "proof_check": None, "metrics": {"latency_ms_median": ms, "ep": "cpu",
+                                                      "latency_ms_p90": ms}}
+                    for g, ms in (("encoder", 30.0), ("cross", 5.0), ("decoder", 25.0))]
+    text = card(rec, FILES, None)
+    assert ("Generation speed: time to first token 60.0 ms (encoder, cross and one decoder "
+            "step), then 40.0 tokens/s (25.0 ms a token, one token over the cache)") in text
