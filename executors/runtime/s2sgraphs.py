@@ -33,19 +33,21 @@ def start(model: Any) -> int:
     return int(start_token(model.config.to_dict()) or 0)
 
 
-def decode(model: Any, states: Any, ids: Any, encoder_mask: Any = None, **kwargs: Any) -> Any:
-    """One decoder forward on the encoder's `states` (use_cache on, return_dict)."""
+def decode(model: Any, states: Any, ids: Any, encoder_mask: Any = None,
+           use_cache: bool = True, **kwargs: Any) -> Any:
+    """One decoder forward on the encoder's `states` (return_dict; use_cache off: the
+    decoder of the whole prefix, torchmodel.decoder_forward)."""
     if hasattr(model, "text_decoder"):  # BLIP: the text decoder reads the image's states
         import torch
 
         mask = kwargs.pop("decoder_attention_mask", None)
         return model.text_decoder(input_ids=ids, encoder_hidden_states=states,
                                   attention_mask=torch.ones_like(ids) if mask is None else mask,
-                                  use_cache=True, return_dict=True, **kwargs)
+                                  use_cache=use_cache, return_dict=True, **kwargs)
     if "past_key_values" in kwargs and "cache" in inspect.signature(model.forward).parameters:
         kwargs["cache"] = kwargs.pop("past_key_values")  # its name from transformers 5.40 on
     kw = {"encoder_outputs": (states,), "decoder_input_ids": ids, "return_dict": True,
-          "use_cache": True, **kwargs}
+          "use_cache": use_cache, **kwargs}
     if encoder_mask is not None:
         kw["attention_mask"] = encoder_mask
     return model(**kw)

@@ -124,20 +124,15 @@ def decoder_forward(model: Any, feed: dict[str, Any]) -> Any:
     the static-shape variant, which recomputes the whole prefix each step)."""
     import torch
 
-    if hasattr(model, "text_decoder"):  # BLIP: the text decoder on the image's states
-        return model.text_decoder(input_ids=feed["input_ids"],
-                                  attention_mask=torch.ones_like(feed["input_ids"]),
-                                  encoder_hidden_states=feed["encoder_hidden_states"],
-                                  use_cache=False, return_dict=True)
-    kwargs = {"encoder_outputs": (feed["encoder_hidden_states"],),
-              "decoder_input_ids": feed["input_ids"], "use_cache": False, "return_dict": True}
-    if "encoder_attention_mask" in feed:
-        kwargs["attention_mask"] = feed["encoder_attention_mask"]
+    from executors.runtime.s2sgraphs import decode
+
+    extra = {}
     if hasattr(model.config, "num_mel_bins"):
         # a speech decoder given no mask looks for packed sequences in its positions (a
         # torch.diff ONNX cannot express); its ids are one sequence: say so with a full mask
-        kwargs["decoder_attention_mask"] = torch.ones_like(feed["input_ids"])
-    return model(**kwargs)
+        extra["decoder_attention_mask"] = torch.ones_like(feed["input_ids"])
+    return decode(model, feed["encoder_hidden_states"], feed["input_ids"],
+                  feed.get("encoder_attention_mask"), use_cache=False, **extra)
 
 
 def pools_at_end(model: Any) -> bool:
