@@ -51,11 +51,13 @@ def greedy_module(model: Any, with_encoder: bool = True) -> Any:
     token, then one argmax per step, pad after)."""
     import torch
 
-    from executors.runtime.torchmodel import graph_module
+    from executors.generation.modules import graph_module
+    from planner.models.roles import role_of
 
     cfg = model.config
-    enc = graph_module(model, "encoder", ["input_ids"], ["last_hidden_state"])
-    dec = graph_module(model, "decoder", ["input_ids", "encoder_hidden_states"], ["logits"])
+    enc = graph_module(model, role_of("encoder"), ["input_ids"], ["last_hidden_state"])
+    dec = graph_module(model, role_of("decoder"), ["input_ids", "encoder_hidden_states"],
+                       ["logits"])
     ids = torch.randint(4, cfg.vocab_size, (1, SOURCE))
     prefix = torch.full((1, LENGTH), cfg.pad_token_id, dtype=torch.long)
     with torch.no_grad():

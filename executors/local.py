@@ -180,8 +180,8 @@ class LocalExecutor:
     # -- commands ------------------------------------------------------------------------
     @staticmethod
     def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-        from executors.runtime import generate_cli
+        from executors.commands import generate
         from executors.store import cli
 
         cli.add_command(sub, common)
-        generate_cli.add_command(sub, common)
+        generate.add_command(sub, common)

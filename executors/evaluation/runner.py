@@ -16,6 +16,7 @@ import numpy as np
 from executors.evaluation import data
 from executors.evaluation.base import Context, Evaluator, Forward
 from executors.evaluation.tasks import evaluator
+from executors.generation.modules import graph_module
 from executors.onnx.artifacts import MODEL
 from executors.runtime import torchmodel
 from executors.runtime.adapters import adapter
@@ -23,6 +24,7 @@ from executors.samples import io_specs
 from planner.core.targets import Target, of_params, reference
 from planner.models import tasks
 from planner.models.evaluation import EVAL
+from planner.models.roles import role_of
 
 MODELS = ("pytorch", "fp32_onnx", "target")
 FIX = ("raise the precision (quant=w8a16_pc, or quant=fp16 where the target runs it) or, if "
@@ -70,7 +72,7 @@ def torch_graphs(source: Path, cx: Context) -> dict[str, Forward]:
     out: dict[str, Forward] = {}
     for graph, specs in cx.specs.items():
         names, outs = [s["name"] for s in specs], cx.outputs[graph]
-        module = torchmodel.graph_module(model, None if graph == "model" else graph, names, outs)
+        module = graph_module(model, role_of(graph, names), names, outs)
 
         def forward(feed: dict[str, np.ndarray], module: Any = module, names: list[str] = names,
                     outs: list[str] = outs) -> dict[str, np.ndarray]:

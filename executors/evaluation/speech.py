@@ -62,16 +62,9 @@ class Speech(Evaluator):
     def predictions(self, graphs: dict[str, Forward], prepared: Prepared, cx: Context,
                     progress: Callable[[int], None]) -> list[Any]:
         """CTC: one graph, one pass; an encoder-decoder (Whisper): greedy decoding."""
-        if "decoder" not in graphs:
+        if not generation.has_decoder(cx):
             return super().predictions(graphs, prepared, cx, progress)
-        how, tok = generation.decoding(cx), textscore.tokenizer(cx.checkpoint)
-        out = []
-        for i, feed in enumerate(prepared.feeds):
-            ids = generation.generate(graphs, feed, cx, how)
-            out.append(textscore.ids_text(ids) if tok is None else
-                       str(tok.decode(ids, skip_special_tokens=True)).strip())
-            progress(i)
-        return out
+        return generation.decoded_texts(graphs, prepared, cx, progress, strip=True)
 
     def predict(self, outputs: list[dict[str, np.ndarray]], prepared: Prepared,
                 cx: Context) -> list[Any]:

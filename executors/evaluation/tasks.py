@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from executors.evaluation.base import EvalDataError, Evaluator
-from executors.evaluation.causal import Causal
 from executors.evaluation.classify import Classify
 from executors.evaluation.depth import Depth
 from executors.evaluation.detect import Detect, ZeroShotDetect
 from executors.evaluation.fillmask import FillMask
-from executors.evaluation.generation import Generation
+from executors.evaluation.generation import Causal, Generation
 from executors.evaluation.keypoints import Keypoints
 from executors.evaluation.qa import QuestionAnswering
 from executors.evaluation.segment import Segment

@@ -10,10 +10,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from executors.generation.modules import graph_module
 from executors.onnx import hierarchy
 from executors.runtime import torchmodel
 from executors.samples import Samples
 from executors.steps.export import export_graph, free_axes
+from planner.models.roles import role_of
 
 
 def _random_model(described: dict[str, Any], model: dict[str, Any]) -> Any:
@@ -48,15 +50,14 @@ def _traced(model: Any, graph: str, spec: dict[str, Any],
     import torch
 
     names = [s["name"] for s in spec["inputs"]]
-    module = torchmodel.graph_module(model, None if graph == "model" else graph, names,
-                                     spec["outputs"])
+    role = role_of(graph, names)
+    module = graph_module(model, role, names, spec["outputs"])
     feed = Samples(spec["inputs"], "verify").feeds(1)[0]
     args = tuple(torch.from_numpy(feed[n]) for n in names)
     with torch.no_grad():
         scopes, folded = hierarchy.executed_modules(
             model, lambda m=module, a=args: m(*a), frozenset(torch_modules))
-        scopes = hierarchy.rebase(
-            scopes, torchmodel.traced_base(model, None if graph == "model" else graph))
+        scopes = hierarchy.rebase(scopes, torchmodel.traced_base(model, role))
     return module, args, scopes, folded
 
 

@@ -1,14 +1,16 @@
 """The torch side of a build: load the resolved checkpoint with the class its task needs, and
-the module each exported graph traces (the whole model, its encoder, or its decoder with the
-encoder's states as an input), with an explicit positional forward as TorchScript needs."""
+the wrapper a graph traces around the whole model or its encoder, with an explicit positional
+forward as TorchScript needs (executors/generation/modules.py picks the module by role)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from executors.onnx.artifacts import SOURCE
+from planner.models.roles import Role, Trace
 from planner.models.tasks import TASKS
 
 WRAPPER_PREFIX = "model"  # the wrapper's attribute holding the HF model (node name scope)
@@ -62,10 +64,10 @@ def pick(out: Any, name: str, feed: dict[str, Any]) -> Any:
     return value[0] if isinstance(value, tuple) else value
 
 
-def traced_base(model: Any, graph: str | None) -> str:
+def traced_base(model: Any, role: Role) -> str:
     """The attribute path (in `model`) of the module a graph's wrapper holds: the encoder's for
     an encoder graph (its node names are relative to it), else the whole model's ("")."""
-    if graph != "encoder":
+    if role.trace is not Trace.ENCODER:
         return ""
     encoder = encoder_of(model)
     return next(name for name, module in model.named_modules() if module is encoder)
@@ -79,22 +81,12 @@ def encoder_of(model: Any) -> Any:
     return model.get_encoder()
 
 
-def graph_module(model: Any, graph: str | None, input_names: list[str],
-                 output_names: list[str]) -> Any:
-    """The module to trace for one graph: the model ("model"/None), its encoder, or its decoder
-    (reading the encoder's states), taking positional inputs and returning a tensor tuple.
-    The wrapper holds the module whose forward it calls, so node names carry its scopes."""
+def wrapped(held: Any, input_names: list[str], output_names: list[str],
+            run: Callable[[Any, dict[str, Any]], Any] | None = None) -> Any:
+    """A module to trace around `held` (the model, or its encoder): positional inputs, the named
+    outputs of `run(held, feed)` (default: its own forward) as a tensor tuple. The wrapper holds
+    the module whose forward it calls, so node names carry its scopes."""
     import torch
-
-    if graph in ("prefill", "decode"):
-        from executors.runtime import lmgraphs
-
-        return lmgraphs.graph_module(model, graph, input_names, output_names)
-    from executors.runtime import s2sgraphs
-
-    if graph == "cross" or (graph == "decoder" and s2sgraphs.cached(input_names)):
-        return s2sgraphs.graph_module(model, graph, input_names)
-    held = encoder_of(model) if graph == "encoder" else model
 
     class Graph(torch.nn.Module):
         def __init__(self) -> None:
@@ -108,31 +100,13 @@ def graph_module(model: Any, graph: str | None, input_names: list[str],
             return values[0] if len(values) == 1 else values
 
         def run(self, feed: dict[str, Any]) -> Any:
-            if graph == "encoder":
-                return self.model(**feed, return_dict=True)
-            if graph == "decoder":
-                return decoder_forward(self.model, feed)
+            if run is not None:
+                return run(self.model, feed)
             if pools_at_end(self.model):
                 return end_pooled(self.model, feed)
             return self.model(**feed, return_dict=True)
 
     return Graph().eval()
-
-
-def decoder_forward(model: Any, feed: dict[str, Any]) -> Any:
-    """The decoder of an encoder-decoder model on given encoder states (no past key values:
-    the static-shape variant, which recomputes the whole prefix each step)."""
-    import torch
-
-    from executors.runtime.s2sgraphs import decode
-
-    extra = {}
-    if hasattr(model.config, "num_mel_bins"):
-        # a speech decoder given no mask looks for packed sequences in its positions (a
-        # torch.diff ONNX cannot express); its ids are one sequence: say so with a full mask
-        extra["decoder_attention_mask"] = torch.ones_like(feed["input_ids"])
-    return decode(model, feed["encoder_hidden_states"], feed["input_ids"],
-                  feed.get("encoder_attention_mask"), use_cache=False, **extra)
 
 
 def pools_at_end(model: Any) -> bool:

@@ -16,59 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from executors.onnx.artifacts import SOURCE, load, model_meta
-from executors.samples import lm, media, s2s, text
+from executors.onnx.artifacts import SOURCE
+from executors.onnx.iospecs import io_specs, kind_of  # noqa: F401 (their home until callers move)
+from executors.samples import generation, media, text
 
 DTYPES = {"int64": np.int64, "int32": np.int32, "float32": np.float32, "float16": np.float16,
           "bool": np.bool_}
-ONNX_DTYPES = {7: "int64", 6: "int32", 1: "float32", 10: "float16", 9: "bool"}
 SEEDS = {"calibration": 0, "verify": 1, "perf": 2}
-
-
-def io_specs(model_path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Input and output specs: from the export's `winml.io.*` metadata, else from the graph;
-    a split graph's from its parts index."""
-    split = model_path if model_path.suffix == ".json" else model_path.parent / "pieces.json"
-    if (not model_path.is_file() or model_path.suffix == ".json") and split.is_file():
-        io = json.loads(split.read_text()).get("io")
-        if io is not None:
-            return io["inputs"], io["outputs"]
-    model = load(model_path, external=False)
-    meta = model_meta(model)
-    if "winml.io.inputs" in meta:
-        return json.loads(meta["winml.io.inputs"]), json.loads(meta.get("winml.io.outputs", "[]"))
-    inits = {i.name for i in model.graph.initializer}
-
-    def spec(v: Any, lo: float, hi: float) -> dict[str, Any]:
-        shape = [d.dim_value or 1 for d in v.type.tensor_type.shape.dim]
-        return {"name": v.name, "dtype": ONNX_DTYPES.get(v.type.tensor_type.elem_type, "float32"),
-                "shape": shape, "min": lo, "max": hi}
-
-    ins = [spec(v, *_range_for(v.name)) for v in model.graph.input if v.name not in inits]
-    return ins, [spec(v, 0, 0) for v in model.graph.output]
-
-
-def _range_for(name: str) -> tuple[int, int]:
-    lowered = name.lower()
-    if "mask" in lowered or "type" in lowered:
-        return 0, 1
-    if "ids" in lowered:
-        return 0, 99
-    return 0, 1
-
-
-def kind_of(spec: dict[str, Any]) -> str:
-    """What feeds an input: its spec's kind, else what its name says (user specs, ONNX files)."""
-    if spec.get("kind"):
-        return spec["kind"]
-    by_name = {"input_ids": "token_ids", "attention_mask": "attention_mask",
-               "token_type_ids": "token_types", "bbox": "boxes", "pixel_values": "pixels",
-               "encoder_hidden_states": "encoder_hidden_states",
-               "encoder_attention_mask": "encoder_attention_mask",
-               "input_features": "mel_features"}
-    if spec["name"] == "input_values":
-        return "waveform" if len(spec["shape"]) == 2 else "spectrogram"
-    return by_name.get(spec["name"], "values")
 
 
 def checkpoint_dir(source: Path | None) -> Path | None:
@@ -105,9 +59,9 @@ class Samples:
         by_kind = {kind_of(s): s for s in self.specs}
         made: list[dict[str, np.ndarray]] = [{} for _ in range(n)]
         for group in (text.TEXT_KINDS, ("pixels",), ("waveform", "spectrogram", "mel_features"),
-                      text.DECODER_KINDS, lm.LM_KINDS, s2s.S2S_KINDS):
+                      text.DECODER_KINDS, generation.LM_KINDS, generation.S2S_KINDS):
             wanted = {k: by_kind[k] for k in group if k in by_kind}
-            if group in (text.DECODER_KINDS, s2s.S2S_KINDS) and self.source is None:
+            if group in (text.DECODER_KINDS, generation.S2S_KINDS) and self.source is None:
                 continue  # encoder states need the torch model: random values, said below
             if group == text.DECODER_KINDS and "s2s_mask" in by_kind:
                 continue  # the cached decoder's encoder mask comes with its step (below)
@@ -128,13 +82,14 @@ class Samples:
         if {"waveform", "spectrogram", "mel_features"} & set(wanted):
             return [self._audio(wanted, i) for i in range(n)]
         if "s2s_mask" in wanted:
-            got = s2s.step_feeds(wanted, self.specs, n, self.split, self.source, self.ckpt,
+            got = generation.step_feeds(wanted, self.specs, n, self.split, self.source, self.ckpt,
                                  self.rng)
             self.origins["decoder"] = got.origin
             return got.feeds
-        if set(wanted) & set(lm.LM_KINDS):
-            got = lm.lm_feeds(wanted, n, self.split, self.source, self.ckpt, self.rng) \
-                if self.source is not None else lm.random_feeds(wanted, n, self.specs, self.rng)
+        if set(wanted) & set(generation.LM_KINDS):
+            got = generation.lm_feeds(wanted, n, self.split, self.source, self.ckpt, self.rng) \
+                if self.source is not None else generation.random_feeds(wanted, n, self.specs,
+                                                                        self.rng)
             self.origins["lm"] = got.origin
             return got.feeds
         if set(wanted) & set(text.DECODER_KINDS):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from executors.runtime import generate
+from executors.generation.loop import Generated
 from executors.steps.verify import cosines
 
 
-def compare(want: generate.Generated, got: generate.Generated) -> dict[str, object]:
+def compare(want: Generated, got: Generated) -> dict[str, object]:
     steps = min(len(want.tokens), len(got.tokens))
     same = [want.tokens[i] == got.tokens[i] for i in range(steps)]
     cos = cosines(np.stack(got.logits[:steps]).astype(np.float64),

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from executors.generation.modules import graph_module
 from executors.onnx import hierarchy
 from executors.onnx.artifacts import (
     MODEL,
@@ -35,6 +36,7 @@ from executors.run.wrapper import StepContext, StepResult
 from executors.runtime import torchmodel
 from executors.runtime.adapters import host_providers
 from executors.samples import Samples
+from planner.models.roles import role_of
 from planner.support.suggest import did_you_mean
 
 TOLERANCE = 1e-4
@@ -48,7 +50,8 @@ def run(ctx: StepContext) -> StepResult:
     model, _info = torchmodel.load(ctx.inputs["model"])
     specs, outputs = p["inputs"], p["outputs"]
     names = [s["name"] for s in specs]
-    module = torchmodel.graph_module(model, p["graph"], names, outputs)
+    role = role_of(p["graph"], names)
+    module = graph_module(model, role, names, outputs)
     samples = Samples(specs, "verify", source=ctx.inputs["model"])
     feed = samples.feeds(1)[0]
     args = tuple(torch.from_numpy(feed[n]) for n in names)
@@ -58,7 +61,7 @@ def run(ctx: StepContext) -> StepResult:
         if p["hierarchy"]:
             scopes, folded = hierarchy.executed_modules(
                 model, lambda: ran.append(module(*args)), keep)
-            scopes = hierarchy.rebase(scopes, torchmodel.traced_base(model, p["graph"]))
+            scopes = hierarchy.rebase(scopes, torchmodel.traced_base(model, role))
         else:
             scopes, folded = {}, []
         expected = ran[0] if ran else module(*args)

@@ -19,7 +19,7 @@ import numpy as np
 
 from executors.run.wrapper import StepContext, StepResult
 from executors.samples import Samples
-from planner.models.seq2seq import LOOP_FILE
+from planner.models.generation import LOOP_FILE
 
 LOOP = LOOP_FILE
 INLINE_BYTES = 1_800_000_000  # below this the weights stay in the graph's own file
@@ -53,14 +53,16 @@ def scripted(model: Any, names: list[str], feed: dict[str, np.ndarray],
     start token, then one argmax per step, padding after)."""
     import torch
 
-    from executors.runtime.torchmodel import graph_module
+    from executors.generation.modules import graph_module
+    from planner.models.roles import Kind, graphs_of, role_of
 
     length, masked = p["decoder_length"], p["masked"]
     enc_in = tuple(torch.from_numpy(feed[n]) for n in names)
-    enc = graph_module(model, "encoder", names, ["last_hidden_state"])
+    encoder, _cross, decoder = (role_of(g) for g in graphs_of(Kind.ENCODER_DECODER))
+    enc = graph_module(model, encoder, names, ["last_hidden_state"])
     dec_names = ["input_ids", "encoder_hidden_states",
                  *(["encoder_attention_mask"] if masked else [])]
-    dec = graph_module(model, "decoder", dec_names, ["logits"])
+    dec = graph_module(model, decoder, dec_names, ["logits"])
     with torch.no_grad():
         states = enc(*enc_in)
         prefix = torch.full((1, length), p["start"], dtype=torch.long)

@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from executors.generation.bundle import BUNDLE
 from executors.onnx import pieces
 from executors.onnx.artifacts import MODEL
 from executors.run.wrapper import StepContext, StepResult
-from executors.runtime.generate import BUNDLE
 from executors.samples import checkpoint_dir, io_specs
 from executors.store.weights import WEIGHTS, link_or_copy
 
@@ -137,12 +137,13 @@ def genai_config(config: dict[str, Any], bundle: dict[str, Any],
     layout but cannot run the pair (measured: it feeds the prompt unpadded, its static cache
     is its own uint8 sliding window, and its dynamic cache wants present = past + new); the
     README says so. `modelplan generate` runs the bundle."""
-    from planner.models import lm
+    from planner.models.generation import shape_of
+    from planner.models.roles import CACHE, ROLES
 
-    shape = lm.shape_of(config) if config else None
-    layers = shape.layers if shape else sum(
-        1 for s in bundle["graphs"]["decode"]["inputs"] if s["name"].endswith(".key"))
     graphs = bundle["graphs"]
+    token = next(g for g in graphs if ROLES[g].token_stage)
+    shape = shape_of(config) if config else None
+    layers = shape.layers if shape else CACHE.layers([s["name"] for s in graphs[token]["inputs"]])
 
     def io(graph: str, key: str) -> list[str]:
         return [s["name"] for s in graphs[graph][key]]
@@ -165,12 +166,11 @@ def genai_config(config: dict[str, Any], bundle: dict[str, Any],
                        "past_value_names": "past_key_values.%d.value"},
             "outputs": {"logits": "logits", "present_key_names": "present.%d.key",
                         "present_value_names": "present.%d.value"},
-            "pipeline": [
-                {"prefill": {"filename": graphs["prefill"]["model"],
-                             "inputs": io("prefill", "inputs"),
-                             "outputs": io("prefill", "outputs"), "run_on_token_gen": False}},
-                {"decode": {"filename": graphs["decode"]["model"],
-                            "inputs": io("decode", "inputs"),
-                            "outputs": io("decode", "outputs"), "run_on_prompt": False}}]}},
+            "pipeline": [  # each graph a stage: the prompt's, then each new token's
+                {g: {"filename": graphs[g]["model"], "inputs": io(g, "inputs"),
+                     "outputs": io(g, "outputs"),
+                     **({} if ROLES[g].token_stage else {"run_on_token_gen": False}),
+                     **({} if ROLES[g].prompt_stage else {"run_on_prompt": False})}}
+                for g in graphs]}},
         "search": {"do_sample": False, "num_beams": 1, "max_length": context,
                    "past_present_share_buffer": False}}

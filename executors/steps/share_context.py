@@ -14,23 +14,23 @@ from executors.run.wrapper import StepContext, StepResult
 from executors.runtime import shared_context
 from executors.store.weights import WEIGHTS, link_or_copy
 from planner.core.targets import of_params
-
-GRAPHS = ("prefill", "decode")
+from planner.models.roles import Kind, graphs_of
 
 
 def run(ctx: StepContext) -> StepResult:
     p = ctx.params
+    graphs = [g for g in graphs_of(Kind.DECODER_ONLY) if g in ctx.inputs]  # prompt's first
     target = of_params(p)
     staged = ctx.out / ".sources"  # each graph under its own name, the weights beside them
     (staged / WEIGHTS).mkdir(parents=True)
-    for graph in GRAPHS:
+    for graph in graphs:
         src = ctx.input_model(graph).parent
         link_or_copy(src / MODEL, staged / f"{graph}.onnx")
         for blob in (src / WEIGHTS).glob("*"):
             if not (staged / WEIGHTS / blob.name).exists():
                 link_or_copy(blob, staged / WEIGHTS / blob.name)
     ctx.progress("  compiling both graphs into one shared context (child process)")
-    models = shared_context.compile_group(target, [staged / f"{g}.onnx" for g in GRAPHS],
+    models = shared_context.compile_group(target, [staged / f"{g}.onnx" for g in graphs],
                                           ctx.out, p["provider_options"], share=True)
     shutil.rmtree(staged)
     binaries = shared_context.binaries_of(models)

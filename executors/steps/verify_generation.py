@@ -1,47 +1,104 @@
-"""verify_generation: a causal LM's deliverable (both graphs, on the target's EP) generates
-greedily on real prompts (an encoder-decoder model's: executors/steps/verify_seq2seq.py), teacher-forced along PyTorch's own greedy tokens so that every step's
-logits compare with PyTorch's at the same prefix. Token agreement is the share of steps whose
-argmax is PyTorch's token; the first divergence is the first step where it is not (up to there
-the deliverable's free-running generation is PyTorch's, token for token)."""
+"""verify_generation: a generating model's deliverable (every graph on the target's EP) decodes
+greedily on real inputs, teacher-forced along PyTorch's own greedy tokens so that every step's
+logits compare with PyTorch's at the same prefix; both run through the one generation loop.
+Token agreement is the share of steps whose argmax is PyTorch's token; the first divergence is
+the first step where it is not (up to there the deliverable's free-running generation is
+PyTorch's, token for token).
+
+* A causal LM: shipped sentences through its tokenizer are the prompts; PyTorch decodes with
+  the checkpoint's own cache.
+* An encoder-decoder: verify's own inputs for the encoder (shipped sentences, synthesized
+  speech, photographs through the model's preprocessor; random token ids for a text model
+  without a tokenizer); PyTorch decodes through the same traced graph modules; both run to
+  `new_tokens` tokens whatever the end token does (a random model may end at once), and a
+  speech model's transcripts are compared as eval reads them (WER against PyTorch's)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from typing import Any
 
 import numpy as np
 
+from executors.evaluation import runner, textscore
+from executors.generation import bundle, encoder_decoder
+from executors.generation.decoder_only import TorchLM
 from executors.onnx.artifacts import METRICS
+from executors.onnx.iospecs import kind_of
 from executors.run.wrapper import StepContext, StepResult
-from executors.runtime import generate, torchmodel
-from executors.samples import checkpoint_dir
-from executors.samples.lm import prompts
+from executors.runtime import torchmodel
+from executors.samples import Samples, checkpoint_dir
+from executors.samples.generation import prompts
 from executors.steps.agreement import compare, summarize
 from planner.core.diagnosis import VERDICTS
 from planner.core.targets import of_params
+from planner.models.roles import Kind, Trace, roles_of
+
+SPEECH = ("mel_features", "waveform", "spectrogram")
 
 
 def run(ctx: StepContext) -> StepResult:
-    p = ctx.params
     folder = ctx.inputs["candidate"]
-    if "encoder" in json.loads((folder / generate.BUNDLE).read_text())["graphs"]:
-        from executors.steps.verify_seq2seq import verify
+    described = json.loads((folder / bundle.BUNDLE).read_text())
+    if bundle.kind(described) is Kind.ENCODER_DECODER:
+        return _verdict(ctx, _encoder_decoder(ctx))
+    return _verdict(ctx, _decoder_only(ctx, folder, described))
 
-        metrics = verify(ctx)
-        return _verdict(ctx, metrics)
+
+def _decoder_only(ctx: StepContext, folder: Any, described: dict[str, Any]) -> dict[str, Any]:
+    p = ctx.params
     model, _ = torchmodel.load(ctx.inputs["source"])
-    eos = generate.eos_ids(folder)
-    runner = generate.open_bundle(folder, of_params(p), p["provider_options"], ctx.cache_dir)
+    eos = bundle.eos_ids(folder)
+    graphs = bundle.lm_graphs(folder, described, of_params(p), p["provider_options"],
+                              ctx.cache_dir)
     vocab = int(model.config.get_text_config().vocab_size)
-    room = max(1, runner.context - p["new_tokens"])
+    room = max(1, graphs.context - p["new_tokens"])
     asked, origin = prompts(p["prompts"], "verify", checkpoint_dir(ctx.inputs["source"]),
                             vocab, np.random.default_rng(1), room)
+    reference = TorchLM(model)
     rows = []
     for i, ids in enumerate(asked, 1):
         ctx.progress(f"  generation {i}/{len(asked)}: {len(ids)} prompt tokens")
-        want = generate.torch_greedy(model, ids, p["new_tokens"], eos)
-        got = runner.greedy(ids, len(want.tokens), forced=want.tokens)
+        want = reference.greedy(ids, p["new_tokens"], eos)
+        got = graphs.greedy(ids, len(want.tokens), follow=want.tokens)
         rows.append(compare(want, got))
-    return _verdict(ctx, summarize(rows, p["threshold"], origin))
+    return summarize(rows, p["threshold"], origin)
+
+
+def _encoder_decoder(ctx: StepContext) -> dict[str, Any]:
+    p = ctx.params
+    folder, source = ctx.inputs["candidate"], ctx.inputs["source"]
+    files = runner.graph_files(folder)
+    task = torchmodel.source_info(source)["task"]
+    cx = runner.context(task, source, files)
+    roles = roles_of({g: [s["name"] for s in specs] for g, specs in cx.specs.items()})
+    encoder = next(g for g, r in roles.items() if r.trace is Trace.ENCODER)
+    samples = Samples(cx.specs[encoder], "verify", source=source)  # what verify feeds
+    feeds = samples.feeds(p["prompts"])
+    reference = runner.torch_graphs(source, cx)
+    target = of_params(p)
+    deliverable = runner.session_graphs(files, target, p["provider_options"], ctx.cache_dir, cx)
+    how = dataclasses.replace(encoder_decoder.decoding(cx), eos=None, most=p["new_tokens"])
+    compared = []
+    for i, feed in enumerate(feeds, 1):
+        ctx.progress(f"  generation {i}/{len(feeds)}")
+        want = encoder_decoder.generate(reference, feed, cx, how)
+        got = encoder_decoder.generate(deliverable, feed, cx,
+                                       dataclasses.replace(how, follow=tuple(want.tokens)))
+        compared.append(compare(want, got))
+    metrics = summarize(compared, p["threshold"], samples.origin)
+    if {kind_of(s) for s in cx.specs[encoder]} & set(SPEECH):
+        tok = textscore.tokenizer(cx.checkpoint)  # transcripts' error rate, as eval reads it
+        said = [_text(r["pytorch"], tok) for r in compared]
+        heard = [_text(r["deliverable"], tok) for r in compared]
+        metrics["wer_vs_pytorch"] = textscore.error_rates(heard, said)["wer"]
+    return metrics
+
+
+def _text(ids: list[int], tok: Any) -> str:
+    return textscore.ids_text(ids) if tok is None else \
+        str(tok.decode(ids, skip_special_tokens=True)).strip()
 
 
 def _verdict(ctx: StepContext, metrics: dict) -> StepResult:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.core import mixed_precision, module_perf
+from planner.core import lower_generation, mixed_precision, module_perf
 from planner.core.keys import config_digest
 from planner.core.plan import Plan, Step, graph_step_id
 from planner.core.storelayout import store_root
 from planner.core.targets import of_config
 from planner.core.targets import reference as reference_target
-from planner.models import datasets, evaluation, seq2seq, sources, specs
+from planner.models import datasets, evaluation, sources, specs
 from planner.models import tasks as T
 
 SYMBOLIC = "<from the checkpoint>"  # specs of a source that could not be read here
@@ -48,24 +48,18 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
         if ex["inputs"]:
             graphs = {"model": {"inputs": ex["inputs"], "outputs": T.task_outputs(task, info)}}
         else:
-            _head_on_host(info, ex["on_host"])
             graphs = specs.graph_specs(info, sources.preprocessor_info(model, where), task,
-                                       modality, ex["shapes"], _on_host(ex, modality))
+                                       modality, ex["shapes"],
+                                       lower_generation.check_on_host(ex, modality, info))
         if ex["outputs"]:
             graphs["model"]["outputs"] = list(ex["outputs"])
         dynamic = _dynamic(config, modality, graphs)
         for spec in graphs.values():
             spec["dynamic"] = dynamic
-        if modality == T.CAUSAL:
-            count = _parts(config, info)
+        count = lower_generation.parts(config, info, modality)
+        if count is not None:
             for spec in graphs.values():
                 spec["parts"] = count
-        elif ex["parts"] is not None:
-            from planner.errors import ConfigError
-
-            raise ConfigError(f"export.parts: {ex['parts']} parts cut a language model's "
-                              f"graphs at their decoder layers, and this is a {modality} "
-                              "model; set export.parts=null")
         out.update(task=task, model_class=model_class, modality=modality, graphs=graphs)
     return out
 
@@ -96,44 +90,6 @@ def _dynamic(config: dict[str, Any], modality: str, graphs: dict[str, Any]) -> b
     return bool(wanted)
 
 
-def _on_host(ex: dict[str, Any], modality: str) -> list[str]:
-    from planner.errors import ConfigError
-
-    if ex["on_host"] and modality != T.CAUSAL:
-        raise ConfigError(f"export.on_host: {ex['on_host']} places a language model's "
-                          f"embeddings or head on the host, and this is a {modality} model; "
-                          "set export.on_host=[]")
-    return sorted(ex["on_host"])
-
-
-def _head_on_host(info: dict[str, Any], on_host: list[str]) -> None:
-    """The host's head is the model's output embeddings: a model that scales or caps its
-    logits after them would lose that (gemma2's softcapping, granite's scaling)."""
-    from planner.errors import ConfigError
-
-    text = info.get("text_config") or info
-    scaled = [k for k in ("final_logit_softcapping", "logits_scaling")
-              if text.get(k) not in (None, 1, 1.0)]
-    if "head" in on_host and scaled:
-        raise ConfigError(f"export.on_host: the head on the host is the model's output "
-                          f"embeddings alone, and this model's config.json sets {scaled[0]} "
-                          "after them; keep the head on the target (export.on_host=[embeddings])")
-
-
-def _parts(config: dict[str, Any], info: dict[str, Any]) -> int:
-    """A causal LM's parts per graph (planner/models/lm.py says how many)."""
-    from planner.core.ops import bits
-    from planner.models import lm
-
-    quant = config["quant"]
-    weight = 16 if quant["kind"] == "fp16" else 32 if quant["kind"] == "none" else \
-        bits(quant["weight_type"])
-    table = 16 if quant["kind"] == "fp16" else 32 if quant["kind"] == "none" else \
-        bits(quant["activation_type"])
-    return lm.parts(info, config["export"]["parts"], weight, table,
-                    of_config(config["target"]).compiles)
-
-
 def _custom_io_for_pair(modality: str, which: str) -> Exception:
     from planner.errors import ConfigError
 
@@ -160,19 +116,13 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
     for graph, spec in known["graphs"].items():
         chain, finals[graph], fp32s[graph] = _chain(config, graph, spec)
         steps += chain
-    if known["modality"] == T.CAUSAL:
-        steps += _lm_bundle(config, known, finals, _shared_context(config, steps, finals))
-        deliverable_id = "bundle"
-    elif len(finals) > 1:
-        bundle = Step("bundle", "bundle", {"graphs": list(finals), **_ep(config)},
-                      {**finals, "source": "resolve"} if known["graphs"].get("encoder")
-                      else dict(finals))
-        steps += [bundle, *_generation_check(config, bundle.id)]
-        deliverable_id = bundle.id
+    if len(finals) > 1:
+        delivering, deliverable_id = lower_generation.deliverable(config, known, steps, finals,
+                                                                  _ep(config))
+        steps += delivering
     else:
         deliverable_id = next(iter(finals.values()))
-    loop = seq2seq.loop_params(config, known, of_config(config["target"]).compiles)
-    steps += [Step("generate_loop", "generate_loop", loop, {"model": "resolve"})] if loop else []
+    steps += lower_generation.loop_step(config, known)
     if config["eval"]["kind"] != "none":
         steps += _eval(config, known, deliverable_id, fp32s)
     symbolic_sources = [{"step": resolve.id, "reason": known["symbolic"]}] \
@@ -182,48 +132,6 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
                                  f"{known['dataset'].where!r} is not on this machine"})
     return Plan(config=config, config_digest=config_digest(config), steps=steps,
                 deliverable=deliverable_id, symbolic_sources=symbolic_sources)
-
-
-def _shared_context(config: dict[str, Any], steps: list[Step],
-                    finals: dict[str, str]) -> list[Step]:
-    """On a target that compiles: the two graphs' quantized models compiled into one shared
-    context binary (what the compile steps read), for the device to hold the weights once."""
-    declared = of_config(config["target"])
-    if not declared.compiles or any(s.op == "split" for s in steps):
-        return []  # a split graph's parts would share per part: not built yet
-    read = {s.id: s.inputs["model"] for s in steps if s.id in finals.values()}
-    return [Step("share_context", "share_context", {"target": declared.name, **_ep(config)},
-                 {graph: read[final] for graph, final in finals.items()})]
-
-
-def _lm_bundle(config: dict[str, Any], known: dict[str, Any], finals: dict[str, str],
-               shared: list[Step] = ()) -> list[Step]:
-    """A causal LM's deliverable (both graphs, one folder; the shared context beside them),
-    and its generation check."""
-    from planner.models import lm
-
-    prefill, context = lm.lengths(known["info"], config["export"]["shapes"])
-    layers = sorted(config["export"]["on_host"])
-    host = [Step("host_layers", "host_layers", {"layers": layers}, {"source": "resolve"})] \
-        if layers else []
-    inputs = {**finals, "source": "resolve"}
-    for role, made in (("shared", shared), ("host", host)):  # at most one step each
-        if made:
-            inputs[role] = made[0].id
-    bundle = Step("bundle", "lm_bundle", {"graphs": list(finals), "prefill_length": prefill,
-                                          "context_length": context, **_ep(config)}, inputs)
-    return [*shared, *host, bundle, *_generation_check(config, bundle.id)]
-
-
-def _generation_check(config: dict[str, Any], bundle: str) -> list[Step]:
-    """verify_generation on a generating model's bundle, when verify runs."""
-    verify = config["verify"]
-    if verify["metric"] == "none" or verify["new_tokens"] <= 0:
-        return []
-    return [Step("verify_generation", "verify_generation", {
-        "prompts": verify["samples"], "new_tokens": verify["new_tokens"],
-        "threshold": verify["threshold"], **_ep(config)},
-        {"candidate": bundle, "source": "resolve"})]
 
 
 def _chain(config: dict[str, Any], graph: str,
@@ -342,24 +250,11 @@ def _eval(config: dict[str, Any], known: dict[str, Any], deliverable: str,
         task = SYMBOLIC
     elif task not in evaluation.EVAL:
         raise ConfigError(f"eval=task: modelplan has no task metric for {task}; set eval=none")
-    if known["modality"] == T.CAUSAL and config["export"]["on_host"]:
-        raise ConfigError("eval=task: a language model whose embeddings or head run on the "
-                          "host (export.on_host) is not evaluated yet (verify_generation "
-                          "compares it with PyTorch); set eval=none or export.on_host=[]")
-    steps = []
-    reference = next(iter(fp32s.values()))
     host = reference_target()  # the fp32 graphs run on the host CPU
     runs_on = {"ep": host.ep, "backend": host.backend,
                "provider_options": dict(host.provider_options)}
-    if known["modality"] == T.CAUSAL:
-        bundle = next(s for s in _lm_bundle(config, known, fp32s) if s.op == "lm_bundle")
-        steps.append(Step("reference_bundle", "lm_bundle", {**bundle.params, **runs_on},
-                          bundle.inputs))
-        reference = "reference_bundle"
-    elif len(fp32s) > 1:
-        steps.append(Step("reference_bundle", "bundle", {"graphs": list(fp32s), **runs_on},
-                          {**fp32s, "source": "resolve"}))
-        reference = "reference_bundle"
+    steps = lower_generation.reference_bundle(config, known, fp32s, _ep(config), runs_on)
+    reference = steps[0].id if steps else next(iter(fp32s.values()))
     data = ev["dataset"]
     steps.append(Step("eval", "eval", {
         "task": task, "metric": ev["metric"] or SYMBOLIC if task == SYMBOLIC else

@@ -149,9 +149,9 @@ def graph_specs(info: dict[str, Any], preproc: dict[str, Any], task: str, modali
         return {"model": {"inputs": _text_image_inputs(info, preproc, mt, task, shapes, batch),
                           "outputs": outputs}}
     if modality == T.CAUSAL:
-        from planner.models import lm
+        from planner.models import generation
 
-        return lm.graph_specs(info, shapes, batch, tuple(on_host))
+        return generation.lm_graph_specs(info, shapes, batch, tuple(on_host))
     return _encoder_decoder(info, preproc, mt, modality, shapes, batch, outputs)
 
 
@@ -204,11 +204,11 @@ def _encoder_decoder(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelT
                           "config.json); set export.inputs")
     states = _spec("encoder_hidden_states", "float32", [batch, enc_seq, width], -3.0, 3.0,
                    "encoder_hidden_states")
-    from planner.models import seq2seq
+    from planner.models import generation
 
-    if seq2seq.cached(info, shapes.get("decoder_cache")):
+    if generation.cached(info, shapes.get("decoder_cache")):
         return {"encoder": {"inputs": encoder, "outputs": list(T.ENCODER_OUTPUTS)},
-                **seq2seq.cached_graphs(info, states, cross, dec_seq, vocab, outputs)}
+                **generation.cached_graphs(info, states, cross, dec_seq, vocab, outputs)}
     decoder = [_spec("input_ids", "int64", [batch, dec_seq], 0, vocab - 1, "decoder_ids"),
                states, *cross]
     return {"encoder": {"inputs": encoder, "outputs": list(T.ENCODER_OUTPUTS)},

@@ -15,7 +15,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from executors.evaluation import generation, inputs, runner
+from executors.evaluation import inputs, runner
+from executors.generation import encoder_decoder
 from executors.samples import media
 from tests.integration.conftest import run_json, step
 
@@ -39,8 +40,8 @@ def transcripts(record: dict[str, Any], rows: list[dict[str, Any]],
                                              s.run(None, feed), strict=True)))
               for g, s in sessions.items()}
     # random weights may choose the end token at once: compare whole sequences instead
-    how = dataclasses.replace(generation.decoding(cx), eos=None)
-    return [generation.generate(graphs, feed(cx, row), cx, how) for row in rows]
+    how = dataclasses.replace(encoder_decoder.decoding(cx), eos=None)
+    return [encoder_decoder.generate(graphs, feed(cx, row), cx, how).tokens for row in rows]
 
 
 def feed(cx: Any, row: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -76,7 +77,8 @@ def transformers_generate(record: dict[str, Any], rows: list[dict[str, Any]], ta
     import torch
     from transformers import GenerationConfig
 
-    from executors.runtime import s2sgraphs, torchmodel
+    from executors.generation import modules
+    from executors.runtime import torchmodel
 
     source = Path(step(record, "resolve")["outputs"]["source.json"]).parent
     folder = Path(step(record, "bundle")["outputs"]["bundle.json"]).parent
@@ -84,8 +86,8 @@ def transformers_generate(record: dict[str, Any], rows: list[dict[str, Any]], ta
     model, _ = torchmodel.load(source)
     # one token more than compared: a forced end token (Marian's) lands after them
     plain = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=length + 1,
-                             decoder_start_token_id=s2sgraphs.start(model),
-                             pad_token_id=generation.decoding(cx).pad)  # no other processors
+                             decoder_start_token_id=modules.start(model),
+                             pad_token_id=encoder_decoder.decoding(cx).pad)  # no other processors
     out = []
     for row in rows:
         enc = {k: torch.from_numpy(v) for k, v in feed(cx, row).items()}

@@ -14,15 +14,9 @@ import pytest
 
 from executors.evaluation import data, textscore
 from executors.evaluation.base import Context, EvalDataError
-from executors.evaluation.generation import (
-    Decoding,
-    Generation,
-    Logits,
-    decoder_feed,
-    decoding,
-    greedy,
-)
+from executors.evaluation.generation import Generation
 from executors.evaluation.speech import Speech, ctc_collapse, transcript
+from executors.generation.encoder_decoder import Decoding, GenerationError, decoding, generate
 from planner.models.evaluation import EVAL
 
 CHARS = ["<pad>", "<s>", "</s>", "<unk>", "|", *"abcdefghijklmnopqrstuvwxyz'"]
@@ -81,43 +75,58 @@ def test_references_name_the_column_when_a_cell_is_missing() -> None:
         textscore.references([{"transcript": 3}], "transcript")
 
 
-def counting_decoder(length: int, pad: int, seen: list[list[int]]) -> Logits:
-    """A causal fake decoder: the logits at position i pick token ids[i] + 1. It checks that
-    the positions after the prefix hold the pad token."""
-    def logits(feed: np.ndarray) -> np.ndarray:
-        assert feed.shape == (1, length) and feed.dtype == np.int64
-        row = feed[0].tolist()
-        seen.append(row)
-        out = np.zeros((1, length, 50), np.float32)
-        for i, token in enumerate(row):
-            out[0, i, (token + 1) % 50] = 1.0
-        return out
-    return logits
-
-
-def test_greedy_stops_at_eos_and_pads_after_the_prefix() -> None:
-    seen: list[list[int]] = []
-    got = greedy(counting_decoder(6, 0, seen), Decoding(start=5, eos=8, pad=0, length=6))
-    assert got == [6, 7]
-    assert seen == [[5, 0, 0, 0, 0, 0], [5, 6, 0, 0, 0, 0], [5, 6, 7, 0, 0, 0]]
-
-
-def test_greedy_without_eos_runs_to_the_graph_length() -> None:
-    seen: list[list[int]] = []
-    got = greedy(counting_decoder(4, 1, seen), Decoding(start=10, eos=None, pad=1, length=4))
-    assert got == [11, 12, 13, 14]           # the last one read at the last position
-    assert seen[-1] == [10, 11, 12, 13] and len(seen) == 4
-
-
-def seq2seq_context(info: dict[str, Any]) -> Context:
+def seq2seq_context(info: dict[str, Any], length: int = 4) -> Context:
     specs = {"encoder": [{"name": "input_ids", "shape": [1, 6], "kind": "token_ids"},
                          {"name": "attention_mask", "shape": [1, 6], "kind": "attention_mask"}],
-             "decoder": [{"name": "input_ids", "shape": [1, 4], "kind": "decoder_ids"},
+             "decoder": [{"name": "input_ids", "shape": [1, length], "kind": "decoder_ids"},
                          {"name": "encoder_hidden_states", "shape": [1, 6, 8],
                           "kind": "encoder_hidden_states"},
                          {"name": "encoder_attention_mask", "shape": [1, 6],
                           "kind": "encoder_attention_mask"}]}
     return Context("text2text-generation", specs, {"decoder": ["logits"]}, None, info)
+
+
+ENCODER = {"input_ids": np.zeros((1, 6), np.int64),
+           "attention_mask": np.array([[1, 1, 1, 0, 0, 0]], np.int64)}
+
+
+def counting_graphs(length: int, seen: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+    """An encoder of 9 states and a causal fake decoder whose logits at position i pick token
+    ids[i] + 1; each decoder feed is kept."""
+    def decoder(feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        assert feed["input_ids"].shape == (1, length) and feed["input_ids"].dtype == np.int64
+        seen.append(feed)
+        out = np.zeros((1, length, 50), np.float32)
+        for i, token in enumerate(feed["input_ids"][0].tolist()):
+            out[0, i, (token + 1) % 50] = 1.0
+        return {"logits": out}
+    return {"encoder": lambda feed: {"last_hidden_state": np.ones((1, 9, 8), np.float32)},
+            "decoder": decoder}
+
+
+def test_greedy_stops_at_eos_and_pads_after_the_prefix() -> None:
+    seen: list[dict[str, np.ndarray]] = []
+    got = generate(counting_graphs(6, seen), ENCODER, seq2seq_context({}, 6),
+                   Decoding(start=5, eos=8, pad=0, length=6))
+    assert got.without_end() == [6, 7] and got.tokens == [6, 7, 8] and got.stopped == "eos"
+    assert [f["input_ids"][0].tolist() for f in seen] == \
+        [[5, 0, 0, 0, 0, 0], [5, 6, 0, 0, 0, 0], [5, 6, 7, 0, 0, 0]]
+
+
+def test_greedy_without_eos_runs_to_the_graph_length() -> None:
+    seen: list[dict[str, np.ndarray]] = []
+    got = generate(counting_graphs(4, seen), ENCODER, seq2seq_context({}, 4),
+                   Decoding(start=10, eos=None, pad=1, length=4))
+    assert got.tokens == [11, 12, 13, 14] and got.stopped == "context"  # the last one read at
+    assert seen[-1]["input_ids"][0].tolist() == [10, 11, 12, 13] and len(seen) == 4  # the end
+
+
+def test_greedy_follows_a_given_run_and_its_length_caps_it() -> None:
+    seen: list[dict[str, np.ndarray]] = []
+    got = generate(counting_graphs(6, seen), ENCODER, seq2seq_context({}, 6),
+                   Decoding(start=5, eos=None, pad=0, length=6, follow=(9, 3)))
+    assert got.tokens == [6, 10]               # its own argmax after each followed token
+    assert [f["input_ids"][0].tolist()[:3] for f in seen] == [[5, 0, 0], [5, 9, 0]]
 
 
 def test_decoding_reads_the_config_and_its_decoder_config() -> None:
@@ -126,17 +135,18 @@ def test_decoding_reads_the_config_and_its_decoder_config() -> None:
     assert decoding(cx) == Decoding(start=2, eos=2, pad=1, length=4)
     nested = seq2seq_context({"decoder_start_token_id": 101, "decoder": {"pad_token_id": 0}})
     assert decoding(nested) == Decoding(start=101, eos=None, pad=0, length=4)
-    with pytest.raises(EvalDataError, match="decoder_start_token_id"):
+    with pytest.raises(GenerationError, match="decoder_start_token_id"):
         decoding(seq2seq_context({"pad_token_id": 0}))
 
 
 def test_decoder_feed_cuts_the_states_and_passes_the_encoder_mask() -> None:
-    cx = seq2seq_context({})
-    mask = np.array([[1, 1, 1, 0, 0, 0]], np.int64)
-    feed = decoder_feed(cx, np.zeros((1, 4), np.int64), np.ones((1, 9, 8), np.float32),
-                        {"input_ids": np.zeros((1, 6), np.int64), "attention_mask": mask})
+    seen: list[dict[str, np.ndarray]] = []
+    generate(counting_graphs(4, seen), ENCODER, seq2seq_context({}),
+             Decoding(start=1, eos=None, pad=0, length=4, most=1))
+    feed = seen[0]
     assert feed["encoder_hidden_states"].shape == (1, 6, 8)
-    assert feed["encoder_attention_mask"] is mask and feed["input_ids"].shape == (1, 4)
+    assert feed["encoder_attention_mask"] is ENCODER["attention_mask"]
+    assert feed["input_ids"].shape == (1, 4)
 
 
 @pytest.mark.parametrize("task", ["automatic-speech-recognition", "text2text-generation",

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from planner.errors import ConfigError
-from planner.models import lm
+from planner.models import generation as lm
 from planner.models import tasks as T
 from planner.planning import plan_from_overrides
 from tests.conftest import run_cli

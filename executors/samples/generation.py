@@ -1,8 +1,16 @@
-"""A causal LM's samples, from the real generation loop: shipped sentences through the model's
-tokenizer (seeded random token ids when it has none) are the prompts; the prefill graph gets a
-prompt right-padded to its length; the decode graph gets a step of PyTorch's own greedy
-generation on a prompt: the token it chose, its position, and the keys and values PyTorch
-cached so far written into the static cache slots, the empty slots masked."""
+"""The samples of the graphs over a static key/value cache, from the real generation loop
+(executors/generation/: PyTorch's side of it):
+
+* A causal LM: shipped sentences through the model's tokenizer (seeded random token ids when it
+  has none) are the prompts; the prefill graph gets a prompt right-padded to its length; the
+  decode graph gets a step of PyTorch's own greedy generation on a prompt: the token it chose,
+  its position, and the keys and values PyTorch cached so far written into the static cache
+  slots, the empty slots masked.
+* An encoder-decoder's cached decoder: the encoder's states on a shipped sentence (or
+  photograph, or synthesized speech), then PyTorch's own greedy decoding with its cache for
+  0 .. MAX_STEPS - 1 tokens; its self-attention keys and values written into the static slots
+  (the empty ones masked), its cross-attention keys and values, the token it chose and its
+  position."""
 
 from __future__ import annotations
 
@@ -11,10 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from executors.samples.text import Got, sentences, tokenizer
+from executors.generation import cache as static_cache
+from executors.generation import loop, modules
+from executors.generation.decoder_only import TorchLM
+from executors.samples import media
+from executors.samples.text import Got, encoder_inputs, sentences, tokenizer
+from planner.models.roles import CACHE
 
 LM_KINDS = ("lm_prompt_ids", "lm_prompt_embeds", "lm_prompt_mask", "lm_prompt_positions",
             "lm_step_ids", "lm_step_embeds", "lm_step_positions", "lm_step_mask", "lm_past")
+S2S_KINDS = ("s2s_step_ids", "s2s_positions", "s2s_mask", "s2s_past", "s2s_cross")
 MAX_STEPS = 8  # decode samples are taken after 0 .. MAX_STEPS - 1 generated tokens
 
 
@@ -130,26 +144,83 @@ def _prompt_feed(wanted: dict[str, dict[str, Any]], ids: list[int],
 
 def _step_feed(model: Any, wanted: dict[str, dict[str, Any]], ids: list[int], steps: int,
                context: int) -> dict[str, np.ndarray]:
-    """The decode graph's inputs after `steps` greedy tokens on the prompt `ids`."""
-    import torch
-
-    out = model(input_ids=torch.tensor([ids]), use_cache=True, return_dict=True)
-    cache, seen = out.past_key_values, len(ids)
-    token = int(out.logits[0, -1].argmax())
-    for _ in range(min(steps, context - 1 - len(ids))):  # the decoded token needs a slot too
-        out = model(input_ids=torch.tensor([[token]]), past_key_values=cache, use_cache=True,
-                    return_dict=True, position_ids=torch.tensor([[seen]]))
-        cache, seen = out.past_key_values, seen + 1
-        token = int(out.logits[0, -1].argmax())
-    mask = np.zeros((1, context + 1), np.int64)
-    mask[0, :seen], mask[0, -1] = 1, 1
-    feed = {_name(wanted, "lm_step_ids"): np.array([[token]], np.int64),
+    """The decode graph's inputs after `steps` greedy tokens on the prompt `ids` (the decoded
+    token needs a slot too)."""
+    torch_lm = TorchLM(model)
+    got = loop.greedy(lambda: torch_lm.prompt(ids), torch_lm.step,
+                      max(0, min(steps, context - 1 - len(ids))) + 1)
+    seen = torch_lm.seen
+    feed = {_name(wanted, "lm_step_ids"): np.array([[got.tokens[-1]]], np.int64),
             wanted["lm_step_positions"]["name"]: np.array([[seen]], np.int64),
-            wanted["lm_step_mask"]["name"]: mask}
-    for i, layer in enumerate(cache.layers):  # every layer's buffers (one spec's shape each)
-        for part, value in (("key", layer.keys), ("value", layer.values)):
-            buf = np.zeros(wanted["lm_past"]["shape"], np.float32)
-            buf[:, :, :seen] = value.numpy()
-            feed[f"past_key_values.{i}.{part}"] = buf
+            wanted["lm_step_mask"]["name"]: static_cache.step_mask(seen, context)}
+    # every layer's buffers (one spec's shape each)
+    feed.update(static_cache.static_entries(torch_lm.cache.layers, seen,
+                                            wanted["lm_past"]["shape"]))
     return feed
 
+
+# -- an encoder-decoder's cached decoder ---------------------------------------------------------
+def step_feeds(wanted: dict[str, dict[str, Any]], specs: list[dict[str, Any]], n: int,
+               split: str, source: Path, ckpt: Path | None, rng: np.random.Generator) -> Got:
+    import torch
+
+    from executors.runtime import torchmodel
+
+    model, _ = torchmodel.load(source)
+    tok = tokenizer(ckpt)
+    lines, pool = sentences(split), media.views(split)
+    slots = wanted["s2s_mask"]["shape"][1] - 1
+    enc_seq = next(s["shape"][2] for s in specs if s.get("kind") == "s2s_cross")
+    feeds = []
+    for i in range(n):
+        enc_in, enc_mask = encoder_inputs(model, tok, [lines[i % len(lines)]], enc_seq, pool,
+                                          i, 1, ckpt, rng)
+        with torch.no_grad():
+            feed = _after(model, enc_in, enc_mask, min((i * 3) % MAX_STEPS, slots - 1), slots,
+                          "encoder_attention_mask" in {s["name"] for s in specs},
+                          wanted["s2s_past"]["shape"])
+        feeds.append(feed)
+    return Got(feeds, "encoder states of shipped inputs; caches of PyTorch's greedy decoding")
+
+
+class _TorchDecoder:
+    """PyTorch's cached decoding on given encoder states, from the start token."""
+
+    def __init__(self, model: Any, states: Any, source_mask: Any) -> None:
+        self.model, self.states, self.source_mask, self.cache = model, states, source_mask, None
+
+    def step(self, token: int) -> np.ndarray:
+        import torch
+
+        out = modules.decode(self.model, self.states, torch.tensor([[token]]), self.source_mask,
+                             past_key_values=self.cache)
+        self.cache = out.past_key_values
+        return out.logits[0, -1].float().numpy()
+
+
+def _after(model: Any, enc_in: dict[str, np.ndarray], enc_mask: np.ndarray, steps: int,
+           slots: int, masked: bool, shape: list[int]) -> dict[str, np.ndarray]:
+    import torch
+
+    from executors.runtime.torchmodel import encoder_of
+
+    encoder = {k: torch.from_numpy(v) for k, v in enc_in.items()}
+    states = encoder_of(model)(**encoder, return_dict=True).last_hidden_state
+    decoder = _TorchDecoder(model, states, torch.from_numpy(enc_mask) if masked else None)
+    token = modules.start(model)
+    if steps:
+        got = loop.greedy(lambda: decoder.step(token), decoder.step, steps)
+        token, seen = got.tokens[-1], steps
+    else:  # the first step: the cross keys and values from a pass on the start
+        decoder.step(token)
+        seen = 0
+    feed = {"input_ids": np.array([[token]], np.int64),
+            "position_ids": np.array([[seen]], np.int64),
+            "attention_mask": static_cache.step_mask(seen, slots)}
+    if masked:
+        feed["encoder_attention_mask"] = enc_mask
+    feed.update(static_cache.static_entries(decoder.cache.self_attention_cache.layers, seen,
+                                            shape))
+    feed.update(static_cache.static_entries(decoder.cache.cross_attention_cache.layers, 0,
+                                            None, CACHE.cross))
+    return feed

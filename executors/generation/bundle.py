@@ -1,0 +1,97 @@
+"""A published generation bundle (the lm_bundle or bundle step's folder) opened for generating:
+`bundle.json` read and checked, its graphs opened as sessions on the EP they were built for
+(`runs_on`), a causal LM's graphs as one runner, and its end tokens."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from executors.generation.decoder_only import Forward, LMGraphs
+from executors.runtime.adapters import adapter, host_providers
+from planner.models.roles import ROLES, Kind, Runs, kind_of
+
+BUNDLE = "bundle.json"
+
+
+class BundleError(ValueError):
+    """A folder that is not a generation bundle this version reads: one line and a fix."""
+
+
+def read(folder: Path) -> dict[str, Any]:
+    """bundle.json of a generation bundle, checked: the graphs of a kind that generates, each
+    graph's file and input specs, and the EP they were built for."""
+    path = folder / BUNDLE
+    if not path.is_file():
+        raise BundleError(f"{folder} has no {BUNDLE}; give the published folder of a language "
+                          "model's or an encoder-decoder model's build (modelplan run prints "
+                          "it as Deliverable)")
+    try:
+        described = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{path} is not JSON ({exc}); rebuild the bundle with modelplan "
+                          "run") from exc
+    graphs = described.get("graphs") if isinstance(described, dict) else None
+    if not isinstance(graphs, dict) or "runs_on" not in described or \
+            kind_of(graphs) is Kind.SINGLE:
+        raise BundleError(f"{path} is neither a language model's nor an encoder-decoder "
+                          "model's bundle of this version (no runs_on, or no prefill or "
+                          "encoder graph); rebuild it with modelplan run")
+    for graph, entry in graphs.items():
+        model = entry.get("model") if isinstance(entry, dict) else None
+        if not isinstance(model, str) or not isinstance(entry.get("inputs"), list) or \
+                not (folder / model).is_file():
+            raise BundleError(f"{path}: graph {graph!r} names no model file that is in the "
+                              f"folder ({model!r}); rebuild the bundle with modelplan run")
+    return described
+
+
+def kind(described: dict[str, Any]) -> Kind:
+    return kind_of(described["graphs"])
+
+
+def session_forward(session: Any) -> Forward:
+    names = [o.name for o in session.get_outputs()]
+    return lambda feed: dict(zip(names, session.run(names, feed), strict=True))
+
+
+def forwards(folder: Path, described: dict[str, Any], target: Any,
+             provider_options: dict[str, Any], cache_dir: Path | None = None,
+             graphs: list[str] | None = None) -> dict[str, Forward]:
+    """Sessions on `target` for the bundle's graphs (all, or `graphs`), as forwards."""
+    runtime = adapter(target)
+    return {g: session_forward(runtime.step_session(folder / e["model"], target,
+                                                    provider_options, cache_dir)[0])
+            for g, e in described["graphs"].items() if graphs is None or g in graphs}
+
+
+def lm_graphs(folder: Path, described: dict[str, Any], target: Any,
+              provider_options: dict[str, Any], cache_dir: Path | None = None) -> LMGraphs:
+    """A causal LM's bundle as one runner: its prompt graph, its token graph, its host layers."""
+    graphs = described["graphs"]
+    prompt, token = (next(g for g in graphs if ROLES[g].runs is runs)
+                     for runs in (Runs.PROMPT, Runs.TOKEN))
+    opened = forwards(folder, described, target, provider_options, cache_dir, [prompt, token])
+    return LMGraphs(opened[prompt], opened[token], graphs[prompt]["inputs"],
+                    graphs[token]["inputs"], host_forwards(folder, described))
+
+
+def host_forwards(folder: Path, described: dict[str, Any]) -> dict[str, Forward]:
+    """Sessions on the host CPU for the layers a bundle places there (export.on_host)."""
+    import onnxruntime as ort
+
+    return {layer: session_forward(ort.InferenceSession(str(folder / name),
+                                                        providers=host_providers()))
+            for layer, name in described.get("host", {}).items()}
+
+
+def eos_ids(folder: Path) -> set[int]:
+    """The end-of-sequence ids a bundle's (or checkpoint's) generation config names."""
+    for name in ("generation_config.json", "config.json"):
+        path = folder / name
+        if path.is_file():
+            eos = json.loads(path.read_text()).get("eos_token_id")
+            if eos is not None:
+                return set(eos) if isinstance(eos, list) else {int(eos)}
+    return set()

@@ -1,0 +1,76 @@
+"""The static key/value cache protocol, host side.
+
+A graph over a static cache takes one buffer per layer and part (`past_key_values.{i}.key`,
+[1, heads, slots, head width]) and a mask over the slots plus the token itself; it gives back
+the new tokens' entries only (`present.{i}.key`), which the host writes into the next slots:
+no graph scatters and every shape is fixed (planner/models/roles.py declares the names)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from planner.models.roles import CACHE
+
+
+class StaticCache:
+    """The host's buffers for one graph's past inputs, and how many slots hold entries."""
+
+    def __init__(self, specs: list[dict[str, Any]]) -> None:
+        by_name = {s["name"]: s for s in specs}
+        self.shapes = {n: s["shape"] for n, s in by_name.items() if CACHE.is_past(n)}
+        self.slots = int(by_name["attention_mask"]["shape"][1]) - 1
+        self.reset()
+
+    def reset(self) -> None:
+        self.buffers = {n: np.zeros(shape, np.float32) for n, shape in self.shapes.items()}
+        self.seen = 0
+
+    @property
+    def full(self) -> bool:
+        return self.seen >= self.slots
+
+    def write(self, out: dict[str, np.ndarray], count: int = 1) -> None:
+        """Write the first `count` new entries a graph gave back into the next slots."""
+        for name, buffer in self.buffers.items():
+            if count == 1:
+                buffer[:, :, self.seen] = out[CACHE.present_of(name)][:, :, 0]
+            else:
+                buffer[:, :, self.seen:self.seen + count] = \
+                    out[CACHE.present_of(name)][:, :, :count]
+        self.seen += count
+
+    def step_mask(self) -> np.ndarray:
+        """The mask of a one-token step: the filled slots and the token itself (last)."""
+        return step_mask(self.seen, self.slots)
+
+    def step_feed(self, token_input: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """A one-token step's cache inputs: its token (or embedding), position, mask, buffers."""
+        return {**token_input, "position_ids": np.array([[self.seen]], np.int64),
+                "attention_mask": self.step_mask(), **self.buffers}
+
+
+def step_mask(seen: int, slots: int) -> np.ndarray:
+    mask = np.zeros((1, slots + 1), np.int64)
+    mask[0, :seen], mask[0, -1] = 1, 1
+    return mask
+
+
+def static_entries(layers: Any, seen: int, shape: list[int] | None = None,
+                   prefix: str = CACHE.past) -> dict[str, np.ndarray]:
+    """A transformers cache's layers (`.keys`, `.values` tensors) as the static buffers a graph
+    reads: each layer's first `seen` entries in slots 0 .. seen - 1 of a `shape` buffer (the
+    tensor's own shape when None: the cross keys and values, which are read whole)."""
+    feed = {}
+    for i, layer in enumerate(layers):
+        for part, value in zip(CACHE.parts, (layer.keys, layer.values), strict=True):
+            name = f"{prefix}.{i}.{part}"
+            if shape is None:
+                feed[name] = value.numpy()
+                continue
+            buf = np.zeros(shape, np.float32)
+            if seen:
+                buf[:, :, :seen] = value.numpy()[:, :, :seen]
+            feed[name] = buf
+    return feed

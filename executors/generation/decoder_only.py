@@ -1,0 +1,111 @@
+"""A causal LM's generation: the prefill graph reads the prompt (right-padded to its length; a
+longer prompt's remaining tokens go through the decode graph one at a time) and its present
+entries fill the first cache slots; each decode step reads one token, its position and the
+cache, and its present entries are written into the next slot. PyTorch's reference steps the
+checkpoint with its own cache; both run the one greedy loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from executors.generation import loop
+from executors.generation.cache import StaticCache
+
+Forward = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+class LMGraphs:
+    """The prefill and decode graphs (as forwards: named inputs -> named outputs) and the cache
+    between their calls; the decode graph's input specs give the cache geometry."""
+
+    def __init__(self, prefill: Forward, decode: Forward, prefill_specs: list[dict[str, Any]],
+                 decode_specs: list[dict[str, Any]], host: dict[str, Forward] | None = None
+                 ) -> None:
+        self.prefill_forward, self.decode_forward = prefill, decode
+        self.host = host or {}  # "embeddings" / "head" the host runs (export.on_host)
+        self.cache = StaticCache(decode_specs)
+        self.context = self.cache.slots
+        self.prefill_length = int(next(s["shape"][1] for s in prefill_specs
+                                       if s["name"] == "attention_mask"))
+
+    @property
+    def full(self) -> bool:
+        return self.cache.full
+
+    def prompt(self, ids: list[int]) -> np.ndarray:
+        """Read the prompt into the cache; the logits at every prompt position [n, vocab]
+        (row i predicts token i + 1)."""
+        self.cache.reset()
+        first = ids[:self.prefill_length]
+        n = len(first)
+        tokens = np.zeros((1, self.prefill_length), np.int64)
+        tokens[0, :n] = first
+        feed = {**self._tokens(tokens),
+                "attention_mask": (np.arange(self.prefill_length) < n).astype(np.int64)[None],
+                "position_ids": np.arange(self.prefill_length, dtype=np.int64)[None]}
+        out = self._logits(self.prefill_forward(feed))
+        self.cache.write(out, n)
+        rows = [out["logits"][0, i] for i in range(n)]
+        for token in ids[n:]:
+            rows.append(self.step(token))
+        return np.stack(rows)
+
+    def _tokens(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """The graphs' token input: the ids, or their embeddings looked up on the host."""
+        if "embeddings" not in self.host:
+            return {"input_ids": ids}
+        return {"inputs_embeds": self.host["embeddings"]({"input_ids": ids})["inputs_embeds"]}
+
+    def _logits(self, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graphs' outputs with logits: from the host's head where the graphs end before it."""
+        if "head" in self.host:
+            out["logits"] = self.host["head"]({"hidden_states": out["hidden_states"]})["logits"]
+        return out
+
+    def step(self, token: int) -> np.ndarray:
+        """Decode one token at the next position; its logits for the token after it."""
+        if self.cache.full:
+            raise IndexError(f"the key/value cache is full ({self.context} tokens)")
+        out = self._logits(self.decode_forward(
+            self.cache.step_feed(self._tokens(np.array([[token]], np.int64)))))
+        self.cache.write(out)
+        return out["logits"][0, -1]
+
+    def greedy(self, ids: list[int], new_tokens: int, eos: set[int] | None = None,
+               follow: list[int] | None = None) -> loop.Generated:
+        return loop.greedy(lambda: self.prompt(ids)[-1],
+                           lambda token: None if self.full else self.step(token),
+                           new_tokens, eos or set(), follow)
+
+
+class TorchLM:
+    """PyTorch's side: the checkpoint stepped with its own (dynamic) cache."""
+
+    def __init__(self, model: Any) -> None:
+        self.model, self.cache, self.seen = model, None, 0
+
+    def prompt(self, ids: list[int]) -> np.ndarray:
+        import torch
+
+        out = self.model(input_ids=torch.tensor([ids]), use_cache=True, return_dict=True)
+        self.cache, self.seen = out.past_key_values, len(ids)
+        return out.logits[0, -1].float().numpy()
+
+    def step(self, token: int) -> np.ndarray:
+        import torch
+
+        out = self.model(input_ids=torch.tensor([[token]]), past_key_values=self.cache,
+                         position_ids=torch.tensor([[self.seen]]), use_cache=True,
+                         return_dict=True)
+        self.cache, self.seen = out.past_key_values, self.seen + 1
+        return out.logits[0, -1].float().numpy()
+
+    def greedy(self, ids: list[int], new_tokens: int,
+               eos: set[int] | None = None) -> loop.Generated:
+        import torch
+
+        with torch.no_grad():
+            return loop.greedy(lambda: self.prompt(ids), self.step, new_tokens, eos or set())

@@ -1,0 +1,289 @@
+"""The torch module each role's graph traces (planner/models/roles.py declares which), taking
+positional inputs and returning a tensor tuple; the wrapper holds the module whose forward it
+calls as `model`, the scope of the node names (torchmodel.WRAPPER_PREFIX).
+
+* A causal LM (`Trace.LM`) runs the checkpoint's own forward with a transformers cache built
+  inside the traced function: the prefill graph from an empty cache (its present = the
+  prompt's keys and values), the decode graph from the static buffers it is fed, whose empty
+  slots the attention mask hides; it returns only the new token's entries. The weights are the
+  same tensors in both graphs (one weight set, stored once by content).
+* An encoder-decoder's `cross` graph computes the decoder's cross-attention keys and values on
+  the encoder's states (one decoder pass on the start token fills them; only they are returned,
+  so the rest of that pass is not in the graph); its cached decoder (`Trace.STEP_DECODER`)
+  decodes one token over the static self-attention cache with the cross entries marked as
+  filled. The cache is fed in full (C slots) and the token's own key goes after them, so the
+  model would take C as the token's position: `positions_at` gives the decoder `position_ids`
+  wherever its family reads positions (a BART-, Whisper- or TrOCR-like `embed_positions`, a
+  BERT-like embeddings module, GPT-2's `wpe`), or for T5's relative attention bias computes the
+  bias of the slots and the token from their true positions.
+* Its uncached decoder (`Trace.PREFIX_DECODER`) decodes the whole prefix on given states.
+
+One decoder forward (`decode`) serves the traced graphs, PyTorch's reference and the
+calibration samples: the model's own forward on given encoder states, or a captioner's text
+decoder on the image's (BLIP)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from executors.runtime import torchmodel
+from planner.models.generation import start_token
+from planner.models.roles import CACHE, Role, Trace
+
+
+def graph_module(model: Any, role: Role, input_names: list[str],
+                 output_names: list[str]) -> Any:
+    """The module to trace for a graph of `role`."""
+    if role.trace is Trace.LM:
+        return lm_module(model, input_names, output_names)
+    if role.trace is Trace.CROSS:
+        return positional(model, input_names, cross)
+    if role.trace is Trace.STEP_DECODER:
+        return positional(model, input_names, step)
+    held = torchmodel.encoder_of(model) if role.trace is Trace.ENCODER else model
+    run = prefix_decoder if role.trace is Trace.PREFIX_DECODER else None
+    return torchmodel.wrapped(held, input_names, output_names, run)
+
+
+def positional(model: Any, input_names: list[str],
+               run: Callable[[Any, dict[str, Any]], Any]) -> Any:
+    """A module to trace: positional inputs named `input_names`, `run(model, feed)` returning
+    the output tensors; it holds the model as `model`."""
+    import torch
+
+    class Graph(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args: Any) -> Any:
+            return run(self.model, dict(zip(input_names, args, strict=True)))
+
+    return Graph().eval()
+
+
+# -- a causal LM ---------------------------------------------------------------------------------
+def layer_count(model: Any) -> int:
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
+        else model.config
+    return int(config.num_hidden_layers)
+
+
+def _dynamic_cache(model: Any, past: tuple[Any, ...]) -> Any:
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    for i in range(len(past) // 2):
+        cache.update(past[2 * i], past[2 * i + 1], i)
+    return cache
+
+
+def _presents(cache: Any, layers: int, last: int | None) -> list[Any]:
+    out = []
+    for i in range(layers):
+        layer = cache.layers[i]
+        keys, values = layer.keys, layer.values
+        if last is not None:
+            keys, values = keys[:, :, -last:], values[:, :, -last:]
+        out += [keys, values]
+    return out
+
+
+def lm_step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
+            past: tuple[Any, ...] = (), embedded: bool = False,
+            headless: bool = False) -> tuple[Any, ...]:
+    """(logits, present.0.key, present.0.value, ...) of one forward: the prompt on an empty
+    cache, or one token on the fed cache (the new entries only). `embedded`: `tokens` are
+    the embeddings the host looked up; `headless`: the final hidden states instead of the
+    logits (the host applies the head)."""
+    layers = layer_count(model)
+    cache = _dynamic_cache(model, past)
+    kwargs = {"inputs_embeds" if embedded else "input_ids": tokens,
+              "attention_mask": attention_mask, "position_ids": position_ids,
+              "past_key_values": cache, "use_cache": True, "return_dict": True}
+    out = model.base_model(**kwargs) if headless else model(**kwargs)
+    new = tokens.shape[1] if past else None
+    first = out.last_hidden_state if headless else out.logits
+    return (first, *_presents(out.past_key_values, layers, new))
+
+
+def lm_module(model: Any, input_names: list[str], output_names: list[str]) -> Any:
+    """The module a causal LM's prefill or decode graph traces."""
+    headless = output_names[0] == "hidden_states"
+
+    def run(held: Any, feed: dict[str, Any]) -> Any:
+        past = tuple(feed[n] for n in input_names if CACHE.is_past(n))
+        embedded = "inputs_embeds" in feed
+        return lm_step(held, feed["inputs_embeds" if embedded else "input_ids"],
+                       feed["attention_mask"], feed["position_ids"], past, embedded, headless)
+
+    return positional(model, input_names, run)
+
+
+# -- an encoder-decoder's decoder ----------------------------------------------------------------
+def decoder_of(model: Any) -> Any:
+    """The module that decodes: a captioner's text decoder (BLIP), else the model's decoder."""
+    return model.text_decoder if hasattr(model, "text_decoder") else model.get_decoder()
+
+
+def start(model: Any) -> int:
+    return int(start_token(model.config.to_dict()) or 0)
+
+
+def decode(model: Any, states: Any, ids: Any, encoder_mask: Any = None,
+           use_cache: bool = True, **kwargs: Any) -> Any:
+    """One decoder forward on the encoder's `states` (return_dict; use_cache off: the
+    decoder of the whole prefix)."""
+    if hasattr(model, "text_decoder"):  # BLIP: the text decoder reads the image's states
+        import torch
+
+        mask = kwargs.pop("decoder_attention_mask", None)
+        return model.text_decoder(input_ids=ids, encoder_hidden_states=states,
+                                  attention_mask=torch.ones_like(ids) if mask is None else mask,
+                                  use_cache=use_cache, return_dict=True, **kwargs)
+    if "past_key_values" in kwargs and "cache" in inspect.signature(model.forward).parameters:
+        kwargs["cache"] = kwargs.pop("past_key_values")  # its name from transformers 5.40 on
+    kw = {"encoder_outputs": (states,), "decoder_input_ids": ids, "return_dict": True,
+          "use_cache": use_cache, **kwargs}
+    if encoder_mask is not None:
+        kw["attention_mask"] = encoder_mask
+    return model(**kw)
+
+
+def prefix_decoder(model: Any, feed: dict[str, Any]) -> Any:
+    """The decoder on given encoder states without a cache: the static-shape variant, which
+    recomputes the whole prefix each step."""
+    import torch
+
+    extra = {}
+    if hasattr(model.config, "num_mel_bins"):
+        # a speech decoder given no mask looks for packed sequences in its positions (a
+        # torch.diff ONNX cannot express); its ids are one sequence: say so with a full mask
+        extra["decoder_attention_mask"] = torch.ones_like(feed["input_ids"])
+    return decode(model, feed["encoder_hidden_states"], feed["input_ids"],
+                  feed.get("encoder_attention_mask"), use_cache=False, **extra)
+
+
+@contextmanager
+def positions_at(model: Any, position_ids: Any) -> Iterator[None]:
+    """Within the block the decoder takes its token's position from `position_ids`."""
+    decoder = decoder_of(model)
+    bias = _relative_bias(decoder)
+    if bias is not None:
+        with _bias_at(bias, position_ids):
+            yield
+        return
+    module, how = _position_module(decoder)
+    if how == "kwargs":
+        hook = module.register_forward_pre_hook(
+            lambda _m, args, kwargs: (args, {**kwargs, "position_ids": position_ids.reshape(
+                1, -1) if _two_d(module) else position_ids.reshape(-1)}), with_kwargs=True)
+    else:  # an embedding table indexed by positions (GPT-2's wpe)
+        hook = module.register_forward_pre_hook(lambda _m, _args: (position_ids.reshape(1, -1),))
+    try:
+        yield
+    finally:
+        hook.remove()
+
+
+def _two_d(module: Any) -> bool:
+    """Whether an embeddings module takes [batch, sequence] positions (BERT-like)."""
+    return hasattr(module, "position_embeddings")
+
+
+def _position_module(decoder: Any) -> tuple[Any, str]:
+    for name, module in decoder.named_modules():
+        if name.rsplit(".", 1)[-1] == "embed_positions" and \
+                "position_ids" in inspect.signature(module.forward).parameters:
+            return module, "kwargs"
+    for _name, module in decoder.named_modules():
+        if hasattr(module, "position_embeddings") and \
+                "position_ids" in inspect.signature(module.forward).parameters:
+            return module, "kwargs"
+    for _name, module in decoder.named_modules():
+        if hasattr(module, "wpe"):
+            return module.wpe, "table"
+    raise ValueError(f"the cached decoder cannot give {type(decoder).__name__} its token's "
+                     "position (no position embedding it knows); set "
+                     "export.shapes.decoder_cache=false")
+
+
+def _relative_bias(decoder: Any) -> Any:
+    """The decoder's first self-attention when it computes a relative position bias (T5)."""
+    for _name, module in decoder.named_modules():
+        if getattr(module, "has_relative_attention_bias", False) and \
+                getattr(module, "is_decoder", False) and hasattr(module, "compute_bias"):
+            return module
+    return None
+
+
+@contextmanager
+def _bias_at(attention: Any, position_ids: Any) -> Iterator[None]:
+    """T5's bias for one query at `position` over C cache slots (slot i holds position i) and
+    the token itself, after them: relative positions [0 .. C-1, position] - position. The
+    bias of every position is a constant table (its buckets take a logarithm, which HTP does
+    not run); the graph gathers the row of `position`."""
+    import torch
+
+    def bias(query_length: int, key_length: int, device: Any = None, **_: Any) -> Any:
+        slots = key_length - 1
+        where = torch.arange(slots)
+        table = attention.relative_attention_bias(attention._relative_position_bucket(
+            where[None, :] - where[:, None], bidirectional=not attention.is_decoder,
+            num_buckets=attention.relative_attention_num_buckets,
+            max_distance=attention.relative_attention_max_distance))  # [position, slot, heads]
+        own = attention.relative_attention_bias(torch.zeros(1, 1, dtype=torch.long))
+        row = table.index_select(0, position_ids.reshape(-1)[:1])  # [1, slots, heads]
+        return torch.cat([row, own], dim=1).permute([2, 0, 1]).unsqueeze(0)
+
+    attention.compute_bias = bias
+    try:
+        yield
+    finally:
+        del attention.compute_bias
+
+
+def cross(model: Any, feed: dict[str, Any]) -> tuple[Any, ...]:
+    import torch
+
+    ids = torch.full((1, 1), start(model), dtype=torch.long)
+    out = decode(model, feed["encoder_hidden_states"], ids, feed.get("encoder_attention_mask"))
+    layers = out.past_key_values.cross_attention_cache.layers
+    return tuple(t for layer in layers for t in (layer.keys, layer.values))
+
+
+def step(model: Any, feed: dict[str, Any]) -> tuple[Any, ...]:
+    import torch
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    layers = CACHE.layers(list(feed))
+    mine, theirs = DynamicCache(), DynamicCache()
+    for i in range(layers):
+        key, value = (f"{i}.{part}" for part in CACHE.parts)
+        mine.update(feed[f"{CACHE.past}.{key}"], feed[f"{CACHE.past}.{value}"], i)
+        theirs.update(feed[f"{CACHE.cross}.{key}"], feed[f"{CACHE.cross}.{value}"], i)
+    cache = EncoderDecoderCache(mine, theirs)
+    for i in range(layers):
+        cache.is_updated[i] = True
+    # the layers read the cross cache; the states give its length and width only
+    states = torch.zeros(1, feed[f"{CACHE.cross}.0.key"].shape[2], encoder_width(model))
+    with positions_at(model, feed["position_ids"]):
+        out = decode(model, states, feed["input_ids"], feed.get("encoder_attention_mask"),
+                     decoder_attention_mask=feed["attention_mask"], past_key_values=cache)
+    own = out.past_key_values.self_attention_cache.layers
+    return (out.logits, *(t for layer in own[:layers]
+                          for t in (layer.keys[:, :, -1:], layer.values[:, :, -1:])))
+
+
+def encoder_width(model: Any) -> int:
+    """The width of the encoder's states the decoder reads."""
+    cfg = model.config
+    for part in (getattr(cfg, "encoder", None), getattr(cfg, "vision_config", None), cfg):
+        for key in ("d_model", "hidden_size"):
+            value = getattr(part, key, None) if part is not None else None
+            if isinstance(value, int):
+                return value
+    raise ValueError(f"{type(model).__name__}: its config says no encoder width")

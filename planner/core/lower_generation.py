@@ -1,0 +1,134 @@
+"""The steps a generating model's graphs get beyond their chains, by their roles
+(planner/models/roles.py): a causal LM's parts, shared context, host layers and bundle; an
+encoder-decoder's bundle and loop graph; the generation check on either bundle; and what the
+config may not ask of a model that does not generate that way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.core.plan import Step
+from planner.core.targets import of_config
+from planner.errors import ConfigError
+from planner.models import generation, roles
+from planner.models import tasks as T
+
+
+def check_on_host(ex: dict[str, Any], modality: str, info: dict[str, Any]) -> list[str]:
+    """export.on_host, checked: a language model's embeddings and/or head on the host CPU."""
+    _head_on_host(info, ex["on_host"])
+    if ex["on_host"] and modality != T.CAUSAL:
+        raise ConfigError(f"export.on_host: {ex['on_host']} places a language model's "
+                          f"embeddings or head on the host, and this is a {modality} model; "
+                          "set export.on_host=[]")
+    return sorted(ex["on_host"])
+
+
+def _head_on_host(info: dict[str, Any], on_host: list[str]) -> None:
+    """The host's head is the model's output embeddings: a model that scales or caps its
+    logits after them would lose that (gemma2's softcapping, granite's scaling)."""
+    text = info.get("text_config") or info
+    scaled = [k for k in ("final_logit_softcapping", "logits_scaling")
+              if text.get(k) not in (None, 1, 1.0)]
+    if "head" in on_host and scaled:
+        raise ConfigError(f"export.on_host: the head on the host is the model's output "
+                          f"embeddings alone, and this model's config.json sets {scaled[0]} "
+                          "after them; keep the head on the target (export.on_host=[embeddings])")
+
+
+def parts(config: dict[str, Any], info: dict[str, Any], modality: str) -> int | None:
+    """A causal LM's parts per graph (planner/models/generation.py says how many); None for
+    other models, which export.parts may not cut."""
+    from planner.core.ops import bits
+
+    ex = config["export"]
+    if modality != T.CAUSAL:
+        if ex["parts"] is not None:
+            raise ConfigError(f"export.parts: {ex['parts']} parts cut a language model's "
+                              f"graphs at their decoder layers, and this is a {modality} "
+                              "model; set export.parts=null")
+        return None
+    quant = config["quant"]
+    weight = 16 if quant["kind"] == "fp16" else 32 if quant["kind"] == "none" else \
+        bits(quant["weight_type"])
+    table = 16 if quant["kind"] == "fp16" else 32 if quant["kind"] == "none" else \
+        bits(quant["activation_type"])
+    return generation.parts(info, ex["parts"], weight, table,
+                            of_config(config["target"]).compiles)
+
+
+def deliverable(config: dict[str, Any], known: dict[str, Any], steps: list[Step],
+                finals: dict[str, str], ep: dict[str, Any]) -> tuple[list[Step], str]:
+    """The steps that deliver a model of several graphs together, and the deliverable's id."""
+    if roles.kind_of(finals) is roles.Kind.DECODER_ONLY:
+        made = lm_bundle(config, known, finals, ep, _shared_context(config, steps, finals, ep))
+        return made, "bundle"
+    bundle = Step("bundle", "bundle", {"graphs": list(finals), **ep},
+                  {**finals, "source": "resolve"} if known["graphs"].get(roles.ENCODER)
+                  else dict(finals))
+    return [bundle, *_generation_check(config, bundle.id, ep)], bundle.id
+
+
+def loop_step(config: dict[str, Any], known: dict[str, Any]) -> list[Step]:
+    """export.generate_loop's step (an encoder-decoder's greedy decoding as one graph)."""
+    loop = generation.loop_params(config, known, of_config(config["target"]).compiles)
+    return [Step("generate_loop", "generate_loop", loop, {"model": "resolve"})] if loop else []
+
+
+def _shared_context(config: dict[str, Any], steps: list[Step], finals: dict[str, str],
+                    ep: dict[str, Any]) -> list[Step]:
+    """On a target that compiles: the two graphs' quantized models compiled into one shared
+    context binary (what the compile steps read), for the device to hold the weights once."""
+    declared = of_config(config["target"])
+    if not declared.compiles or any(s.op == "split" for s in steps):
+        return []  # a split graph's parts would share per part: not built yet
+    read = {s.id: s.inputs["model"] for s in steps if s.id in finals.values()}
+    return [Step("share_context", "share_context", {"target": declared.name, **ep},
+                 {graph: read[final] for graph, final in finals.items()})]
+
+
+def lm_bundle(config: dict[str, Any], known: dict[str, Any], finals: dict[str, str],
+              ep: dict[str, Any], shared: list[Step] = ()) -> list[Step]:
+    """A causal LM's deliverable (both graphs, one folder; the shared context beside them),
+    and its generation check."""
+    prefill, context = generation.lengths(known["info"], config["export"]["shapes"])
+    layers = sorted(config["export"]["on_host"])
+    host = [Step("host_layers", "host_layers", {"layers": layers}, {"source": "resolve"})] \
+        if layers else []
+    inputs = {**finals, "source": "resolve"}
+    for role, made in (("shared", shared), ("host", host)):  # at most one step each
+        if made:
+            inputs[role] = made[0].id
+    bundle = Step("bundle", "lm_bundle", {"graphs": list(finals), "prefill_length": prefill,
+                                          "context_length": context, **ep}, inputs)
+    return [*shared, *host, bundle, *_generation_check(config, bundle.id, ep)]
+
+
+def _generation_check(config: dict[str, Any], bundle: str, ep: dict[str, Any]) -> list[Step]:
+    """verify_generation on a generating model's bundle, when verify runs."""
+    verify = config["verify"]
+    if verify["metric"] == "none" or verify["new_tokens"] <= 0:
+        return []
+    return [Step("verify_generation", "verify_generation", {
+        "prompts": verify["samples"], "new_tokens": verify["new_tokens"],
+        "threshold": verify["threshold"], **ep},
+        {"candidate": bundle, "source": "resolve"})]
+
+
+def reference_bundle(config: dict[str, Any], known: dict[str, Any], fp32s: dict[str, str],
+                     ep: dict[str, Any], runs_on: dict[str, Any]) -> list[Step]:
+    """eval's reference for a model of several graphs: its fp32 graphs bundled as the
+    deliverable is, run on the host CPU (`runs_on`)."""
+    if known["modality"] == T.CAUSAL:
+        if config["export"]["on_host"]:
+            raise ConfigError("eval=task: a language model whose embeddings or head run on "
+                              "the host (export.on_host) is not evaluated yet "
+                              "(verify_generation compares it with PyTorch); set eval=none or "
+                              "export.on_host=[]")
+        bundle = next(s for s in lm_bundle(config, known, fp32s, ep) if s.op == "lm_bundle")
+        return [Step("reference_bundle", "lm_bundle", {**bundle.params, **runs_on},
+                     bundle.inputs)]
+    if len(fp32s) > 1:
+        return [Step("reference_bundle", "bundle", {"graphs": list(fp32s), **runs_on},
+                     {**fp32s, "source": "resolve"})]
+    return []

@@ -1,0 +1,148 @@
+"""Graph roles, as data: what each graph a model exports is, as ops and targets are declared.
+
+A role says which torch module its graph traces, when the host runs it while generating,
+whether it reads and gives back the static key/value cache, and which steps a plan gives it.
+The cache protocol's names are declared here once: a graph over a static cache takes one
+`past_key_values.{layer}.{key|value}` buffer per layer ([1, heads, slots, head width], the
+empty slots masked) and gives back only the new tokens' entries, `present.{layer}.{key|value}`,
+which the host writes into the next slots; an encoder-decoder's cross graph gives
+`cross.{layer}.{key|value}` once per input, which its decoder reads.
+
+Executors read these declarations; they never compare role names (tests/unit/test_layers.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    """How a model's graphs generate together."""
+
+    SINGLE = "single"                     # one graph, no generation
+    DECODER_ONLY = "decoder_only"         # prefill, then decode one token at a time
+    ENCODER_DECODER = "encoder_decoder"   # encoder once, (cross once,) decoder per token
+
+
+class Trace(StrEnum):
+    """The torch module a role's graph traces (executors/generation/modules.py builds it)."""
+
+    MODEL = "model"                # the whole model
+    ENCODER = "encoder"            # an encoder-decoder's encoder (a captioner's vision model)
+    PREFIX_DECODER = "prefix"      # its decoder on the encoder's states, the whole prefix
+    STEP_DECODER = "step"          # its decoder for one token over the static cache
+    CROSS = "cross"                # its decoder's cross keys and values of the encoder's states
+    LM = "lm"                      # a causal LM's forward over the static cache
+
+
+class Runs(StrEnum):
+    """When the host runs a role's graph while generating."""
+
+    ONCE = "once"        # once per input (the encoder, the cross graph, a single graph)
+    PROMPT = "prompt"    # once per prompt (a causal LM's prefill)
+    TOKEN = "token"      # once per new token, over the cache (decode, the cached decoder)
+    PREFIX = "prefix"    # once per new token, on the whole prefix (the uncached decoder)
+
+
+@dataclass(frozen=True)
+class CacheNames:
+    """The static key/value cache's input and output names."""
+
+    past: str = "past_key_values"   # fed: the host's buffers
+    present: str = "present"        # given back: the new entries, which the host writes
+    cross: str = "cross"            # an encoder-decoder's cross-attention keys and values
+    parts: tuple[str, str] = ("key", "value")
+
+    def names(self, prefix: str, layers: int) -> list[str]:
+        return [f"{prefix}.{i}.{part}" for i in range(layers) for part in self.parts]
+
+    def is_past(self, name: str) -> bool:
+        return name.startswith(self.past + ".")
+
+    def present_of(self, past_name: str) -> str:
+        """The output a graph gives back for a past input's new entries."""
+        return self.present + past_name[len(self.past):]
+
+    def layers(self, names: list[str]) -> int:
+        return sum(1 for n in names if self.is_past(n) and n.endswith("." + self.parts[0]))
+
+
+CACHE = CacheNames()
+FIRST_PAST = f"{CACHE.past}.0.{CACHE.parts[0]}"  # the input that says a graph reads a cache
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    kind: Kind
+    trace: Trace
+    runs: Runs
+    reads_cache: bool = False     # takes the past_key_values buffers and gives back present
+    reads_cross: bool = False     # takes the cross keys and values
+    gives_cross: bool = False     # gives the cross keys and values
+    prompt_stage: bool = False    # onnxruntime-genai runs it on the prompt
+    token_stage: bool = False     # onnxruntime-genai runs it for each new token
+    chain: bool = False           # the bundle's chain: the graph a bundle step reads first
+    steps: tuple[str, ...] = ()   # the ops a plan gives it beyond its graph's chain
+
+
+# the graphs' names (the planner's; executors read a role's fields, never its name)
+MODEL, PREFILL, DECODE, ENCODER, CROSS, DECODER = (
+    "model", "prefill", "decode", "encoder", "cross", "decoder")
+
+_LM_STEPS = ("share_context", "split", "host_layers", "lm_bundle", "verify_generation")
+_S2S_STEPS = ("bundle", "verify_generation")
+
+ROLES: dict[str, Role] = {r.name: r for r in (
+    Role(MODEL, Kind.SINGLE, Trace.MODEL, Runs.ONCE),
+    Role(PREFILL, Kind.DECODER_ONLY, Trace.LM, Runs.PROMPT, reads_cache=False,
+         prompt_stage=True, steps=_LM_STEPS),
+    Role(DECODE, Kind.DECODER_ONLY, Trace.LM, Runs.TOKEN, reads_cache=True,
+         token_stage=True, chain=True, steps=_LM_STEPS),
+    Role(ENCODER, Kind.ENCODER_DECODER, Trace.ENCODER, Runs.ONCE,
+         steps=(*_S2S_STEPS, "generate_loop")),
+    Role(CROSS, Kind.ENCODER_DECODER, Trace.CROSS, Runs.ONCE, gives_cross=True,
+         steps=_S2S_STEPS),
+    Role(DECODER, Kind.ENCODER_DECODER, Trace.PREFIX_DECODER, Runs.PREFIX, chain=True,
+         steps=(*_S2S_STEPS, "generate_loop")),
+)}
+# the decoder over a static cache (export.shapes.decoder_cache): the same graph name, read
+# through `role_of` by the inputs it takes
+CACHED_DECODER = Role(DECODER, Kind.ENCODER_DECODER, Trace.STEP_DECODER, Runs.TOKEN,
+                      reads_cache=True, reads_cross=True, chain=True, steps=_S2S_STEPS)
+GENERATING = tuple(n for n, r in ROLES.items() if r.kind is not Kind.SINGLE)
+
+
+def role_of(graph: str | None, input_names: list[str] | tuple[str, ...] = ()) -> Role:
+    """A graph's role by its name (None: the whole model), the decoder's by whether it takes
+    the static cache: the one place that says whether a decoder is cached."""
+    role = ROLES[graph or MODEL]
+    if role.trace is Trace.PREFIX_DECODER and FIRST_PAST in input_names:
+        return CACHED_DECODER
+    return role
+
+
+def roles_of(graphs: dict[str, list[str]]) -> dict[str, Role]:
+    """Every graph's role, from graph -> its input names."""
+    return {g: role_of(g, names) for g, names in graphs.items()}
+
+
+def kind_of(graphs: list[str] | tuple[str, ...] | dict[str, object]) -> Kind:
+    """How a set of graphs generates (a bundle's, a plan's)."""
+    kinds = {ROLES[g].kind for g in graphs if g in ROLES} - {Kind.SINGLE}
+    return kinds.pop() if len(kinds) == 1 else Kind.SINGLE
+
+
+def graphs_of(kind: Kind) -> tuple[str, ...]:
+    """The graphs of a kind, in the order they run (the cross graph where built)."""
+    return tuple(n for n, r in ROLES.items() if r.kind is kind)
+
+
+def with_role(graphs: dict[str, object] | list[str], *, runs: Runs | None = None,
+              trace: Trace | None = None, chain: bool | None = None) -> list[str]:
+    """The graphs among `graphs` whose role matches."""
+    return [g for g in graphs if g in ROLES and
+            (runs is None or ROLES[g].runs is runs) and
+            (trace is None or ROLES[g].trace is trace) and
+            (chain is None or ROLES[g].chain is chain)]
