@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from planner.models.roles import ROLES, Trace
+
 Feed = dict[str, np.ndarray]
 Forward = Callable[[Feed], dict[str, np.ndarray]]   # one graph: named inputs -> named outputs
 
@@ -42,7 +44,10 @@ class Context:
 
     @property
     def inputs(self) -> list[dict[str, Any]]:
-        return self.specs.get("model") or self.specs.get("encoder") or []
+        """The inputs a dataset row feeds: the single graph's, or an encoder-decoder's encoder's."""
+        return next((specs for graph, specs in self.specs.items()
+                     if graph in ROLES and ROLES[graph].trace in (Trace.MODEL, Trace.ENCODER)),
+                    [])
 
     def id2label(self) -> dict[int, str]:
         return {int(k): str(v) for k, v in (self.info.get("id2label") or {}).items()}

@@ -84,7 +84,7 @@ class Samples:
         if "s2s_mask" in wanted:
             got = generation.step_feeds(wanted, self.specs, n, self.split, self.source, self.ckpt,
                                  self.rng)
-            self.origins["decoder"] = got.origin
+            self.origins["decoding"] = got.origin
             return got.feeds
         if set(wanted) & set(generation.LM_KINDS):
             got = generation.lm_feeds(wanted, n, self.split, self.source, self.ckpt, self.rng) \
@@ -94,7 +94,7 @@ class Samples:
             return got.feeds
         if set(wanted) & set(text.DECODER_KINDS):
             got = text.decoder_feeds(wanted, n, self.split, self.source, self.ckpt, self.rng)
-            self.origins["decoder"] = got.origin
+            self.origins["decoding"] = got.origin
             return got.feeds
         with_image = any(kind_of(s) == "pixels" for s in self.specs)
         got = text.query_feeds(wanted, n, self.ckpt, self.rng) if with_image else \

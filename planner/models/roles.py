@@ -78,6 +78,9 @@ class Role:
     kind: Kind
     trace: Trace
     runs: Runs
+    inputs: tuple[str, ...] = ()  # the inputs it always takes, before any cache (an encoder's
+                                  # and a single graph's come from the model's modality)
+    outputs: tuple[str, ...] = ()  # the outputs it always gives, before any cache
     reads_cache: bool = False     # takes the past_key_values buffers and gives back present
     reads_cross: bool = False     # takes the cross keys and values
     gives_cross: bool = False     # gives the cross keys and values
@@ -91,26 +94,31 @@ class Role:
 MODEL, PREFILL, DECODE, ENCODER, CROSS, DECODER = (
     "model", "prefill", "decode", "encoder", "cross", "decoder")
 
+_PROMPT = ("input_ids", "attention_mask", "position_ids")  # input_ids: inputs_embeds on_host
+_STEP = ("input_ids", "position_ids", "attention_mask")
+_STATES = "encoder_hidden_states"
+_LOGITS = ("logits",)  # hidden_states when the head runs on the host
 _LM_STEPS = ("share_context", "split", "host_layers", "lm_bundle", "verify_generation")
 _S2S_STEPS = ("bundle", "verify_generation")
 
 ROLES: dict[str, Role] = {r.name: r for r in (
     Role(MODEL, Kind.SINGLE, Trace.MODEL, Runs.ONCE),
-    Role(PREFILL, Kind.DECODER_ONLY, Trace.LM, Runs.PROMPT, reads_cache=False,
+    Role(PREFILL, Kind.DECODER_ONLY, Trace.LM, Runs.PROMPT, _PROMPT, _LOGITS,
          prompt_stage=True, steps=_LM_STEPS),
-    Role(DECODE, Kind.DECODER_ONLY, Trace.LM, Runs.TOKEN, reads_cache=True,
+    Role(DECODE, Kind.DECODER_ONLY, Trace.LM, Runs.TOKEN, _STEP, _LOGITS, reads_cache=True,
          token_stage=True, chain=True, steps=_LM_STEPS),
     Role(ENCODER, Kind.ENCODER_DECODER, Trace.ENCODER, Runs.ONCE,
          steps=(*_S2S_STEPS, "generate_loop")),
-    Role(CROSS, Kind.ENCODER_DECODER, Trace.CROSS, Runs.ONCE, gives_cross=True,
+    Role(CROSS, Kind.ENCODER_DECODER, Trace.CROSS, Runs.ONCE, (_STATES,), gives_cross=True,
          steps=_S2S_STEPS),
-    Role(DECODER, Kind.ENCODER_DECODER, Trace.PREFIX_DECODER, Runs.PREFIX, chain=True,
+    Role(DECODER, Kind.ENCODER_DECODER, Trace.PREFIX_DECODER, Runs.PREFIX, ("input_ids", _STATES),
+         _LOGITS, chain=True,
          steps=(*_S2S_STEPS, "generate_loop")),
 )}
 # the decoder over a static cache (export.shapes.decoder_cache): the same graph name, read
 # through `role_of` by the inputs it takes
-CACHED_DECODER = Role(DECODER, Kind.ENCODER_DECODER, Trace.STEP_DECODER, Runs.TOKEN,
-                      reads_cache=True, reads_cross=True, chain=True, steps=_S2S_STEPS)
+CACHED_DECODER = Role(DECODER, Kind.ENCODER_DECODER, Trace.STEP_DECODER, Runs.TOKEN, _STEP,
+                      _LOGITS, reads_cache=True, reads_cross=True, chain=True, steps=_S2S_STEPS)
 GENERATING = tuple(n for n, r in ROLES.items() if r.kind is not Kind.SINGLE)
 
 

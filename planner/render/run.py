@@ -9,6 +9,7 @@ from typing import Any
 from planner.core.ops import OPS
 from planner.core.plan import ACTIONS, MAIN_GRAPH, graph_of
 from planner.core.storelayout import WEIGHTS
+from planner.models import roles
 from planner.models.generation import LOOP_FILE
 from planner.outputs import FAILED_RECORD, record_file
 from planner.render import accuracy, module_accuracy, modules
@@ -121,14 +122,15 @@ def _seq2seq_speed(record: dict[str, Any]) -> list[str]:
     token one decoder step."""
     ms = {graph_of(s["id"]): s["metrics"]["latency_ms_median"] for s in record["steps"]
           if s["op"] == "perf" and s["status"] == "ok" and "latency_ms_median" in s["metrics"]}
-    if "encoder" not in ms or "decoder" not in ms:
+    if roles.ENCODER not in ms or roles.DECODER not in ms:
         return []
-    first = ms["encoder"] + ms.get("cross", 0.0) + ms["decoder"]
-    step = ms["decoder"]
+    cached = roles.CROSS in ms
+    first = ms[roles.ENCODER] + ms.get(roles.CROSS, 0.0) + ms[roles.DECODER]
+    step = ms[roles.DECODER]
     return [(f"Generation speed: time to first token {first:.1f} ms (encoder"
-            f"{', cross' if 'cross' in ms else ''} and one decoder step), then "
+            f"{', cross' if cached else ''} and one decoder step), then "
             f"{1000 / max(step, 1e-9):.1f} tokens/s ({step:.1f} ms a token, "
-            f"{'one token over the cache' if 'cross' in ms else 'the whole prefix'})")]
+            f"{'one token over the cache' if cached else 'the whole prefix'})")]
 
 
 def _generation_lines(step_id: str, m: dict[str, Any]) -> list[str]:
@@ -143,8 +145,9 @@ def _generation_lines(step_id: str, m: dict[str, Any]) -> list[str]:
         said = "loads here" if m["loads_here"] else f"does not load here ({m['why_not']})"
         return [(f"Shared context: device/ holds both graphs over one binary "
                  f"({human_bytes(m['binary_bytes'])}, the weights once); {said}")]
-    if "latency_ms_median" in m and graph_of(step_id) in ("prefill", "decode"):
-        if graph_of(step_id) == "prefill":
+    role = roles.ROLES.get(graph_of(step_id) or "")
+    if "latency_ms_median" in m and role is not None and role.kind is roles.Kind.DECODER_ONLY:
+        if role.runs is roles.Runs.PROMPT:
             return [f"Time to first token (a full prefill pass): {m['latency_ms_median']:.1f} ms"]
         return [(f"Decode: {1000 / max(m['latency_ms_median'], 1e-9):.1f} tokens/s "
                  f"({m['latency_ms_median']:.1f} ms a token, the decode graph alone)")]

@@ -115,3 +115,56 @@ def test_executors_are_found_by_entry_point() -> None:
     assert executor_class("local").name == "local"
     meta = json.loads(json.dumps(schemas.load("config")["properties"]["executor"]))
     assert "local" in json.dumps(meta)
+
+
+def role_name_decisions(path: Path) -> list[str]:
+    """Lines of `path` that name a generating graph's role (prefill, decode, encoder, cross,
+    decoder) in code: a role is read from its declaration (planner/models/roles.py), never by
+    its name. Docstrings, a config attribute's name (`getattr(config, "encoder")`) and the keys
+    of a dict literal (another tool's schema, e.g. genai_config.json's "decoder") aside."""
+    from planner.models.roles import GENERATING
+
+    tree = ast.parse(path.read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and n.body and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)}
+    allowed = {id(n.args[1]) for n in ast.walk(tree)
+               if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+               and n.func.id in ("getattr", "hasattr") and len(n.args) > 1}
+    allowed |= {id(k) for n in ast.walk(tree) if isinstance(n, ast.Dict) for k in n.keys if k}
+    return [f"{n.lineno}: {n.value!r}" for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and n.value in GENERATING
+            and id(n) not in docs | allowed]
+
+
+def test_executors_make_no_decision_by_role_name() -> None:
+    hits = {str(p.relative_to(ROOT)): found for p in (ROOT / "executors").rglob("*.py")
+            if (found := role_name_decisions(p))}
+    assert hits == {}, "read the role's declaration (planner/models/roles.py: role_of, ROLES)"
+
+
+def test_role_name_check_sees_a_decision(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text('"""decoder"""\nimport x\n\n\ndef f(graphs):\n'
+                     '    return graphs["decoder"] if "prefill" not in graphs else '
+                     'getattr(x, "encoder")\n')
+    assert sorted(role_name_decisions(probe)) == ["6: 'decoder'", "6: 'prefill'"]
+
+
+def test_every_generating_role_is_declared_whole() -> None:
+    from planner.models.roles import CACHED_DECODER, GENERATING, ROLES, Kind, Runs, role_of
+
+    for kind in (Kind.DECODER_ONLY, Kind.ENCODER_DECODER):
+        graphs = [n for n in GENERATING if ROLES[n].kind is kind]
+        assert sum(ROLES[g].chain for g in graphs) == 1  # one graph a bundle's chain follows
+    prompt = [n for n, r in ROLES.items() if r.runs is Runs.PROMPT]
+    token = [n for n, r in ROLES.items() if r.runs is Runs.TOKEN]
+    assert [ROLES[n].prompt_stage for n in prompt] == [True] and \
+        [ROLES[n].token_stage and ROLES[n].reads_cache for n in token] == [True]
+    assert role_of("decoder", ["input_ids", "past_key_values.0.key"]) is CACHED_DECODER
+    assert role_of("decoder", ["input_ids", "encoder_hidden_states"]) is ROLES["decoder"]
+    from planner.core.ops import OPS
+
+    steps = {s for r in (*ROLES.values(), CACHED_DECODER) for s in r.steps}
+    assert steps <= set(OPS)
