@@ -16,14 +16,22 @@ Known to vary between two runs of the same code, hence compared in part only:
   published deliverable) is compared as its graph with each EPContext node's
   `ep_cache_context` attribute emptied and the ORT partition hash in its node name and
   `partition_name` replaced (ORT derives it per session); a context binary beside it (`*.bin`,
-  with `embed_context: false`) by its name only. The compile step's manifest gives their
-  digests, which are left out of the manifest comparison too;
+  with `embed_context: false`, or any file an EPContext node of the entry names in its
+  `ep_cache_context` with `embed_mode: 0`) by its name only. The manifest gives their
+  digests, which are left out of the manifest comparison too, and so do run records (below).
+  A causal LM's share_context step (its `prefill_ctx.onnx`, `decode_ctx.onnx` and the one
+  binary they share, `prefill_ctx_qnn.bin`, copied into the bundle's `device/`) needs this:
+  it compiles copies staged in its build's temporary folder, whose name has the pid and a
+  random part, ORT's partition hash is derived from the model's path, and the binary embeds
+  the hash (measured: nothing else differs; its size, `binary_bytes`, is padded to 4 KiB and
+  stays the same);
 * a manifest's `created` time and `verified` stamps (size, mtime, inode);
 * run records (`run.json`, `<store>/runs/*.json`, a sweep's `sweep.json`): times, run ids,
   peak memory, workers and per-module times vary; each step's id, op, key, action, planned
-  action, status, error, proof check, output names, digests (but a compile step's) and
-  metrics (perf's as below) are compared, with the names of its fields, the record's status,
-  overrides and deliverable;
+  action, status, error, proof check, output names, digests (a compile or share_context
+  step's by name only, elsewhere without those of the EPContext models and context binaries
+  found in either store) and metrics (perf's as below) are compared, with the names of its
+  fields, the record's status, overrides and deliverable;
 * perf, which measures this machine and is not cacheable (its outputs are in the published
   folder under `perf/`, not in the store): its metrics are compared without the values of keys
   that name a measurement (with the word ms, cycles, percent or latency, e.g. `self_ms`,
@@ -34,8 +42,15 @@ Known to vary between two runs of the same code, hence compared in part only:
 * the store's ONNX Runtime session cache (`session_cache/`, not a store entry): its slots are
   named by a model's path and mtime, so the sorted list of (file name, SHA-256) across slots
   is compared; the writer's pid, which the name of an optimized model's external data file
-  keeps (`.writing.<pid>.onnx.data`), is masked in names and in the model's data locations;
-  `tmp/`, `leases/` and `quarantine/` by their number of files.
+  keeps (`optimized.<pid>.data`; `.writing.<pid>.onnx.data` before), is masked in names and
+  in the model's data locations; `tmp/`, `leases/` and `quarantine/` by their number of
+  files;
+* the model card (`README.md` in the published folder): its line naming the run (`run
+  <run id>`, its start time) is compared with both masked; the card of a run with perf (a
+  `perf/` folder beside it) is compared with every number masked and its lines sorted, as it
+  repeats perf's measurements (latency, the per-module time tables, whose rows are in order
+  of time, the sizes of the perf files); its other figures come from `run.json` and
+  `metrics.json`, compared as above.
 
 Absolute paths are written into plans (a `--store` path is part of the config digest) and run
 records, so each side runs at the same path, `<workdir>/<case>/live`, which is then renamed to
@@ -48,6 +63,13 @@ Cases (`--cases`, comma-separated; default: all, run one after another):
   htp       model=tiny_bert target=qnn_htp verify=none perf=none
   sweep     run -m model=tiny_bert quant=w8a8,w8a16 target=cpu,qnn_htp verify=none perf=none
   ray       model=tiny_bert target=cpu verify=none perf=none executor=ray (a Ray of the run's own)
+
+Generation builds (model=tiny_random, verify on so verify_generation runs, perf=none; w8a16_pc):
+  llama_cpu    model_type=llama export.shapes.prefill_length=8 context_length=32 target=cpu
+  llama_htp    the same for target=qnn_htp
+  whisper_cpu  model_type=whisper target=cpu (the cached decoder, its default)
+  whisper_htp  the same for target=qnn_htp with export.shapes.decoder_sequence_length=8
+  blip_cpu     model_type=blip model.task=image-to-text target=cpu (a captioner, cached decoder)
 
 Each checkout is run with the same Python (`--python`, default this one) as
 `python -m planner.cli.main` (or `python -m planner.cli` in the layout before
@@ -92,6 +114,17 @@ TINY = ["model=tiny_bert"]
 QUIET = ["verify=none", "perf=none"]
 
 
+def tiny(model_type: str) -> list[str]:
+    """A tiny random-weight model of a type (planner/models/tiny.py)."""
+    return ["model=tiny_random", f"model.random_init.model_type={model_type}"]
+
+
+# a causal LM at the shapes tests/integration/test_text_generation.py builds it with
+LM = [*tiny("llama"), "export.shapes.prefill_length=8", "export.shapes.context_length=32"]
+# verify on (cosine, with verify_generation), no perf, no eval
+GEN = ["quant=w8a16_pc", "verify=cosine", "eval=none", "perf=none"]
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -107,6 +140,16 @@ CASES = [
     Case("sweep", [*TINY, "quant=w8a8,w8a16", "target=cpu,qnn_htp", *QUIET], multirun=True,
          what="4-job sweep: quant=w8a8,w8a16 x target=cpu,qnn_htp"),
     Case("ray", [*TINY, "target=cpu", *QUIET, "executor=ray"], what="tiny_bert for cpu on Ray"),
+    Case("llama_cpu", [*LM, "target=cpu", *GEN], what="tiny llama for cpu, verify_generation"),
+    Case("llama_htp", [*LM, "target=qnn_htp", *GEN],
+         what="tiny llama for qnn_htp, verify_generation"),
+    Case("whisper_cpu", [*tiny("whisper"), "target=cpu", *GEN],
+         what="tiny whisper (cached decoder) for cpu, verify_generation"),
+    Case("whisper_htp", [*tiny("whisper"), "export.shapes.decoder_sequence_length=8",
+                         "target=qnn_htp", *GEN],
+         what="tiny whisper (cached decoder, 8 slots) for qnn_htp, verify_generation"),
+    Case("blip_cpu", [*tiny("blip"), "model.task=image-to-text", "target=cpu", *GEN],
+         what="tiny BLIP captioner (cached decoder) for cpu, verify_generation"),
 ]
 
 # A Ray of the run's own: no telemetry, loopback only, a token of this check's own.
@@ -124,9 +167,16 @@ MEASURED = re.compile(r"(^|_)(ms|cycles|percent|latency|session_s)(_|$)")
 # ORT names an EPContext node <EP>_<EP>_<hash>_<n>_<m>; the hash is per session
 PARTITION_HASH = re.compile(r"_\d+(_\d+_\d+)$")
 PROFILE_VARIES = ("Msg Timestamp", "Time")
-# the session cache writes `.writing.<pid>.onnx`; its external data keeps that name
-WRITER_PID = re.compile(r"(\.writing\.)\d+(\.)")
+# the session cache names an optimized model's external data for its writer:
+# optimized.<pid>.data (before: its temporary name, .writing.<pid>.onnx.data)
+WRITER_PID = re.compile(r"((?:\.writing|^optimized)\.)\d+(\.)")
 RESULTS_VARIES = ("latency_ms_median",)
+# ops whose outputs are EPContext models and context binaries (binaries: compared by name)
+COMPILES = ("compile", "share_context")
+# the model card names its run: "Built by modelplan (run `<run id>`, <start time>)"
+CARD = "README.md"
+CARD_RUN = re.compile(r"(Built by modelplan \(run )`[^`]*`, [^)]*\)")
+NUMBER = re.compile(r"\d+(\.\d+)?")
 
 
 # -- running a checkout ------------------------------------------------------------------------
@@ -350,8 +400,46 @@ def masked_onnx(path: Path) -> str:
     return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
 
 
-def is_context_binary(rel: str, op: str | None) -> bool:
-    return op == "compile" and rel.endswith(".bin")
+def is_context_binary(rel: str, op: str | None, named: set[str]) -> bool:
+    """A compile step's `.bin`, or a file an EPContext node of the entry names."""
+    return (op in COMPILES and rel.endswith(".bin")) or rel in named
+
+
+def named_binaries(entry: Path, names: list[str]) -> set[str]:
+    """The files (relative to `entry`) that the EPContext nodes of its models name as their
+    context binary (`embed_mode` 0)."""
+    import onnx
+
+    out = set()
+    for rel in names:
+        if not rel.endswith(".onnx"):
+            continue
+        for node in _graph(entry / rel).node:
+            if node.op_type != "EPContext":
+                continue
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute
+                     if a.name in ("embed_mode", "ep_cache_context")}
+            if attrs.get("embed_mode", 1) == 0 and attrs.get("ep_cache_context"):
+                out.add((Path(rel).parent / attrs["ep_cache_context"].decode()).as_posix())
+    return out
+
+
+# the SHA-256 of every EPContext model and context binary in the stores compared (run records
+# give these files' digests; see note_compiled)
+COMPILED: set[str] = set()
+
+
+def note_compiled(store: Path) -> None:
+    """Add the digests of `store`'s EPContext models and context binaries to COMPILED."""
+    for key in sorted(_entries(store)):
+        entry = store / key[:2] / key
+        names = files_under(entry)
+        named, op = named_binaries(entry, names), _op(entry)
+        for rel in names:
+            path = entry / rel
+            if is_context_binary(rel, op, named) or (path.suffix == ".onnx"
+                                                     and has_epcontext(path)):
+                COMPILED.add(sha256(path))
 
 
 def perf_view(value: Any) -> Any:
@@ -372,8 +460,9 @@ def run_record_view(record: dict[str, Any]) -> dict[str, Any]:
         view["keys"] = sorted(s)
         view["quarantined"] = s.get("quarantined") is not None
         view["outputs"] = sorted(s.get("outputs") or {})
-        view["digests"] = sorted(s.get("digests") or {}) if s.get("op") == "compile" \
-            else s.get("digests")
+        view["digests"] = sorted(s.get("digests") or {}) if s.get("op") in COMPILES \
+            else {rel: "<compiled>" if d in COMPILED else d
+                  for rel, d in (s.get("digests") or {}).items()}
         view["metrics"] = perf_view(s.get("metrics")) if s.get("op") == "perf" \
             else s.get("metrics")
         steps.append(view)
@@ -422,13 +511,14 @@ def compare_store(a: Path, b: Path) -> str:
         names_a, names_b = files_under(ea), files_under(eb)
         same_set(f"entry {key[:12]} files", names_a, names_b)
         op = _op(ea)
+        named = named_binaries(ea, names_a) | named_binaries(eb, names_b)
         varies: set[str] = set()
         for rel in names_a:
             if rel == MANIFEST:
                 continue
             files += 1
             pa, pb = ea / rel, eb / rel
-            if is_context_binary(rel, op) or (pa.suffix == ".onnx" and has_epcontext(pa)):
+            if is_context_binary(rel, op, named) or (pa.suffix == ".onnx" and has_epcontext(pa)):
                 varies.add(rel)
                 masked += 1
                 raw_same += sha256(pa) == sha256(pb)
@@ -559,6 +649,11 @@ def _compare_published_file(a: Path, b: Path, rel: str) -> str:
                 m[PERF_DIR] = perf_view(m[PERF_DIR])
         same_value(rel, ma, mb)
         return "step metrics (perf's without measurements)"
+    if name == CARD:
+        measured = (pa.parent / PERF_DIR).is_dir()
+        same_text(rel, _card_view(pa, measured), _card_view(pb, measured))
+        return "model cards (run named" + (", numbers masked, lines sorted)" if measured
+                                           else ")")
     if pa.suffix == ".onnx" and has_epcontext(pa):
         if masked_onnx(pa) != masked_onnx(pb):
             raise Differs(f"{rel}: the graph differs (EPContext payload masked)")
@@ -568,6 +663,13 @@ def _compare_published_file(a: Path, b: Path, rel: str) -> str:
     if sha256(pa) != sha256(pb):
         raise Differs(f"{rel}: sha256 differs")
     return "by sha256"
+
+
+def _card_view(path: Path, measured: bool) -> str:
+    """A model card without its run id and start time (and, after perf, its numbers, its
+    lines sorted)."""
+    text = CARD_RUN.sub(r"\1`<run id>`, <started>)", path.read_text())
+    return "\n".join(sorted(NUMBER.sub("#", text).splitlines())) if measured else text
 
 
 def _sweep_view(sweep: dict[str, Any]) -> dict[str, Any]:
@@ -604,6 +706,12 @@ def _profile_view(path: Path) -> list[list[str]]:
 
 
 def compare_case(case: Case, a: Outcome, b: Outcome) -> list[Row]:
+    COMPILED.clear()
+    for side in (a, b):
+        try:
+            note_compiled(side.store)
+        except (OSError, ValueError):  # an unreadable entry: the comparison says which
+            pass
     rows = [check(case.name, "plan text", lambda: compare_plan(a, b, "plan.txt")),
             check(case.name, "plan JSON", lambda: compare_plan(a, b, "plan.json"))]
     for side in (a, b):
