@@ -141,6 +141,7 @@ def genai_config(config: dict[str, Any], bundle: dict[str, Any],
     from planner.models.roles import CACHE, ROLES
 
     graphs = bundle["graphs"]
+    key, value = CACHE.parts
     token = next(g for g in graphs if ROLES[g].token_stage)
     shape = shape_of(config) if config else None
     layers = shape.layers if shape else CACHE.layers([s["name"] for s in graphs[token]["inputs"]])
@@ -162,10 +163,10 @@ def genai_config(config: dict[str, Any], bundle: dict[str, Any],
             "num_key_value_heads": shape.kv_heads if shape else None,
             "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask",
                        "position_ids": "position_ids",
-                       "past_key_names": "past_key_values.%d.key",
-                       "past_value_names": "past_key_values.%d.value"},
-            "outputs": {"logits": "logits", "present_key_names": "present.%d.key",
-                        "present_value_names": "present.%d.value"},
+                       "past_key_names": f"{CACHE.past}.%d.{key}",
+                       "past_value_names": f"{CACHE.past}.%d.{value}"},
+            "outputs": {"logits": "logits", "present_key_names": f"{CACHE.present}.%d.{key}",
+                        "present_value_names": f"{CACHE.present}.%d.{value}"},
             "pipeline": [  # each graph a stage: the prompt's, then each new token's
                 {g: {"filename": graphs[g]["model"], "inputs": io(g, "inputs"),
                      "outputs": io(g, "outputs"),
