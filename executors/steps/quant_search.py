@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from executors.onnx import accuracy as A
+from executors.diagnosis import module_error as A
 from executors.onnx import mixed_precision as mp
 from executors.onnx import quantizer as Q
 from executors.onnx.artifacts import MODEL, load

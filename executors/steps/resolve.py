@@ -58,7 +58,7 @@ def _random_init(ctx: StepContext) -> Path:
     import transformers
 
     from executors.runtime import torchmodel
-    from executors.runtime.preprocessors import settle_batchnorm, write_preprocessor
+    from executors.samples.preprocessors import settle_batchnorm, write_preprocessor
 
     ri = ctx.params["random_init"]
     if ri["model_type"] not in transformers.CONFIG_MAPPING:

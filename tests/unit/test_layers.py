@@ -89,7 +89,7 @@ def test_plan_schema_lists_exactly_the_declared_ops() -> None:
 
 
 def test_fusion_flags_have_one_source() -> None:
-    from executors.onnx.ortopt import FUSED_OPS, FUSION_OPTION
+    from executors.runtime.ortopt import FUSED_OPS, FUSION_OPTION
 
     flags = schemas.load("config")["properties"]["optim"]["properties"]["flags"]["items"]["enum"]
     assert sorted(flags) == sorted(FUSIONS) == sorted(FUSION_OPTION) == sorted(FUSED_OPS)
