@@ -44,7 +44,7 @@ def check_modules(irs: list[dict[str, Any]], store: Store) -> None:
 def _module_trees(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The module tree of each graph the config exports; none if it cannot be traced here."""
     from executors.commands.hierarchy_trace import module_trees
-    from planner.models.inspect import describe
+    from planner.render.model_info import describe
 
     try:
         return module_trees(describe(config), config)
