@@ -15,7 +15,7 @@ import numpy as np
 
 from executors.evaluation import data
 from executors.evaluation.base import Context, Evaluator, Forward
-from executors.evaluation.tasks import evaluator
+from executors.evaluation.evaluators import evaluator
 from executors.onnx.artifacts import MODEL
 from executors.runtime import torchmodel
 from executors.runtime.adapters import adapter

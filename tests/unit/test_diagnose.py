@@ -226,7 +226,7 @@ def test_the_target_runs_the_worst_innermost_modules() -> None:
 
 
 def test_ranked_table_shows_modules_below_their_shared_root() -> None:
-    from planner.render.module_accuracy import common_root, ranked, relative
+    from planner.render.module_error import common_root, ranked, relative
 
     base = "/Net/Model/Encoder"
     rows = [{"tag": f"{base}/Block.{i}/Conv", "class": "Conv", "nodes": 3, "sqnr_db": 10.0 + i,
