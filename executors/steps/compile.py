@@ -15,7 +15,7 @@ import numpy as np
 
 from executors.onnx import pieces
 from executors.onnx.artifacts import MODEL, load, save, set_meta
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 from executors.runtime.adapters import adapter
 from executors.runtime.breakdown import write_node_tags
 from executors.runtime.nativelog import native_log

@@ -14,7 +14,7 @@ import onnx
 from executors.onnx import pieces, subgraph
 from executors.onnx.artifacts import MODEL, SIDECAR, load, save
 from executors.onnx.hierarchy import prefixes
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 from executors.runtime.adapters import host_providers
 from executors.samples import batches, io_specs
 from planner.support.suggest import did_you_mean

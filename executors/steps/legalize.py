@@ -13,7 +13,7 @@ import numpy as np
 
 from executors.onnx.artifacts import MODEL, load, save
 from executors.onnx.legality import rewrite_set
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 from executors.runtime.adapters import host_providers
 from executors.samples import batches, io_specs, valid_positions
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from executors.onnx import pieces
 from executors.onnx.artifacts import MODEL
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 from executors.runtime.generate import BUNDLE
 from executors.samples import checkpoint_dir, io_specs
 from executors.store.weights import WEIGHTS, link_or_copy

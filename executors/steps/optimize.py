@@ -17,7 +17,7 @@ from pathlib import Path
 import onnx
 
 from executors.onnx.artifacts import MODEL, load
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 from executors.runtime.ortopt import (
     FUSED_OPS,
     FUSION_OPTION,

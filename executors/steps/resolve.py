@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from executors.onnx.artifacts import SOURCE
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 from planner.models import sources
 
 TOKEN_IDS = {"pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",

@@ -11,7 +11,7 @@ import json
 import numpy as np
 
 from executors.onnx.artifacts import METRICS
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 from executors.runtime import generate, torchmodel
 from executors.samples import checkpoint_dir
 from executors.samples.lm import prompts

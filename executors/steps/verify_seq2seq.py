@@ -14,7 +14,7 @@ import numpy as np
 
 from executors.evaluation import generation, runner, textscore
 from executors.evaluation.base import Context
-from executors.run.wrapper import StepContext
+from executors.run.step_api import StepContext
 from executors.runtime import generate, torchmodel
 from executors.samples import Samples, kind_of
 from executors.steps.agreement import compare, summarize
