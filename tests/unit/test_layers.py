@@ -1,7 +1,7 @@
 """The layers and the single sources DESIGN.md asks for, checked on the code itself: the
 planner imports no executor, the parts of planner/ and executors/ stand in a declared order
-and a part imports only parts below it, executors decide by declarations (never by op name), every trait
-and declaration field is read by some code, and every list has one source."""
+and a part imports only parts below it, executors decide by declarations (never by op name),
+every trait and declaration field is read by some code, and every list has one source."""
 
 from __future__ import annotations
 
