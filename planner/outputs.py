@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from planner.config.storepath import NAME_MAX
 from planner.core.ops import OPS, Trait
-from planner.core.storelayout import NAME_MAX
 from planner.errors import UsageError
 from planner.models.identity import display_name
 

@@ -1,4 +1,5 @@
-"""Config -> Plan: compose, validate, lower, rewrite to a fixed point, key, mark actions."""
+"""Config -> Plan: compose, validate, lower, rewrite to a fixed point, key, mark actions; and a
+sweep's plan: every job planned, then the sweep rules merge them."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from planner.core.lower import lower
 from planner.core.ops import Trait
 from planner.core.plan import Plan
 from planner.core.storelayout import entry_complete, store_root
+from planner.core.sweep import Composer, Job, SweepPlan, expand
+from planner.errors import ModelplanError
 
 
 def plan_from_overrides(overrides: list[str] | tuple[str, ...] = (),
@@ -53,3 +56,33 @@ def mark_actions(plan: Plan, root: Path) -> None:
             s.action, s.reason = "cached", "output already in the store"
         else:
             s.action, s.reason = "run", "output not in the store"
+
+
+def plan_sweep(overrides: list[str], store: str | None = None, tree: ConfigTree = PACKAGED,
+               symbolic: bool = False, timings: dict[str, float] | None = None) -> SweepPlan:
+    """Plan every job of a multirun; a job whose config is invalid fails alone."""
+    return plan_jobs(expand(overrides), store, tree=tree, symbolic=symbolic, timings=timings)
+
+
+def plan_jobs(job_overrides: list[list[str]], store: str | None = None,
+              first_index: int = 0, tree: ConfigTree = PACKAGED,
+              symbolic: bool = False, timings: dict[str, float] | None = None) -> SweepPlan:
+    """Plan already expanded jobs (as a Hydra sweeper hands them to a launcher).
+    symbolic: a model source that cannot be read gets a symbolic key (planner.models.sources).
+    timings: where planning's time goes (`plan_s`, and `composes`: configs Hydra composed)."""
+    composer = Composer(tree)
+    jobs = [Job(first_index + i, list(ov)) for i, ov in enumerate(job_overrides)]
+    for job in jobs:
+        try:
+            config = composer(job.overrides)
+            if store:
+                config["store"]["path"] = str(Path(store).expanduser().resolve())
+            job.plan = plan_for(config, symbolic=symbolic, timings=timings)
+        except ModelplanError as exc:
+            job.error = "; ".join(exc.lines)
+    sweep = SweepPlan(jobs)
+    for rule in rules.discover("sweep"):
+        sweep.merges.extend(rule.apply(sweep))
+    if timings is not None:
+        timings["composes"] = composer.composes
+    return sweep

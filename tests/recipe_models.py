@@ -160,7 +160,7 @@ def save_checkpoint(model_type: str, task: str, model_class: str | None,
     import torch
     import transformers
 
-    from executors.runtime.preprocessors import write_preprocessor
+    from executors.samples.preprocessors import write_preprocessor
 
     fields, hints = tiny_config(model_type, recipes)
     config = transformers.AutoConfig.for_model(model_type, **fields)

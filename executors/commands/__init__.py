@@ -1,2 +1,3 @@
-"""The CLI commands the local executor plugin adds to `modelplan` (the highest part: a command
-may use any part below it)."""
+"""The commands the local executor plugin adds to the modelplan CLI (the highest part: a command
+may use any part below it): `store ls | verify | gc`, `generate`, and the random-weight trace
+behind `modelplan inspect --hierarchy`."""

@@ -13,7 +13,8 @@ import numpy as np
 
 from executors.evaluation.base import Context, EvalDataError, Feed, Prepared
 from executors.evaluation.data import audio_array, image_array
-from executors.samples import kind_of, media
+from executors.onnx.iospecs import kind_of
+from executors.samples import media
 from executors.samples import text as shipped_text
 
 
@@ -38,22 +39,14 @@ def text_feed(cx: Context, enc: dict[str, Any]) -> Feed:
     ids = np.asarray(enc["input_ids"], np.int64).reshape(1, -1)
     mask = np.asarray(enc.get("attention_mask", np.ones_like(ids)), np.int64).reshape(1, -1)
     types = enc.get("token_type_ids")
-    feed: Feed = {}
-    for spec in cx.inputs:
-        kind = kind_of(spec)
-        if kind == "token_ids":
-            feed[spec["name"]] = ids
-        elif kind == "attention_mask":
-            feed[spec["name"]] = mask
-        elif kind == "token_types":
-            feed[spec["name"]] = np.asarray(types, np.int64).reshape(1, -1) \
-                if types is not None else np.zeros_like(ids)
-        elif kind == "boxes":
-            feed[spec["name"]] = np.zeros((*ids.shape, 4), np.int64)
-        else:
+    inputs = [(kind_of(spec), spec) for spec in cx.inputs]
+    for kind, spec in inputs:
+        if kind not in shipped_text.TEXT_KINDS:
             raise EvalDataError(f"eval: the graph's input {spec['name']!r} is not one a text "
                                 "dataset feeds; evaluate with the model's own inputs")
-    return feed
+    return shipped_text.encoded_feed(
+        inputs, ids, mask, np.asarray(types, np.int64).reshape(1, -1) if types is not None
+        else None)
 
 
 def encode(cx: Context, text: str, pair: str | None = None, **kw: Any) -> dict[str, Any]:
@@ -88,23 +81,14 @@ def audio_feed(cx: Context, value: Any) -> Feed:
     rate = int(getattr(extractor, "sampling_rate", media.RATE) or media.RATE)
     wav = audio_array(value, rate)
     if kind_of(spec) == "waveform":
-        n = int(spec["shape"][1])
-        wav = np.pad(wav[:n], (0, max(0, n - len(wav))))
-        if extractor is not None:
-            wav = np.asarray(extractor(wav, sampling_rate=rate, return_tensors="np")
-                             ["input_values"][0], np.float32)[:n]
-        else:
-            wav = (wav - wav.mean()) / (wav.std() + 1e-7)
+        wav = media.fitted_waveform(wav, int(spec["shape"][1]), extractor, rate)
         return {spec["name"]: wav.astype(np.float32)[None]}
     if extractor is None:
         raise EvalDataError("eval: the checkpoint has no feature extractor to compute the "
                             "spectrogram its graph takes; add preprocessor_config.json")
     if kind_of(spec) == "mel_features":  # [mel bins, frames]: the extractor pads to its window
-        feats = np.asarray(extractor(wav, sampling_rate=rate, return_tensors="np")
-                           ["input_features"][0], np.float32)
-        return {spec["name"]: feats[None]}
-    feats = np.asarray(extractor(wav, sampling_rate=rate, return_tensors="np")["input_values"][0],
-                       np.float32)
+        return {spec["name"]: media.extracted(wav, extractor, rate, "input_features")[None]}
+    feats = media.extracted(wav, extractor, rate, "input_values")
     frames = int(spec["shape"][1])
     feats = np.pad(feats[:frames], ((0, max(0, frames - len(feats))), (0, 0)))
     return {spec["name"]: feats[None]}

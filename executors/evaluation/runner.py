@@ -15,12 +15,12 @@ import numpy as np
 
 from executors.evaluation import data
 from executors.evaluation.base import Context, Evaluator, Forward
-from executors.evaluation.tasks import evaluator
+from executors.evaluation.evaluators import evaluator
 from executors.generation.modules import graph_module
 from executors.onnx.artifacts import MODEL
+from executors.onnx.iospecs import io_specs
 from executors.runtime import torchmodel
 from executors.runtime.adapters import adapter
-from executors.samples import io_specs
 from planner.core.targets import Target, of_params, reference
 from planner.models import tasks
 from planner.models.evaluation import EVAL

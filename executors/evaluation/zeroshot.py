@@ -20,7 +20,7 @@ import numpy as np
 
 from executors.evaluation.base import Context, EvalDataError, Evaluator, Feed, Prepared, first
 from executors.evaluation.inputs import image_feed, tokenizer
-from executors.samples import kind_of
+from executors.onnx.iospecs import kind_of
 from executors.samples.text import QUERIES
 
 PROMPT = "a photo of a {}"

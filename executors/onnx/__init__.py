@@ -1,1 +1,1 @@
-"""ONNX graph tooling: artifacts and fact stamps, ONNX Runtime passes, HTP rewrites, hierarchy tags, subgraphs and module pieces."""
+"""ONNX graph tooling: artifacts and fact stamps, legality, HTP rewrites, hierarchy tags, subgraphs and module pieces."""

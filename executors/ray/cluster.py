@@ -21,7 +21,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Self
 
-from executors.ray import tasks
+from executors.ray import remote_functions
 from executors.run.wrapper import has_implementation
 from executors.store.content import Store
 from planner.core import resources
@@ -204,7 +204,7 @@ class Cluster:
         token = uuid.uuid4().hex
         probe_file = store.root / "tmp" / f"probe-{token}"
         probe_file.write_text(token)
-        remote = self.ray.remote(tasks.probe)
+        remote = self.ray.remote(remote_functions.probe)
         refs = {n.id: remote.options(num_cpus=0, max_retries=0,
                                      scheduling_strategy=NodeAffinitySchedulingStrategy(
                                          n.id, soft=False)).remote(str(store.root), token)

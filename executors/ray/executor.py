@@ -13,10 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from executors import execution
 from executors.local import check_runnable
 from executors.ray.cluster import Cluster
 from executors.ray.runner import RayRunner
-from executors.run import execution
 from executors.store.content import Store
 from planner.core import resources
 

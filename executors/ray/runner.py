@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Self
 
-from executors.ray import tasks
+from executors.ray import remote_functions
 from executors.ray.cluster import Cluster
 from executors.run.outcome import StepOutcome, Work, failed
 from executors.store.content import Store
@@ -34,7 +34,7 @@ class RayRunner:
                  say: Callable[[str], None]) -> None:
         self.cluster, self.ray, self.store = cluster, cluster.ray, store
         self.settings, self.say = settings, say
-        self.remote = self.ray.remote(tasks.build_step)
+        self.remote = self.ray.remote(remote_functions.build_step)
         self.submitted: dict[str, Any] = {}   # key -> object ref
 
     def __enter__(self) -> Self:

@@ -116,14 +116,14 @@ def _hierarchy_map(a: Artifact, want: Any) -> str | None:
 
 
 def _normalized(a: Artifact, _want: Any) -> str | None:
-    from executors.onnx.ortopt import basic_pass_changes
+    from executors.runtime.ortopt import basic_pass_changes
 
     a.needs_graph()
     return basic_pass_changes(a.model_path)
 
 
 def _fused(a: Artifact, want: Any) -> str | None:
-    from executors.onnx.ortopt import basic_pass_changes, unfused
+    from executors.runtime.ortopt import basic_pass_changes, unfused
 
     flags = sorted(want)
     if "matmul_add" in flags and (why := basic_pass_changes(a.model_path)):

@@ -34,7 +34,7 @@ from planner.errors import StepError
 
 if TYPE_CHECKING:
     from executors.run.monitor import StepMonitor
-    from executors.run.wrapper import StepContext, StepResult
+    from executors.run.step_api import StepContext, StepResult
 
 # What a step that uses a tool (Op.tools) imports first; torch steps load their models through
 # transformers, whose modeling code is the larger share of that import.
@@ -186,7 +186,7 @@ def spec(ctx: StepContext) -> dict[str, Any]:
 
 
 def result(metrics: dict[str, Any]) -> StepResult:
-    from executors.run.wrapper import StepResult
+    from executors.run.step_api import StepResult
 
     return StepResult(metrics=metrics)
 
@@ -294,7 +294,8 @@ def _worker_main(conn: Connection) -> None:
 
 def _run(conn: Connection, spec: dict[str, Any]) -> tuple:
     """Run one step here: ("ok", metrics, peak MB) or ("failed", error payload, peak MB)."""
-    from executors.run.wrapper import StepContext, apply_step
+    from executors.run.step_api import StepContext
+    from executors.run.wrapper import apply_step
 
     ctx = StepContext(spec["step"], {r: Path(p) for r, p in spec["inputs"].items()},
                       Path(spec["out"]), lambda line: conn.send(("progress", line)),

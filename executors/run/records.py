@@ -89,7 +89,7 @@ def run_record(ir: dict[str, Any], steps: list[dict[str, Any]], *, executor: str
                interrupted_by: str | None = None, say: Any = None) -> dict[str, Any]:
     """The record of one plan's run. `started` is an epoch time; `job` a sweep job's index;
     `interrupted_by` the signal that stopped it. A failed gate (verify, eval) adds where the
-    accuracy went, per module (executors/run/gate_accuracy.py)."""
+    accuracy went, per module (executors/run/gate_diagnosis.py)."""
 
     error = first_error(steps)
     modules = lift_modules(steps)
@@ -107,7 +107,7 @@ def run_record(ir: dict[str, Any], steps: list[dict[str, Any]], *, executor: str
         "steps": steps, "error": error, "modules": modules, "model": card.facts(ir),
     }
     if error and not interrupted_by:
-        from executors.run.gate_accuracy import record_fields  # onnx, only after a failure
+        from executors.run.gate_diagnosis import record_fields  # onnx, only after a failure
 
         record.update(record_fields(ir, steps, say))
     if job is not None:

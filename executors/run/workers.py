@@ -30,7 +30,7 @@ from executors.run import forkserver
 
 if TYPE_CHECKING:
     from executors.run.monitor import StepMonitor
-    from executors.run.wrapper import StepContext, StepResult
+    from executors.run.step_api import StepContext, StepResult
 
 RECYCLE_MB = 256.0  # a worker this far above its starting RSS after a step is replaced
 

@@ -1,4 +1,5 @@
-"""The step wrapper every executor runs every step through, and what a step gets and returns.
+"""The step wrapper every executor runs every step through (what a step gets and returns is
+executors/run/step_api.py).
 
 `apply_step` does for each op what onnx-ir's `PassBase.__call__` does for a pass: check the
 op's `requires` on its inputs, run the step (which only transforms and reports metrics), then
@@ -19,7 +20,6 @@ import json
 import traceback
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,52 +29,16 @@ from executors.run import proofs
 from executors.run.checkers import Artifact, unmet_carried, unmet_ensures
 from executors.run.monitor import StepMonitor
 from executors.run.outcome import FAILED, OK, UNELIDED, StepOutcome, failed
+from executors.run.step_api import StepContext, StepResult
 from executors.store import diskfull, weights
 from executors.store.content import Entry, Store
 from planner import rules
 from planner.core import facts as F
-from planner.core.ops import OPS, FactName, Op, Trait
+from planner.core.ops import OPS, FactName, Trait
 from planner.core.storelayout import RESULT
 from planner.errors import EnsuresError, RequiresError, StepError
 
 BUG = "this is a modelplan bug for this model; rerun with --debug and report it"
-
-
-@dataclass
-class StepContext:
-    """One step's view of the world: its plan entry, its inputs' store entries, its output dir."""
-
-    step: dict[str, Any]             # the plan's step, with the key it is built under
-    inputs: dict[str, Path]          # role -> the input step's output directory
-    out: Path                        # write outputs here (a temporary dir of the store)
-    progress: Callable[[str], None] = print
-    cache_dir: Path | None = None    # for ONNX Runtime's optimized-model cache
-    blobs: Path | None = None        # the store's weight blob pool (executors/store/weights.py)
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return self.step["params"]
-
-    @property
-    def id(self) -> str:
-        return self.step["id"]
-
-    @property
-    def op(self) -> Op:
-        return OPS[self.step["op"]]
-
-    def input_model(self, role: str = "model") -> Path:
-        return self.inputs[role] / MODEL
-
-    def fail(self, cause: str, fix: str, where: str | None = None) -> StepError:
-        """A StepError naming the step, the input, the cause and a fix."""
-        src = where or ", ".join(str(p) for p in self.inputs.values()) or "no input"
-        return StepError(f"step {self.id} ({self.step['op']}) failed on {src}: {cause}; {fix}")
-
-
-@dataclass
-class StepResult:
-    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 def module_name(name: str) -> str:

@@ -1,1 +1,1 @@
-"""Sessions and models: execution-provider adapters, the layered session cache, profiling and latency breakdowns, torch models, preprocessors."""
+"""Sessions and models: execution-provider adapters, the layered session cache, ONNX Runtime's graph passes (ortopt), profiling and latency breakdowns, torch models."""

@@ -3,7 +3,8 @@ offline: the shipped sentences through the model's tokenizer, photographs throug
 processor, speech through its feature extractor, and for a decoder the encoder's own states
 on those inputs. Seeded random values inside each spec's range only where the model has no
 preprocessor for an input, and then `Samples.origin` says so. Attention masks include padding
-so masking is exercised.
+so masking is exercised. A random-weight checkpoint gets the preprocessor its model type
+pairs with (preprocessors.py), so its samples are preprocessed as a real one's.
 
 Splits: "calibration" and "verify" use disjoint sentences and photographs; "perf" any.
 """
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from executors.onnx.artifacts import SOURCE
-from executors.onnx.iospecs import io_specs, kind_of  # noqa: F401 (their home until callers move)
+from executors.onnx.iospecs import kind_of
 from executors.samples import generation, media, text
 
 DTYPES = {"int64": np.int64, "int32": np.int32, "float32": np.float32, "float16": np.float16,

@@ -157,14 +157,25 @@ def feature_extractor(checkpoint: Path | None) -> Any:
 
 
 def waveform(text: str, samples: int, extractor: Any) -> np.ndarray:
-    """`text` spoken, fitted to `samples` (cut, or padded with silence), and normalized as
-    the model's feature extractor does."""
-    wav = speaker().say(text)[:samples]
-    wav = np.pad(wav, (0, samples - len(wav)))
+    """`text` spoken, as the waveform a graph takes (fitted_waveform)."""
+    return fitted_waveform(speaker().say(text), samples, extractor, RATE)
+
+
+def fitted_waveform(wav: np.ndarray, samples: int, extractor: Any, rate: int) -> np.ndarray:
+    """Speech at `rate` Hz fitted to `samples` (cut, or padded with silence), and normalized
+    as the model's feature extractor does."""
+    wav = np.pad(wav[:samples], (0, max(0, samples - len(wav))))
     if extractor is not None:
-        out = extractor(wav, sampling_rate=RATE, return_tensors="np")
+        out = extractor(wav, sampling_rate=rate, return_tensors="np")
         return np.asarray(out["input_values"][0], np.float32)[:samples]
     return ((wav - wav.mean()) / (wav.std() + 1e-7)).astype(np.float32)
+
+
+def extracted(wav: np.ndarray, extractor: Any, rate: int, field: str) -> np.ndarray:
+    """The feature extractor's `field` (input_features: log-mel [mel bins, frames];
+    input_values: a spectrogram's [frames, mel bins]) for speech at `rate` Hz."""
+    return np.asarray(extractor(wav, sampling_rate=rate, return_tensors="np")[field][0],
+                      np.float32)
 
 
 def mel_features(text: str, shape: list[int], extractor: Any) -> np.ndarray:
@@ -173,8 +184,7 @@ def mel_features(text: str, shape: list[int], extractor: Any) -> np.ndarray:
     _, mels, frames = shape
     if extractor is None:
         raise LookupError("the checkpoint has no feature extractor to compute log-mel features")
-    out = np.asarray(extractor(speaker().say(text), sampling_rate=RATE,
-                               return_tensors="np")["input_features"][0], np.float32)
+    out = extracted(speaker().say(text), extractor, RATE, "input_features")
     if out.shape != (mels, frames):
         raise LookupError(f"the feature extractor gives {list(out.shape)} features, the graph "
                           f"takes [{mels}, {frames}]")
@@ -187,9 +197,7 @@ def spectrogram(text: str, shape: list[int], extractor: Any) -> np.ndarray:
     _, frames, mels = shape
     if extractor is None:
         raise LookupError("the checkpoint has no feature extractor to compute spectrograms")
-    wav = speaker().say(text)
-    out = np.asarray(extractor(wav, sampling_rate=RATE, return_tensors="np")["input_values"][0],
-                     np.float32)
+    out = extracted(speaker().say(text), extractor, RATE, "input_values")
     if out.shape != (frames, mels):
         raise LookupError(f"the feature extractor gives {list(out.shape)} features, the graph "
                           f"takes [{frames}, {mels}]")

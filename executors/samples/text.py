@@ -4,6 +4,7 @@ target tokens, and the encoder's own states on the matching source sentence or p
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -60,6 +61,26 @@ def _boxes(mask: np.ndarray) -> np.ndarray:
     return np.broadcast_to(line, (batch, seq, 4)).copy() * mask[..., None]
 
 
+def encoded_feed(inputs: Iterable[tuple[str, dict[str, Any]]], ids: np.ndarray,
+                 mask: np.ndarray, types: Any | None = None,
+                 boxes: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """A text's encoding as the feed of the graph's text inputs, by kind ((kind, spec) pairs,
+    kinds of TEXT_KINDS): its token ids, attention mask, token types (zeros where the
+    tokenizer gives none) and layout boxes (zeros where none are given)."""
+    feed = {}
+    for kind, spec in inputs:
+        if kind == "token_ids":
+            feed[spec["name"]] = ids
+        elif kind == "attention_mask":
+            feed[spec["name"]] = mask
+        elif kind == "token_types":
+            feed[spec["name"]] = np.asarray(types) if types is not None else np.zeros_like(ids)
+        elif kind == "boxes":
+            feed[spec["name"]] = boxes if boxes is not None else \
+                np.zeros((*ids.shape, 4), np.int64)
+    return feed
+
+
 def text_feeds(wanted: dict[str, dict[str, Any]], n: int, split: str, ckpt: Path | None,
                rng: np.random.Generator) -> Got:
     ids = wanted["token_ids"]
@@ -82,16 +103,8 @@ def text_feeds(wanted: dict[str, dict[str, Any]], n: int, split: str, ckpt: Path
             if "end_id" in ids:  # the token the model pools at ends each real sequence
                 ids_v[np.arange(batch), mask.sum(1) - 1] = ids["end_id"]
             types = None
-        feed = {ids["name"]: ids_v}
-        for kind, spec in wanted.items():
-            if kind == "attention_mask":
-                feed[spec["name"]] = mask
-            elif kind == "token_types":
-                feed[spec["name"]] = np.asarray(types) if types is not None else \
-                    np.zeros_like(ids_v)
-            elif kind == "boxes":
-                feed[spec["name"]] = _boxes(mask)
-        feeds.append(feed)
+        boxes = _boxes(mask) if "boxes" in wanted else None
+        feeds.append(encoded_feed(wanted.items(), ids_v, mask, types, boxes))
     origin = "sentences via the model's tokenizer" if tok is not None else \
         "random token ids (the model has no tokenizer)"
     return Got(feeds, origin)

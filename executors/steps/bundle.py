@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 
 from executors.onnx.artifacts import MODEL
-from executors.run.wrapper import StepContext, StepResult
-from executors.samples import checkpoint_dir, io_specs
+from executors.onnx.iospecs import io_specs
+from executors.run.step_api import StepContext, StepResult
+from executors.samples import checkpoint_dir
 from executors.steps.lm_bundle import CHECKPOINT_FILES
 from executors.store.weights import WEIGHTS, link_or_copy
 

@@ -15,11 +15,12 @@ import numpy as np
 
 from executors.onnx import pieces
 from executors.onnx.artifacts import MODEL, load, save, set_meta
-from executors.run.wrapper import StepContext, StepResult
+from executors.onnx.iospecs import io_specs
+from executors.run.step_api import StepContext, StepResult
 from executors.runtime.adapters import adapter
 from executors.runtime.breakdown import write_node_tags
 from executors.runtime.nativelog import native_log
-from executors.samples import batches, io_specs
+from executors.samples import batches
 from planner.core.targets import of_params
 
 

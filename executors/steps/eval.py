@@ -10,7 +10,7 @@ import json
 from executors.evaluation.base import EvalDataError
 from executors.evaluation.runner import evaluate
 from executors.onnx.artifacts import METRICS
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 
 
 def run(ctx: StepContext) -> StepResult:

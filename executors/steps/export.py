@@ -32,7 +32,7 @@ from executors.onnx.artifacts import (
     save,
     set_meta,
 )
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 from executors.runtime import torchmodel
 from executors.runtime.adapters import host_providers
 from executors.samples import Samples

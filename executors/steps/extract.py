@@ -14,9 +14,10 @@ import onnx
 from executors.onnx import pieces, subgraph
 from executors.onnx.artifacts import MODEL, SIDECAR, load, save
 from executors.onnx.hierarchy import prefixes
-from executors.run.wrapper import StepContext, StepResult
+from executors.onnx.iospecs import io_specs
+from executors.run.step_api import StepContext, StepResult
 from executors.runtime.adapters import host_providers
-from executors.samples import batches, io_specs
+from executors.samples import batches
 from planner.support.suggest import did_you_mean
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 from executors.samples import Samples
 from planner.models.generation import LOOP_FILE
 

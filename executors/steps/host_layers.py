@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from executors.onnx.artifacts import load, save
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 from executors.runtime import torchmodel
 
 FILES = {"embeddings": "embed_model.onnx", "head": "head_model.onnx"}

@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 
 from executors.onnx.artifacts import MODEL, load, save
+from executors.onnx.iospecs import io_specs
 from executors.onnx.legality import rewrite_set
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 from executors.runtime.adapters import host_providers
-from executors.samples import batches, io_specs, valid_positions
+from executors.samples import batches, valid_positions
 
 TOLERANCE = 1e-4
 

@@ -15,8 +15,9 @@ from typing import Any
 from executors.generation.bundle import BUNDLE
 from executors.onnx import pieces
 from executors.onnx.artifacts import MODEL
-from executors.run.wrapper import StepContext, StepResult
-from executors.samples import checkpoint_dir, io_specs
+from executors.onnx.iospecs import io_specs
+from executors.run.step_api import StepContext, StepResult
+from executors.samples import checkpoint_dir
 from executors.store.weights import WEIGHTS, link_or_copy
 
 # what a client needs beside the graphs (tokenizer files of the usual tokenizer families)

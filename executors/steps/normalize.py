@@ -3,7 +3,7 @@ optimize{} (executors/steps/optimize.py), run through its code path with no flag
 
 from __future__ import annotations
 
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 from executors.steps.optimize import optimize
 
 

@@ -5,7 +5,7 @@ already normalized input the first fixed point costs one pass that changes nothi
 is this code path with no flags (executors/steps/normalize.py).
 
 matmul_add is ORT's MatMulAddFusion, part of the basic level, so normalize already applies it
-(executors/onnx/ortopt.py holds the fusions and what each creates)."""
+(executors/runtime/ortopt.py holds the fusions and what each creates)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from pathlib import Path
 import onnx
 
 from executors.onnx.artifacts import MODEL, load
-from executors.onnx.ortopt import (
+from executors.run.step_api import StepContext, StepResult
+from executors.runtime.ortopt import (
     FUSED_OPS,
     FUSION_OPTION,
     basic_fixed_point,
@@ -25,7 +26,6 @@ from executors.onnx.ortopt import (
     needs_weights,
     save_fixed_point,
 )
-from executors.run.wrapper import StepContext, StepResult
 from executors.store.weights import internalize, matmul_weights
 from planner.core.ops import FUSIONS
 

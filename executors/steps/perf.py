@@ -14,10 +14,11 @@ import numpy as np
 from executors.onnx import pieces
 from executors.onnx.artifacts import METRICS, MODEL
 from executors.onnx.hierarchy import depth
-from executors.run.wrapper import StepContext, StepResult
+from executors.onnx.iospecs import io_specs
+from executors.run.step_api import StepContext, StepResult
 from executors.runtime.adapters import adapter
 from executors.runtime.profiling import profile
-from executors.samples import batches, io_specs
+from executors.samples import batches
 from planner.core.targets import of_params
 
 

@@ -21,12 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from executors.onnx import accuracy as A
+from executors.diagnosis import module_error as A
 from executors.onnx import mixed_precision as mp
 from executors.onnx import quantizer as Q
 from executors.onnx.artifacts import MODEL, load
-from executors.run.wrapper import StepContext, StepResult
-from executors.samples import Samples, io_specs, valid_positions
+from executors.onnx.iospecs import io_specs
+from executors.run.step_api import StepContext, StepResult
+from executors.samples import Samples, valid_positions
 from executors.steps.verify import cosines, vectors
 from planner.core.mixed_precision import as_override
 from planner.core.ops import bits

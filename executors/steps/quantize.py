@@ -10,7 +10,7 @@ from typing import Any
 from executors.onnx import mixed_precision as mp
 from executors.onnx import quantizer as Q
 from executors.onnx.artifacts import MODEL, load, save
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 from executors.steps import quant_search
 from executors.steps.quant_search import quantize_or_fail, staged
 

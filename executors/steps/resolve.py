@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from executors.onnx.artifacts import SOURCE
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 from planner.models import sources
 
 TOKEN_IDS = {"pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
@@ -58,7 +58,7 @@ def _random_init(ctx: StepContext) -> Path:
     import transformers
 
     from executors.runtime import torchmodel
-    from executors.runtime.preprocessors import settle_batchnorm, write_preprocessor
+    from executors.samples.preprocessors import settle_batchnorm, write_preprocessor
 
     ri = ctx.params["random_init"]
     if ri["model_type"] not in transformers.CONFIG_MAPPING:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 
 from executors.onnx.artifacts import MODEL
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 from executors.runtime import shared_context
 from executors.store.weights import WEIGHTS, link_or_copy
 from planner.core.targets import of_params

@@ -21,8 +21,9 @@ import onnx
 
 from executors.onnx import pieces, subgraph
 from executors.onnx.artifacts import MODEL, load, save
-from executors.run.wrapper import StepContext, StepResult
-from executors.samples import batches, io_specs
+from executors.onnx.iospecs import io_specs
+from executors.run.step_api import StepContext, StepResult
+from executors.samples import batches
 
 BLOCK = re.compile(r"^(.*?/[A-Za-z_]\w*)\.(\d+)(?:/|$)")
 

@@ -8,7 +8,7 @@ from collections import Counter
 
 from executors.onnx import hierarchy
 from executors.onnx.artifacts import DEPTH_KEY, MODEL, SIDECAR, TAG_KEY, load, save, set_meta
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 
 
 def run(ctx: StepContext) -> StepResult:

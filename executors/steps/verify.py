@@ -8,9 +8,10 @@ import json
 import numpy as np
 
 from executors.onnx.artifacts import METRICS
-from executors.run.wrapper import StepContext, StepResult
+from executors.onnx.iospecs import io_specs
+from executors.run.step_api import StepContext, StepResult
 from executors.runtime.adapters import adapter
-from executors.samples import Samples, io_specs, valid_positions
+from executors.samples import Samples, valid_positions
 from planner.core.diagnosis import VERDICTS
 from planner.core.targets import of_params, reference
 

@@ -26,7 +26,7 @@ from executors.generation import bundle, encoder_decoder
 from executors.generation.decoder_only import TorchLM
 from executors.onnx.artifacts import METRICS
 from executors.onnx.iospecs import kind_of
-from executors.run.wrapper import StepContext, StepResult
+from executors.run.step_api import StepContext, StepResult
 from executors.runtime import torchmodel
 from executors.samples import Samples, checkpoint_dir
 from executors.samples.generation import prompts

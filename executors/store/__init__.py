@@ -1,1 +1,1 @@
-"""The content-addressed store: entries built under a per-key lock (content), weight blobs (weights), leases that gc respects, publishing outputs, the `store` commands."""
+"""The content-addressed store: entries built under a per-key lock (content), weight blobs (weights), leases that gc respects, full-disk checks (diskfull)."""

@@ -43,7 +43,7 @@ class ModelplanLauncher(Launcher):
                initial_job_idx: int) -> Sequence[JobReturn]:
         from planner.cli.app import RunOptions, run_sweep
         from planner.config.conftree import from_hydra
-        from planner.core.sweep import plan_jobs
+        from planner.planning import plan_jobs
 
         assert self.config is not None
         sweep_dir = Path(self.config.hydra.sweep.dir).resolve()

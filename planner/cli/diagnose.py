@@ -60,7 +60,7 @@ def _entry(ir: dict[str, Any], record: dict[str, Any], step_id: str) -> Path:
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
     from planner.cli.app import RunOptions, diagnose_accuracy, run_plan
-    from planner.render import module_accuracy
+    from planner.render import module_error
 
     full, built = _plans(args)
     reference, candidate, source = _roles(full)
@@ -84,7 +84,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_finite(result), indent=2))
     else:
-        sys.stdout.write(module_accuracy.text(result, args.top or None))
+        sys.stdout.write(module_error.text(result, args.top or None))
     return 0
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.cli.common import writable_dir, write_output
+from planner.core.targets import TARGETS
 from planner.errors import ConfigError, UsageError
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
@@ -110,7 +111,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     sp.add_argument("-o", "--output", default="conf", metavar="DIR",
                     help="the config tree to write into: DIR/<name>.yaml, a primary config for "
                     "--config-dir DIR --config-name <name> (default: conf)")
-    sp.add_argument("--target", choices=["cpu", "qnn_htp"],
+    sp.add_argument("--target", choices=list(TARGETS),
                     help="build for this target whatever the recipe's folder says (also imports "
                     "recipes for targets modelplan does not build)")
     sp.add_argument("--model-id", metavar="ORG/NAME",

@@ -74,7 +74,7 @@ def plan_format(chosen: str | None, output: str | None) -> str:
 
 
 def _plan_sweep(args: argparse.Namespace) -> int:
-    from planner.core.sweep import plan_sweep
+    from planner.planning import plan_sweep
     from planner.render import sweep as render_sweep
 
     if args.format not in ("text", "json"):
@@ -166,7 +166,7 @@ def _execute(ir: dict[str, Any], args: argparse.Namespace, overrides: list[str])
 
 def _run_sweep(args: argparse.Namespace) -> int:
     from planner.cli.app import run_sweep
-    from planner.core.sweep import plan_sweep
+    from planner.planning import plan_sweep
     from planner.render.results import table
 
     sweep = plan_sweep(args.overrides, store=args.store, tree=args.tree, timings=args.timings)

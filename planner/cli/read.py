@@ -108,7 +108,7 @@ def _report_sweep(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from planner.config.compose import compose
     from planner.config.validate import check_config
-    from planner.models.inspect import describe, render
+    from planner.render.model_info import describe, render
 
     config = compose(args.overrides, config_tree(args))
     check_config(config)

@@ -32,7 +32,7 @@ def emit(text: str, output: str | None, done: str) -> None:
 
 
 def render_review(rv: Any, fmt: str) -> str:
-    from planner.render import review as render
+    from planner.review import report as render
 
     data = rv.to_json()
     if fmt == "json":
@@ -44,8 +44,8 @@ def render_review(rv: Any, fmt: str) -> str:
 
 def diff_rev(args: argparse.Namespace) -> int:
     """`modelplan diff --rev BASE [overrides]`: the config tree at BASE against the working tree."""
-    from planner.render.review import summary
     from planner.review.comment import review
+    from planner.review.report import summary
 
     if args.config_dir and not args.tree.user_dirs:  # each one is the packaged tree itself
         raise UsageError(

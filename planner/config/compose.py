@@ -86,7 +86,7 @@ def compose_timed(overrides: list[str] | tuple[str, ...] = (), store: str | None
     if timings is not None:
         timings["compose_s"] = time.perf_counter() - t0
     if store:
-        from planner.core.storelayout import checked_store_path
+        from planner.config.storepath import checked_store_path
 
         config["store"]["path"] = str(checked_store_path(store))
     return config

@@ -1,6 +1,7 @@
 """Sweeps: expand Hydra multirun overrides into jobs, compose each distinct group selection
-once (value overrides are applied on top, as Hydra applies them after composition), plan
-every job, and merge the plans into one DAG in which equal keys are one step (sweep-CSE)."""
+once (value overrides are applied on top, as Hydra applies them after composition), and the
+sweep's plan: every job's plan, merged into one DAG in which equal keys are one step
+(sweep-CSE). planner/planning.py plans the jobs and runs the sweep rules."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from planner.config.compose import GROUPS, check_overrides, compose_config, yaml
 from planner.config.conftree import PACKAGED, PRIMARY, ConfigTree
 from planner.config.overrides import first_line, parse_overrides
 from planner.core.plan import ACTIONS, Plan, Rewrite
-from planner.errors import ConfigError, ModelplanError
+from planner.errors import ConfigError
 
 
 def expand(overrides: list[str]) -> list[list[str]]:
@@ -217,36 +218,3 @@ class SweepPlan:
                            for a in ACTIONS},
                         "shared_steps": sum(len(s["jobs"]) > 1 for s in steps)},
         }
-
-
-def plan_sweep(overrides: list[str], store: str | None = None, tree: ConfigTree = PACKAGED,
-               symbolic: bool = False, timings: dict[str, float] | None = None) -> SweepPlan:
-    """Plan every job of a multirun; a job whose config is invalid fails alone."""
-    return plan_jobs(expand(overrides), store, tree=tree, symbolic=symbolic, timings=timings)
-
-
-def plan_jobs(job_overrides: list[list[str]], store: str | None = None,
-              first_index: int = 0, tree: ConfigTree = PACKAGED,
-              symbolic: bool = False, timings: dict[str, float] | None = None) -> SweepPlan:
-    """Plan already expanded jobs (as a Hydra sweeper hands them to a launcher).
-    symbolic: a model source that cannot be read gets a symbolic key (planner.models.sources).
-    timings: where planning's time goes (`plan_s`, and `composes`: configs Hydra composed)."""
-    from planner import rules
-    from planner.planning import plan_for
-
-    composer = Composer(tree)
-    jobs = [Job(first_index + i, list(ov)) for i, ov in enumerate(job_overrides)]
-    for job in jobs:
-        try:
-            config = composer(job.overrides)
-            if store:
-                config["store"]["path"] = str(Path(store).expanduser().resolve())
-            job.plan = plan_for(config, symbolic=symbolic, timings=timings)
-        except ModelplanError as exc:
-            job.error = "; ".join(exc.lines)
-    sweep = SweepPlan(jobs)
-    for rule in rules.discover("sweep"):
-        sweep.merges.extend(rule.apply(sweep))
-    if timings is not None:
-        timings["composes"] = composer.composes
-    return sweep

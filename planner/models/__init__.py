@@ -1,1 +1,1 @@
-"""What a checkpoint is: its task and modality (tasks), its input and output specs (specs), where it comes from (sources), tiny random-weight test models."""
+"""What a checkpoint is: its task and modality (tasks), its input and output specs (specs), where it comes from (sources, and the local Hugging Face caches: hfcache), tiny random-weight test models; what eval measures (evaluation, datasets)."""

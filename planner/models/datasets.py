@@ -12,12 +12,12 @@ says how to make it available.
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from planner.errors import ConfigError
+from planner.models.hfcache import datasets_cache, hub_cache
 
 SHIPPED = "shipped"          # eval=task without a dataset: the inputs modelplan ships
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".tsv", ".txt")
@@ -32,18 +32,6 @@ class Dataset:
     kind: str
     where: str | None
     digest: str
-
-
-def hf_home() -> Path:
-    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-
-
-def datasets_cache() -> Path:
-    return Path(os.environ.get("HF_DATASETS_CACHE") or hf_home() / "datasets")
-
-
-def hub_cache() -> Path:
-    return Path(os.environ.get("HF_HUB_CACHE") or hf_home() / "hub")
 
 
 def looks_like_id(path: str) -> bool:

@@ -8,12 +8,12 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from planner.errors import ConfigError
+from planner.models.hfcache import hub_cache
 from planner.support.atomic import write_atomic
 from planner.support.digests import file_sha256
 
@@ -39,8 +39,7 @@ def packaged_dir(package: str) -> Path:
 
 def hub_cache_dir(hub_id: str) -> Path:
     """The snapshot of `hub_id` in the local Hugging Face cache; nothing is downloaded."""
-    hub = Path(os.environ.get("HF_HUB_CACHE") or
-               Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub")
+    hub = hub_cache()
     repo = hub / ("models--" + hub_id.replace("/", "--"))
     ref = repo / "refs" / "main"
     snap = repo / "snapshots" / ref.read_text().strip() if ref.is_file() else None

@@ -1,22 +1,34 @@
 """The target: from `--target`, the recipe's `<ep>/<device>` folders, or `compile.ep_config`;
-a portable recipe (no folder, no compile) is built for qnn_htp when it is quantized or fp16,
-and for cpu in fp32. `compile` -> `target.*`."""
+a portable recipe (no folder, no compile) is built for the target that compiles (qnn_htp) when
+it is quantized or fp16, and for the host CPU in fp32. `compile` -> `target.*`. What a target
+is and does is its declaration (planner/core/targets.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from planner.core.targets import TARGETS, reference
 from planner.recipes import winml
 from planner.recipes.draft import Context
 from planner.recipes.layout import RecipeFile
 from planner.recipes.ledger import BadField, Unsupported
 
-TARGETS = ("cpu", "qnn_htp")
 COMPILE = ("compile",)
 FOLDER = "(ep/device folder)"  # the target as the recipe's path says it
-RUNS_ON = {"cpu": ("verify", "perf"), "qnn_htp": ("legalize", "compile", "verify", "perf")}
 PROVIDER_OPTIONS = ("htp_performance_mode", "htp_graph_finalization_optimization_mode",
                     "soc_model", "htp_arch", "vtcm_mb", "enable_htp_fp16_precision")
+
+
+def runs_on(target: str) -> tuple[str, ...]:
+    """The steps the target decides: a compiled target's legalize and compile, and verify and
+    perf on every target."""
+    return (("legalize", *COMPILE) if TARGETS[target].compiles else ()) + ("verify", "perf")
+
+
+def portable_target(npu: bool) -> str:
+    """A portable recipe's target: the one that compiles (the NPU) for a quantized or fp16
+    build, else the host CPU."""
+    return next(t.name for t in TARGETS.values() if t.compiles) if npu else reference().name
 
 
 def resolve_target(cx: Context, f: RecipeFile, given: str | None) -> None:
@@ -31,28 +43,29 @@ def resolve_target(cx: Context, f: RecipeFile, given: str | None) -> None:
         found, field = None, ""
     if given:
         said = f"--target {given}" + (f" (the recipe says {found.name})" if found else "")
-        ledger.mapped("(--target)", "target", RUNS_ON[given], said, value=given)
+        ledger.mapped("(--target)", "target", runs_on(given), said, value=given)
         cx.target = given
     elif found is not None and found.modelplan is None:
         raise Unsupported(field if field != FOLDER else f"folder {f.ep}/{f.device}",
-                          f"{found.why}; pass --target cpu or --target qnn_htp to import it "
-                          "for one of those")
+                          f"{found.why}; pass {' or '.join(f'--target {t}' for t in TARGETS)} to "
+                          "import it for one of those")
     elif found is not None:
         cx.target = str(found.modelplan)
         if field == FOLDER:
-            ledger.mapped(FOLDER, "target", RUNS_ON[cx.target], f"the {found.name} folder",
+            ledger.mapped(FOLDER, "target", runs_on(cx.target), f"the {found.name} folder",
                           value=f"{f.ep}/{f.device}")
     else:
         npu = cx.kind != "none" or f.precision == "fp16"
-        cx.target = "qnn_htp" if npu else "cpu"
+        cx.target = portable_target(npu)
         why = "a quantized or fp16 build is for the NPU" if npu else "fp32 runs on the CPU"
-        ledger.mapped(FOLDER, "target", RUNS_ON[cx.target], "no <ep>/<device> folder and no "
+        ledger.mapped(FOLDER, "target", runs_on(cx.target), "no <ep>/<device> folder and no "
                       f"compile EP (a portable recipe): {why}; --target cpu gives a plain ONNX "
                       "model", value=f"{f.model_dir}/")
-    if cx.target == "qnn_htp" and cx.kind == "none":
+    if TARGETS[cx.target].compiles and cx.kind == "none":
         if f.precision != "fp16":
-            raise Unsupported("quant", "null (fp32) does not run on qnn_htp: modelplan builds "
-                              "HTP models quantized or fp16; pass --target cpu")
+            raise Unsupported("quant", f"null (fp32) does not run on {cx.target}: modelplan "
+                              "builds HTP models quantized or fp16; pass --target "
+                              f"{reference().name}")
         cx.kind = "fp16"  # fp32 graph, fp16 on the HTP: what the file name promises
     cx.draft.choose("target", cx.target, "the target")
 
@@ -73,9 +86,9 @@ def _compile_ep(section: Any) -> tuple[str | None, str | None]:
 def map_compile(cx: Context) -> None:
     ledger = cx.ledger
     section = ledger.get("compile")
-    compiles = cx.target == "qnn_htp"
-    what = "modelplan compiles qnn_htp builds to an EPContext model" if compiles else \
-        "cpu builds have no compile step"
+    compiles = TARGETS[cx.target].compiles
+    what = f"modelplan compiles {cx.target} builds to an EPContext model" if compiles else \
+        f"{cx.target} builds have no compile step"
     if section is None:
         if ledger.has("compile"):
             ledger.mapped("compile", None, COMPILE if compiles else (), f"null: {what}",
@@ -84,10 +97,10 @@ def map_compile(cx: Context) -> None:
     if not isinstance(section, dict):
         raise BadField("compile", "not a section (an object with ep_config, ...) or null")
     if "compile.ep_config.provider" in ledger.leaves:
-        ledger.mapped("compile.ep_config.provider", "target", RUNS_ON[cx.target],
+        ledger.mapped("compile.ep_config.provider", "target", runs_on(cx.target),
                       f"target={cx.target}")
     if "compile.ep_config.device" in ledger.leaves:
-        ledger.mapped("compile.ep_config.device", "target", RUNS_ON[cx.target])
+        ledger.mapped("compile.ep_config.device", "target", runs_on(cx.target))
     ep = section.get("ep_config") or {}
     _provider_options(cx, ep.get("provider_options"), compiles)
     _ep_context(cx, ep, compiles, what)
@@ -105,11 +118,11 @@ def _provider_options(cx: Context, options: Any, compiles: bool) -> None:
                      f"compile.ep_config.provider_options.{key}")
     if kept:
         ledger.mapped("compile.ep_config.provider_options", "target.provider_options",
-                      RUNS_ON[cx.target], ", ".join(kept), value=kept)
+                      runs_on(cx.target), ", ".join(kept), value=kept)
     rest = {k: v for k, v in options.items() if k not in kept}
     if rest:
-        why = f"modelplan sets {', '.join(PROVIDER_OPTIONS)} for qnn_htp only" if compiles \
-            else "no provider options on cpu"
+        why = f"modelplan sets {', '.join(PROVIDER_OPTIONS)} for {cx.target} only" if compiles \
+            else f"no provider options on {cx.target}"
         ledger.dropped("compile.ep_config.provider_options", why, value=rest)
     elif not kept:
         ledger.mapped("compile.ep_config.provider_options", None, (), "none", value={})

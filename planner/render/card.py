@@ -9,7 +9,7 @@ from typing import Any
 
 from planner.core.targets import of_config
 from planner.models.identity import display_name, model_id
-from planner.render import accuracy, module_accuracy, modules
+from planner.render import accuracy, module_error, modules
 from planner.render.run import note, results
 from planner.support.units import human_bytes
 
@@ -105,7 +105,7 @@ def _files(files: dict[str, int]) -> list[str]:
 def _figures(record: dict[str, Any]) -> list[str]:
     out = [f"- {line}" for line in results(record)] or ["- (no verify, eval or perf step ran)"]
     out += accuracy.markdown(record)
-    out += module_accuracy.record_markdown(record)
+    out += module_error.record_markdown(record)
     out += modules.markdown(record)
     return out
 

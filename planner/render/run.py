@@ -12,7 +12,7 @@ from planner.core.storelayout import WEIGHTS
 from planner.models import roles
 from planner.models.generation import LOOP_FILE
 from planner.outputs import FAILED_RECORD, record_file
-from planner.render import accuracy, module_accuracy, modules
+from planner.render import accuracy, module_error, modules
 from planner.support.units import human_bytes
 
 MAIN_OUTPUTS = ("model.onnx", "metrics.json", "source.json")
@@ -184,7 +184,7 @@ def table(record: dict[str, Any], limit: int | None = modules.TOP) -> str:
     if record.get("published"):
         lines.extend(_deliverable(record))
     lines.extend(accuracy.text(record))
-    lines.extend(module_accuracy.record_lines(record))
+    lines.extend(module_error.record_lines(record))
     lines.extend(modules.text(record, limit))
     if record["outputs_dir"]:
         lines.append("")
@@ -208,6 +208,6 @@ def markdown(record: dict[str, Any]) -> str:
     if record.get("published"):
         lines += ["", *[f"- {line}" for line in _deliverable(record)]]
     lines.extend(accuracy.markdown(record))
-    lines.extend(module_accuracy.record_markdown(record))
+    lines.extend(module_error.record_markdown(record))
     lines.extend(modules.markdown(record))
     return "\n".join(lines) + "\n"

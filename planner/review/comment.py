@@ -134,8 +134,7 @@ def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
 def plan_side(tree: ConfigTree, overrides: list[str], multirun: bool,
               store: str | None) -> list[Side]:
     """Every job planned with `tree`, symbolic sources allowed; errors are kept per job."""
-    from planner.core.sweep import plan_jobs
-    from planner.planning import plan_from_overrides
+    from planner.planning import plan_from_overrides, plan_jobs
 
     if multirun:
         sweep = plan_jobs(_jobs(overrides, True), store, tree=tree, symbolic=True)

@@ -142,7 +142,7 @@ def pytorch_predictions(record: dict[str, Any], rows: list[dict[str, Any]],
     """PyTorch's predictions on `rows`, computed as eval computes them, from the checkpoint and
     export of a run's record."""
     from executors.evaluation import runner
-    from executors.evaluation.tasks import evaluator
+    from executors.evaluation.evaluators import evaluator
 
     steps = {s["op"]: s for s in record["steps"]}
     source = Path(steps["resolve"]["outputs"]["source.json"]).parent

@@ -18,7 +18,8 @@ import pytest
 import schemas
 from executors.onnx import pieces
 from executors.onnx.artifacts import MODEL, load, problems
-from executors.samples import batches, io_specs
+from executors.onnx.iospecs import io_specs
+from executors.samples import batches
 from tests.conftest import run_cli
 from tests.integration.conftest import run_json, shared_build, step
 

@@ -23,8 +23,7 @@ from executors.onnx.artifacts import FACTS_KEY
 from executors.store.content import Store
 from planner.cli.app import RunOptions, run_plan, run_sweep
 from planner.core.ops import OPS, Trait
-from planner.core.sweep import plan_sweep
-from planner.planning import plan_from_overrides
+from planner.planning import plan_from_overrides, plan_sweep
 from tests.conftest import run_cli
 from tests.integration.conftest import CPU_RUN, QNN_RUN, step
 from tests.integration.raycluster import local_ray_env, short_tmp

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from executors.onnx import accuracy
+from executors.diagnosis import module_error
 from executors.onnx.artifacts import TAG_KEY
 
 RNG = np.random.default_rng(0)
@@ -82,25 +82,25 @@ def _sqnr(ref: np.ndarray, got: np.ndarray) -> float:
 
 
 def test_common_tensors_leave_out_qdq_copies() -> None:
-    assert accuracy.common_tensors(fp32_model(), qdq_model()) == {"h": "h", "r": "r", "Y": "Y"}
+    assert module_error.common_tensors(fp32_model(), qdq_model()) == {"h": "h", "r": "r", "Y": "Y"}
 
 
 def test_module_outputs_see_through_qdq_and_parents_union_children() -> None:
-    outs, nodes = accuracy.module_outputs(qdq_model(), ["h", "r", "Y"])
+    outs, nodes = module_error.module_outputs(qdq_model(), ["h", "r", "Y"])
     assert outs == {"/M/A": ["r"], "/M/B": ["Y"], "/M": ["Y"]}
     assert nodes == {"/M": 9, "/M/A": 8, "/M/B": 1}
 
 
 def test_lineage_and_class() -> None:
-    assert accuracy.lineage("/Bert/Enc/Layer.0") == ["/Bert", "/Bert/Enc", "/Bert/Enc/Layer.0"]
-    assert accuracy.class_of("/Bert/Enc/Layer.0") == "Layer"
-    assert accuracy.lineage(accuracy.UNTAGGED) == [accuracy.UNTAGGED]
+    assert module_error.lineage("/Bert/Enc/Layer.0") == ["/Bert", "/Bert/Enc", "/Bert/Enc/Layer.0"]
+    assert module_error.class_of("/Bert/Enc/Layer.0") == "Layer"
+    assert module_error.lineage(module_error.UNTAGGED) == [module_error.UNTAGGED]
 
 
 def test_sqnr_and_cosine_match_numpy() -> None:
     rng = np.random.default_rng(2)
     feeds = [{"X": rng.standard_normal((2, 4)).astype(np.float32)} for _ in range(3)]
-    result = accuracy.compare(fp32_model(), qdq_model(), feeds)
+    result = module_error.compare(fp32_model(), qdq_model(), feeds)
     rows = {r["tag"]: r for r in result["modules"]}
     assert set(rows) == {"/M", "/M/A", "/M/B"}
     refs = [_reference(f["X"]) for f in feeds]
@@ -124,19 +124,19 @@ def test_an_output_the_quantizer_renamed_is_compared_under_its_fp32_name() -> No
     qdq.graph.node.extend([
         _node("QuantizeLinear", ["Y_pre", "s_fine", "zp"], ["Y_q"], "Y_Q", "/M/B"),
         _node("DequantizeLinear", ["Y_q", "s_fine", "zp"], ["Y"], "Y_DQ", "/M/B")])
-    assert accuracy.common_tensors(fp32_model(), qdq) == {"h": "h", "r": "r", "Y_pre": "Y"}
+    assert module_error.common_tensors(fp32_model(), qdq) == {"h": "h", "r": "r", "Y_pre": "Y"}
     feeds = [{"X": np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)}]
-    result = accuracy.compare(fp32_model(), qdq, feeds)
+    result = module_error.compare(fp32_model(), qdq, feeds)
     rows = {r["tag"]: r for r in result["modules"]}
     assert set(rows) == {"/M", "/M/A", "/M/B"} and rows["/M/B"]["outputs"] == 1
     assert result["graph"]["sqnr_db"] < rows["/M/B"]["sqnr_db"]  # the output's own Q/DQ adds
 
 
 def test_stats_edge_cases() -> None:
-    exact = accuracy.Stats()
+    exact = module_error.Stats()
     exact.add(np.ones(3), np.ones(3))
     assert exact.sqnr_db() == math.inf and exact.cosine() == 1.0
-    silent = accuracy.Stats()
+    silent = module_error.Stats()
     silent.add(np.zeros(3), np.zeros(3))
     assert silent.cosine() == 1.0
 
@@ -146,7 +146,7 @@ def test_own_error_is_the_module_fed_the_fp32_values_and_the_rest_is_inherited()
     own error is that quantization alone; its cumulative figure also carries /M/A's."""
     rng = np.random.default_rng(3)
     feeds = [{"X": rng.standard_normal((2, 4)).astype(np.float32)} for _ in range(3)]
-    rows = {r["tag"]: r for r in accuracy.compare(fp32_model(), qdq_model(), feeds)["modules"]}
+    rows = {r["tag"]: r for r in module_error.compare(fp32_model(), qdq_model(), feeds)["modules"]}
     refs = [_reference(f["X"]) for f in feeds]
     ref = np.concatenate([r["Y"].ravel() for r in refs])
     own_b = np.concatenate([(_fake_quant(r["r"], 0.5) @ W2).ravel() for r in refs])
@@ -168,8 +168,8 @@ def test_own_error_on_dequantized_inputs_drops_only_the_q_dq_of_other_modules() 
     feeds = [{"X": rng.standard_normal((2, 4)).astype(np.float32)} for _ in range(2)]
     figures = {}
     for inputs in ("quantized", "dequantized"):
-        pieces = accuracy.own_pieces(fp32_model(), qdq_model(), feeds, ["/M/A", "/M/B"], inputs)
-        figures[inputs] = {p.tag: accuracy.own_fields(p, 0.0)["own_sqnr_db"] for p in pieces}
+        pieces = module_error.own_pieces(fp32_model(), qdq_model(), feeds, ["/M/A", "/M/B"], inputs)
+        figures[inputs] = {p.tag: module_error.own_fields(p, 0.0)["own_sqnr_db"] for p in pieces}
         b = next(p for p in pieces if p.tag == "/M/B")
         assert b.feeds == {("r_dq" if inputs == "dequantized" else "r"): ("fp32", "r")}
     assert math.isfinite(figures["quantized"]["/M/B"]) and figures["dequantized"]["/M/B"] == math.inf
@@ -178,10 +178,10 @@ def test_own_error_on_dequantized_inputs_drops_only_the_q_dq_of_other_modules() 
 
 def test_own_error_only_for_the_modules_asked() -> None:
     feeds = [{"X": np.ones((2, 4), np.float32)}]
-    rows = {r["tag"]: r for r in accuracy.compare(fp32_model(), qdq_model(), feeds,
+    rows = {r["tag"]: r for r in module_error.compare(fp32_model(), qdq_model(), feeds,
                                                   own=["/M/B"])["modules"]}
     assert "own_sqnr_db" in rows["/M/B"] and "own_sqnr_db" not in rows["/M/A"]
-    rows = accuracy.compare(fp32_model(), qdq_model(), feeds, own=False)["modules"]
+    rows = module_error.compare(fp32_model(), qdq_model(), feeds, own=False)["modules"]
     assert not any("own_sqnr_db" in r for r in rows)
 
 
@@ -218,7 +218,7 @@ def test_a_failed_eval_names_the_tagged_graph_behind_its_compiled_candidate() ->
 
 
 def test_the_target_runs_the_worst_innermost_modules() -> None:
-    from executors.onnx.target_error import worst_leaves
+    from executors.diagnosis.target_error import worst_leaves
 
     rows = [{"tag": "/M", "own_sqnr_db": 1.0}, {"tag": "/M/A", "own_sqnr_db": 9.0},
             {"tag": "/M/B", "own_sqnr_db": 5.0}, {"tag": "/M/C", "own_sqnr_db": None}]
@@ -226,7 +226,7 @@ def test_the_target_runs_the_worst_innermost_modules() -> None:
 
 
 def test_ranked_table_shows_modules_below_their_shared_root() -> None:
-    from planner.render.module_accuracy import common_root, ranked, relative
+    from planner.render.module_error import common_root, ranked, relative
 
     base = "/Net/Model/Encoder"
     rows = [{"tag": f"{base}/Block.{i}/Conv", "class": "Conv", "nodes": 3, "sqnr_db": 10.0 + i,

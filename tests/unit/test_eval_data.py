@@ -163,7 +163,7 @@ def test_relative_image_paths_in_a_data_file_are_relative_to_its_folder(tmp_path
 
 
 def test_every_task_modelplan_builds_has_an_evaluator_for_its_declared_metrics() -> None:
-    from executors.evaluation.tasks import BY_TASK
+    from executors.evaluation.evaluators import BY_TASK
     from planner.models.tasks import TASKS
 
     assert set(EVAL) == set(TASKS) == set(BY_TASK)

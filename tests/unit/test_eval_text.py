@@ -9,6 +9,7 @@ import pytest
 
 from executors.evaluation.base import Context, EvalDataError, Prepared
 from executors.evaluation.data import class_names
+from executors.evaluation.evaluators import evaluator
 from executors.evaluation.fillmask import FillMask, mask_positions
 from executors.evaluation.qa import (
     QuestionAnswering,
@@ -18,7 +19,6 @@ from executors.evaluation.qa import (
     normalize_answer,
     token_f1,
 )
-from executors.evaluation.tasks import evaluator
 from executors.evaluation.tokens import TokenTags, first_subtokens, iob, tag_namer, words_of
 from planner.models.evaluation import EVAL
 

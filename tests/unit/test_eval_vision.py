@@ -13,7 +13,7 @@ import pytest
 
 from executors.evaluation import depth, detect, keypoints, segment, zeroshot
 from executors.evaluation.base import Context, EvalDataError
-from executors.evaluation.tasks import evaluator
+from executors.evaluation.evaluators import evaluator
 from planner.models.evaluation import EVAL
 from tests.checkpoints import minilm_dir
 

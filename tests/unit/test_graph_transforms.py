@@ -18,7 +18,7 @@ from executors.onnx.htp_rewrites import (
     rewrite_mask_wheres,
 )
 from executors.onnx.legality import violations
-from executors.onnx.ortopt import basic_fixed_point, basic_pass_changes, structure_digest
+from executors.runtime.ortopt import basic_fixed_point, basic_pass_changes, structure_digest
 
 FMIN = float(np.finfo(np.float32).min)
 

@@ -1,6 +1,7 @@
 """The layers and the single sources DESIGN.md asks for, checked on the code itself: the
-planner imports no executor, executors decide by declarations (never by op name), every trait
-and declaration field is read by some code, and every list has one source."""
+planner imports no executor, the parts of planner/ and executors/ stand in a declared order
+and a part imports only parts below it, executors decide by declarations (never by op name),
+every trait and declaration field is read by some code, and every list has one source."""
 
 from __future__ import annotations
 
@@ -18,6 +19,15 @@ from tests.conftest import ROOT
 
 CODE = [p for d in ("planner", "executors", "hydra_plugins") for p in (ROOT / d).rglob("*.py")]
 
+# The parts of each tree, lowest first (the README's layout section names them): a part imports
+# only parts before it. The modules directly at the top of a tree (planning.py, local.py,
+# execution.py) stand above every part. A listed part may not exist yet.
+PARTS = {
+    "planner": ("support", "config", "models", "core", "rules", "render", "review", "recipes",
+                "cli"),
+    "executors": ("store", "onnx", "runtime", "generation", "samples", "diagnosis", "evaluation",
+                  "run", "steps", "publish", "commands", "ray"),
+}
 
 def imports(path: Path) -> set[str]:
     found = set()
@@ -34,6 +44,69 @@ def test_no_planner_module_imports_an_executor() -> None:
                                                "executors")
              for p in (ROOT / "planner").rglob("*.py")}
     assert {p: m for p, m in leaks.items() if m} == {}
+
+
+def imported_parts(path: Path, top: str, source: str | None = None) -> dict[str, int]:
+    """{part of `top`: the first line importing it} for every import in `path` (or in
+    `source`, read as if it were `path`), inside functions too, in any form
+    (`import top.part.m`, `from top.part import m`, `from top import part`, relative)."""
+    rel = path.relative_to(ROOT).with_suffix("").parts
+    package = rel if path.name == "__init__.py" else rel[:-1]
+    package = package[:-1] if package[-1:] == ("__init__",) else package
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package[: len(package) - node.level + 1],
+                                 *([node.module] if node.module else [])])
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if len(parts) > 1 and parts[0] == top and (ROOT / top / parts[1]).is_dir():
+                found.setdefault(parts[1], node.lineno)
+    return found
+
+
+def upward_imports(top: str) -> dict[str, list[str]]:
+    """{module of a part: the parts above it that it imports, with the line}."""
+    order = PARTS[top]
+    out: dict[str, list[str]] = {}
+    for path in sorted((ROOT / top).rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if len(rel.parts) < 3:  # a module at the top of the tree
+            continue
+        own = order.index(rel.parts[1]) if rel.parts[1] in order else -1
+        above = [f"{part} (line {line})" for part, line in imported_parts(path, top).items()
+                 if part != rel.parts[1] and (part not in order or order.index(part) > own)]
+        if above:
+            out[str(rel)] = above
+    return out
+
+
+def test_the_import_finder_sees_every_form() -> None:
+    module = ROOT / "executors" / "store" / "content.py"
+    assert set(imported_parts(module, "executors")) <= {"store"}
+    source = ("import executors.steps.export\nfrom executors.run import wrapper\n"
+              "from executors import onnx, local\nfrom .. import samples\n"
+              "def f():\n    from ..evaluation.base import x\n")
+    assert set(imported_parts(module, "executors", source)) == \
+        {"steps", "run", "onnx", "samples", "evaluation"}
+
+
+def test_every_part_imports_only_parts_below_it() -> None:
+    assert upward_imports("planner") == {}
+    assert upward_imports("executors") == {}
+
+
+def test_every_part_is_in_the_order() -> None:
+    for top, order in PARTS.items():
+        present = {p.parent.name for p in (ROOT / top).glob("*/__init__.py")}
+        assert present - set(order) == set(), f"add them to PARTS[{top!r}], in their place"
 
 
 def test_executors_make_no_decision_by_op_name() -> None:
@@ -89,7 +162,7 @@ def test_plan_schema_lists_exactly_the_declared_ops() -> None:
 
 
 def test_fusion_flags_have_one_source() -> None:
-    from executors.onnx.ortopt import FUSED_OPS, FUSION_OPTION
+    from executors.runtime.ortopt import FUSED_OPS, FUSION_OPTION
 
     flags = schemas.load("config")["properties"]["optim"]["properties"]["flags"]["items"]["enum"]
     assert sorted(flags) == sorted(FUSIONS) == sorted(FUSION_OPTION) == sorted(FUSED_OPS)

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.core.sweep import plan_sweep
 from planner.errors import ConfigError, PlanError
-from planner.planning import plan_from_overrides
+from planner.planning import plan_from_overrides, plan_sweep
 
 TINY = ("model=tiny_bert", "export.shapes.sequence_length=32")
 

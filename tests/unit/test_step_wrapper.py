@@ -16,7 +16,8 @@ from onnx import TensorProto, helper, numpy_helper
 from executors.onnx.artifacts import FACTS_KEY, MODEL, SIDECAR, model_meta, save
 from executors.run import wrapper
 from executors.run.checkers import Artifact, check, observed_precision
-from executors.run.wrapper import StepContext, StepResult, apply_step
+from executors.run.step_api import StepContext, StepResult
+from executors.run.wrapper import apply_step
 from planner.core.ops import FactName
 from planner.errors import EnsuresError, RequiresError, StepError
 

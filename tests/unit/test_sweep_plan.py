@@ -9,8 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.config.compose import compose
-from planner.core.sweep import Composer, expand, plan_sweep
+from planner.core.sweep import Composer, expand
 from planner.errors import ConfigError
+from planner.planning import plan_sweep
 from tests.conftest import run_cli
 
 VALUES = {

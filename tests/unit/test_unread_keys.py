@@ -10,8 +10,8 @@ from planner.config.compose import compose
 from planner.config.conftree import PACKAGED
 from planner.config.unread import readers_of, unread_keys
 from planner.config.validate import check_config
-from planner.core.sweep import plan_sweep
 from planner.errors import ConfigError
+from planner.planning import plan_sweep
 from tests.conftest import run_cli
 
 

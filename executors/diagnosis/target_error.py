@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 import onnx
 
-from executors.onnx import accuracy, own_error
-from executors.onnx.accuracy import Runs, Stats, own_fields, session
+from executors.diagnosis import module_error, own_error
+from executors.diagnosis.module_error import Runs, Stats, own_fields, session
 
 
 def worst_leaves(rows: list[dict[str, Any]], n: int) -> list[str]:
     """The `n` modules with the worst own error among those no other row is inside (a parent's
     piece holds its children's: on a simulator, the smallest piece that shows the loss)."""
-    tags = [r["tag"] for r in rows if r["tag"] != accuracy.UNTAGGED]
+    tags = [r["tag"] for r in rows if r["tag"] != module_error.UNTAGGED]
     leaves = [r for r in rows if r["tag"] in tags
               and not any(t.startswith(r["tag"] + "/") for t in tags)]
     ranked = sorted(leaves, key=lambda r: (r.get("own_sqnr_db") is None,
@@ -57,8 +57,8 @@ def compare_on_target(fp32: onnx.ModelProto, qdq: onnx.ModelProto,
     cosine), both fed the fp32 values on `feeds`; `error` where the target refused it."""
     from executors.runtime.adapters import adapter
 
-    pairs = accuracy.compared_tensors(fp32, qdq)
-    outs, _ = accuracy.module_outputs(qdq, pairs)
+    pairs = module_error.compared_tensors(fp32, qdq)
+    outs, _ = module_error.module_outputs(qdq, pairs)
     tags = list(tags)
     cpu = own_error.plan_pieces(fp32, qdq, pairs, outs, tags, quantized_outputs=True)
     dev = own_error.plan_pieces(fp32, qdq, pairs, outs, tags, quantized_outputs=True)
@@ -88,7 +88,8 @@ def diagnose_on_target(reference: Path, candidate: Path, source: Path | None,
     """compare_on_target() for the `n` worst modules of a CPU diagnosis (`rows`), on the
     config's target, with `samples` verify inputs."""
     from executors.onnx.artifacts import load
-    from executors.samples import Samples, io_specs
+    from executors.onnx.iospecs import io_specs
+    from executors.samples import Samples
     from planner.core.targets import of_config
 
     target = of_config(target_config)

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from executors.publish import outputs as publish
 from executors.run import forkserver, interrupts, records
 from executors.run.outcome import Runner, StepOutcome
 from executors.run.stepdag import Job, Scheduler, StepDag
-from executors.store import publish
 from executors.store.content import Store
 from executors.store.lease import Lease
 from planner.core import module_perf
@@ -43,8 +43,8 @@ def check_modules(irs: list[dict[str, Any]], store: Store) -> None:
 
 def _module_trees(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The module tree of each graph the config exports; none if it cannot be traced here."""
-    from executors.runtime.inspect import module_trees
-    from planner.models.inspect import describe
+    from executors.commands.hierarchy_trace import module_trees
+    from planner.render.model_info import describe
 
     try:
         return module_trees(describe(config), config)

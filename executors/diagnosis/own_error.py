@@ -1,11 +1,11 @@
 """A module's own error: its piece of the QDQ graph run alone on the fp32 graph's values.
 
-The cumulative figure of a module (executors/onnx/accuracy.py) carries the error of every
+The cumulative figure of a module (executors/diagnosis/module_error.py) carries the error of every
 module before it. Its own error is what its piece adds: the piece (executors/onnx/subgraph.py,
 the module's nodes with the Q/DQ chains in front of its inputs) is fed the values the fp32
 graph has at the piece's inputs, and its outputs are compared with the fp32 graph's. What the
 cumulative figure loses beyond that is inherited. The one implementation for `diagnose`
-(executors/onnx/accuracy.py), the target's pieces (target_error.py) and the repair search
+(executors/diagnosis/module_error.py), the target's pieces (target_error.py) and the repair search
 (executors/steps/quant_search.py), which reads a piece's inputs dequantized instead
 (`inputs="dequantized"`: the Q/DQ in front of them that the module does not own is dropped,
 since raising the module's precision does not change its producer's type).

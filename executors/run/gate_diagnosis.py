@@ -1,5 +1,5 @@
 """When a run's gate fails (verify or eval), where the accuracy went: the CPU diagnosis of the
-run's own tagged QDQ graph against its fp32 reference (executors/onnx/accuracy.py), both
+run's own tagged QDQ graph against its fp32 reference (executors/diagnosis/module_error.py), both
 store entries of the plan, as `accuracy` rows of the run record. It is no step (no key
 changes, nothing is cached); it runs only after a gate failed."""
 
@@ -41,7 +41,7 @@ def record_fields(ir: dict[str, Any], steps: list[dict[str, Any]],
         say(f"{gate} failed: diagnosing {tagged} against {reference} per module (CPU EP, "
             f"{samples} samples)")
     try:
-        from executors.onnx.accuracy import diagnose
+        from executors.diagnosis.module_error import diagnose
 
         result = diagnose(ref_dir / MODEL, cand_dir / MODEL, src_dir, samples)
     except Exception as exc:  # noqa: BLE001 - the run's own failure stays the record's error

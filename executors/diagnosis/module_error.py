@@ -1,4 +1,4 @@
-"""Per-module accuracy: where a quantized (QDQ) graph departs from its fp32 graph.
+"""Per-module error: where a quantized (QDQ) graph departs from its fp32 graph.
 
 Both graphs run on the CPU EP with graph optimizations off (so no tensor is fused away) and
 every float tensor that both produce under the same name exposed as an output. The QDQ
@@ -6,7 +6,7 @@ graph's nodes are grouped by hierarchy tag; a module's outputs are the float ten
 nodes produce (not the Q/DQ copies) that a node outside it, or the graph's output, reads
 (seen through Q -> DQ pairs). A parent module is the union of its children. Per module:
 SQNR in dB, 10*log10(sum(ref^2) / sum((ref - q)^2)), and the cosine of all its output values,
-over every sample: the cumulative figure. Its own figure (executors/onnx/own_error.py) is its
+over every sample: the cumulative figure. Its own figure (executors/diagnosis/own_error.py) is its
 piece run alone on the fp32 values at its inputs; inherited = own - cumulative, in dB.
 
 API: `compare(fp32, qdq, feeds, own=True | [tags] | False)` -> {"modules": rows in tree order
@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from executors.onnx import hierarchy, own_error
+from executors.diagnosis import own_error
+from executors.onnx import hierarchy
 from executors.onnx.artifacts import TAG_KEY
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
@@ -233,7 +234,7 @@ def class_of(tag: str) -> str:
 def module_rows(qdq: onnx.ModelProto, stats: dict[str, Stats],
                 own: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One row per module with compared outputs, in tree order (tag order); with `own`
-    ({tag: Piece}), its own error and what it inherits (executors/onnx/own_error.py)."""
+    ({tag: Piece}), its own error and what it inherits (executors/diagnosis/own_error.py)."""
     outs, nodes = module_outputs(qdq, stats)
     rows = []
     for tag in sorted(outs):
@@ -310,7 +311,7 @@ def compare(fp32: onnx.ModelProto, qdq: onnx.ModelProto, feeds: list[dict[str, n
 def own_pieces(fp32: onnx.ModelProto, qdq: onnx.ModelProto, feeds: list[dict[str, np.ndarray]],
                tags: Iterable[str], inputs: str = "quantized") -> list[own_error.Piece]:
     """The own error of each module of `tags` on `feeds` alone (no cumulative figure): its
-    piece (executors/onnx/own_error.py, `inputs` as there) run on the CPU EP, its stats filled
+    piece (executors/diagnosis/own_error.py, `inputs` as there) run on the CPU EP, its stats filled
     (or its error kept); own_fields() reads one."""
     pairs = compared_tensors(fp32, qdq)
     outs, _ = module_outputs(qdq, pairs)
@@ -327,7 +328,8 @@ def diagnose(reference: Path, candidate: Path, source: Path | None,
     """compare() on the files of a run: the fp32 reference and the tagged QDQ candidate, on
     `samples` verify inputs made as the verify step makes them."""
     from executors.onnx.artifacts import load
-    from executors.samples import Samples, io_specs
+    from executors.onnx.iospecs import io_specs
+    from executors.samples import Samples
 
     specs, _ = io_specs(reference)
     made = Samples(specs, "verify", source=source)

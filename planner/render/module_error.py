@@ -1,4 +1,4 @@
-"""Where the accuracy goes, for people: `modelplan diagnose`'s per-module accuracy as a ranked
+"""Where the accuracy goes, for people: `modelplan diagnose`'s per-module error as a ranked
 table (worst own error first: the module to repair, its cumulative figure beside), a module
 tree, and the same short table for a run record whose gate failed.
 

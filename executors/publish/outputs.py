@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from executors.onnx.artifacts import ROLE_FILES, SOURCE
-from executors.store import model_folder
+from executors.publish import model_folder
 from executors.store.weights import WEIGHTS, blob_digest
 from planner.core.ops import OPS
 from planner.core.plan import MAIN_GRAPH, graph_of
