@@ -20,25 +20,28 @@ def minilm_dir() -> Path:
 
 
 def text_checkpoint(dest: Path, cls: str = "BertForSequenceClassification",
-                    model_type: str = "bert", seed: int = 0, **config: Any) -> Path:
-    """A random-weight `cls` of `model_type` (hidden 64, 2 layers) saved with MiniLM's
-    tokenizer at `dest`; `config` adds or overrides config.json fields (e.g. id2label)."""
+                    model_type: str = "bert", seed: int = 0, dtype: str = "float32",
+                    **config: Any) -> Path:
+    """A random-weight `cls` of `model_type` (hidden 64, 2 layers) saved in `dtype` (as
+    downloaded checkpoints are: bfloat16, float16) with MiniLM's tokenizer at `dest`; `config`
+    adds or overrides config.json fields (e.g. id2label)."""
     from filelock import FileLock
 
     with FileLock(f"{dest}.lock"):  # xdist workers may ask for the same checkpoint
         if not (dest / "config.json").is_file():
-            _save(dest, cls, model_type, seed, config)
+            _save(dest, cls, model_type, seed, config, dtype)
     return dest
 
 
-def _save(dest: Path, cls: str, model_type: str, seed: int, config: dict[str, Any]) -> None:
+def _save(dest: Path, cls: str, model_type: str, seed: int, config: dict[str, Any],
+          dtype: str = "float32") -> None:
     import torch
     import transformers
 
     torch.manual_seed(seed)
     vocab = sum(1 for _ in (minilm_dir() / "vocab.txt").open())
     cfg = transformers.AutoConfig.for_model(model_type, vocab_size=vocab, **{**TINY, **config})
-    model = getattr(transformers, cls)(cfg).eval()
+    model = getattr(transformers, cls)(cfg).eval().to(getattr(torch, dtype))
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(str(tmp))

@@ -36,10 +36,15 @@ def model_class(info: dict[str, Any]) -> Any:
 
 
 def load(source: Path) -> tuple[Any, dict[str, Any]]:
-    """The resolved checkpoint as a torch model in eval mode, and its source description."""
+    """The resolved checkpoint as a torch model in eval mode, in float32 whatever the dtype it
+    was saved in (a bf16 or fp16 checkpoint upcast: its graphs are fp32 graphs, which ONNX
+    Runtime's CPU EP runs and the quantizer reads), and its source description."""
+    import torch
+
     info = source_info(source)
     cls = model_class(info)
-    kwargs = {"local_files_only": True, "trust_remote_code": bool(info.get("trust_remote_code"))}
+    kwargs = {"local_files_only": True, "trust_remote_code": bool(info.get("trust_remote_code")),
+              "dtype": torch.float32}
     try:
         model = cls.from_pretrained(str(info["checkpoint_dir"]), attn_implementation="eager",
                                     **kwargs)

@@ -4,10 +4,11 @@ inputs; cosine per token vector and max-abs error on real (non-padding) tokens o
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 
-from executors.onnx.artifacts import METRICS
+from executors.onnx.artifacts import METRICS, read_facts
 from executors.onnx.iospecs import io_specs
 from executors.run.step_api import StepContext, StepResult
 from executors.runtime.adapters import adapter
@@ -17,6 +18,17 @@ from planner.core.targets import of_params, reference
 
 HINT = ("use quant=w8a16_pc (w8a16 per-channel keeps transformers accurate), or lower "
         "verify.threshold if this accuracy is acceptable")
+EXPORT_HINT = ("the graph is float32 as PyTorch is, so no quant setting mends this: the "
+               "export of this model type differs from PyTorch (a bug worth reporting with "
+               "its config.json), or lower verify.threshold if this accuracy is acceptable")
+
+
+def hint(candidate: Path) -> str:
+    """The fix a failed comparison suggests: raise a quantized graph's precision; an fp32
+    graph's difference is an export bug, which no other `quant` mends."""
+    facts = read_facts(candidate) or {}
+    precision = (facts.get("precision") or {}).get("value", "fp32")
+    return EXPORT_HINT if precision == "fp32" else HINT
 
 
 def candidate_session(ctx: StepContext):
@@ -79,6 +91,7 @@ def run(ctx: StepContext) -> StepResult:
     if not metrics["passed"]:
         raise ctx.fail(f"cosine_mean {metrics['cosine_mean']:.4f} {VERDICTS['verify']} "
                        f"{p['threshold']} (cosine_min {metrics['cosine_min']:.4f}, max_abs "
-                       f"{max_abs:.4g}, {len(feeds)} inputs: {samples.origin})", HINT,
+                       f"{max_abs:.4g}, {len(feeds)} inputs: {samples.origin})",
+                       hint(ctx.input_model("candidate")),
                        where=str(ctx.input_model("candidate")))
     return StepResult(metrics=metrics)

@@ -31,6 +31,7 @@ from executors.runtime import torchmodel
 from executors.samples import Samples, checkpoint_dir
 from executors.samples.generation import prompts
 from executors.steps.agreement import compare, summarize
+from executors.steps.verify import hint
 from planner.core.diagnosis import VERDICTS
 from planner.core.targets import of_params
 from planner.models.roles import Kind, Trace, roles_of
@@ -42,8 +43,8 @@ def run(ctx: StepContext) -> StepResult:
     folder = ctx.inputs["candidate"]
     described = json.loads((folder / bundle.BUNDLE).read_text())
     if bundle.kind(described) is Kind.ENCODER_DECODER:
-        return _verdict(ctx, _encoder_decoder(ctx))
-    return _verdict(ctx, _decoder_only(ctx, folder, described))
+        return _verdict(ctx, _encoder_decoder(ctx), described)
+    return _verdict(ctx, _decoder_only(ctx, folder, described), described)
 
 
 def _decoder_only(ctx: StepContext, folder: Any, described: dict[str, Any]) -> dict[str, Any]:
@@ -101,12 +102,13 @@ def _text(ids: list[int], tok: Any) -> str:
         str(tok.decode(ids, skip_special_tokens=True)).strip()
 
 
-def _verdict(ctx: StepContext, metrics: dict) -> StepResult:
+def _verdict(ctx: StepContext, metrics: dict, described: dict[str, Any]) -> StepResult:
     p = ctx.params
     (ctx.out / METRICS).write_text(json.dumps(metrics, indent=2, sort_keys=True))
     if not metrics["passed"]:
+        first = next(iter(described["graphs"].values()))["model"]
         raise ctx.fail(f"cosine_mean {metrics['cosine_mean']:.4f} {VERDICTS['verify']} "
                        f"{p['threshold']} (token agreement {metrics['token_agreement']:.3f}, "
                        f"first divergence at token {metrics['first_divergence_min']})",
-                       "use quant=w8a16_pc, or lower verify.threshold if this is acceptable")
+                       hint(ctx.inputs["candidate"] / first))
     return StepResult(metrics=metrics)

@@ -54,8 +54,11 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
         if ex["outputs"]:
             graphs["model"]["outputs"] = list(ex["outputs"])
         dynamic = _dynamic(config, modality, graphs)
+        saved = specs.weights_dtype(info)
         for spec in graphs.values():
             spec["dynamic"] = dynamic
+            if saved not in (None, "float32"):  # export upcasts: said in the plan and the key
+                spec["upcast"] = saved
         count = lower_generation.parts(config, info, modality)
         if count is not None:
             for spec in graphs.values():
@@ -151,7 +154,8 @@ def _chain(config: dict[str, Any], graph: str,
             "graph": None if graph == "model" else graph, "inputs": spec["inputs"],
             "outputs": spec["outputs"], "hierarchy": ex["hierarchy"], "report": ex["report"],
             "torch_modules": sorted(ex["torch_modules"]),
-            **({"dynamic": True} if spec.get("dynamic") else {})},
+            **({"dynamic": True} if spec.get("dynamic") else {}),
+            **({"upcast": spec["upcast"]} if spec.get("upcast") else {})},
             {"model": "resolve"}))
         chain = sid("export")
         if ex["hierarchy"]:

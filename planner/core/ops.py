@@ -153,7 +153,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("torch", "transformers"), unkeyed=("path",), outputs=("source",)),
     Op("export", 5, "export one graph to ONNX and record the module hierarchy",
        params=("exporter", "opset", "graph", "inputs", "outputs", "hierarchy", "report",
-               "torch_modules", "dynamic"), optional=("dynamic",),
+               "torch_modules", "dynamic", "upcast"), optional=("dynamic", "upcast"),
        inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "torch", config_path="model",
                          fix="export needs a torch model; an ONNX file is used as it is"),),

@@ -23,6 +23,16 @@ def _spec(name: str, dtype: str, shape: list[int], lo: float, hi: float,
     return {"name": name, "dtype": dtype, "shape": shape, "min": lo, "max": hi, "kind": kind}
 
 
+def weights_dtype(info: dict[str, Any]) -> str | None:
+    """The dtype config.json says the checkpoint's weights were saved in (`dtype`, or
+    `torch_dtype` before transformers 5), its text model's when the top level says none."""
+    for part in (info, info.get("text_config") or {}, info.get("decoder") or {}):
+        for key in ("dtype", "torch_dtype"):
+            if isinstance(part.get(key), str):
+                return part[key].removeprefix("torch.")
+    return None
+
+
 def position_limit(info: dict[str, Any], mt: T.ModelType | None) -> int | None:
     """The longest token sequence the model's position table takes (offsets counted)."""
     if mt is not None and not mt.absolute_positions:

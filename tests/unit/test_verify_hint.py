@@ -1,0 +1,32 @@
+"""A failed comparison's fix depends on what was compared: a quantized graph's precision can be
+raised; an fp32 graph computes what PyTorch does, so its difference is the export's and no other
+`quant` mends it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper
+
+from executors.onnx.artifacts import MODEL, stamp_file
+from executors.steps.verify import EXPORT_HINT, HINT, hint
+
+
+def stamped(folder: Path, facts: dict) -> Path:
+    folder.mkdir()
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y])
+    onnx.save(helper.make_model(graph), str(folder / MODEL))
+    stamp_file(folder, facts, "step", "key")
+    return folder / MODEL
+
+
+def test_an_fp32_graph_is_not_told_to_change_its_precision(tmp_path: Path) -> None:
+    fp32 = stamped(tmp_path / "fp32", {"normalized": {"value": True, "by": "k"}})
+    quantized = stamped(tmp_path / "q", {"precision": {"value": "w8a16", "by": "k"}})
+    fp16 = stamped(tmp_path / "h", {"precision": {"value": "fp16", "by": "k"}})
+    assert hint(fp32) == EXPORT_HINT and "quant=" not in EXPORT_HINT
+    assert hint(quantized) == HINT == hint(fp16) and "quant=w8a16_pc" in HINT
+    assert hint(tmp_path / "missing.onnx") == EXPORT_HINT  # unstamped: fp32, as every model is
