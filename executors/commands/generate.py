@@ -45,12 +45,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     folder = Path(args.bundle).resolve()
     folder = folder.parent if folder.is_file() else folder
+    for flag, given in (("--audio", args.audio), ("--image", args.image)):
+        if given is not None and not Path(given).is_file():
+            raise UsageError(f"generate {flag} {given}: no such file; give the path of "
+                             f"{'a WAV file' if flag == '--audio' else 'an image file'}")
     try:
         described = bundle.read(folder)
     except bundle.BundleError as exc:
         raise UsageError(f"generate: {exc}") from exc
     if bundle.kind(described) is Kind.ENCODER_DECODER:
         return _encoder_decoder(folder, described, args)
+    if args.audio or args.image:
+        raise UsageError(f"generate {'--audio' if args.audio else '--image'}: {folder} is a "
+                         "language model's bundle, which continues a text prompt; drop the "
+                         "option and give the prompt")
     return _decoder_only(folder, described, args)
 
 
@@ -70,7 +78,11 @@ def _decoder_only(folder: Path, described: dict[str, Any], args: argparse.Namesp
         raise UsageError("generate: the prompt gives no tokens (and the tokenizer adds none); "
                          "give a prompt with some text")
     runs_on = described["runs_on"]
-    runner = bundle.lm_graphs(folder, described, of_params(runs_on), runs_on["provider_options"])
+    try:
+        runner = bundle.lm_graphs(folder, described, of_params(runs_on),
+                                  runs_on["provider_options"])
+    except bundle.BundleError as exc:
+        raise UsageError(f"generate: {exc}") from exc
     if len(ids) >= runner.context:
         raise UsageError(f"generate: the prompt has {len(ids)} tokens and the cache holds "
                          f"{runner.context}; shorten it or rebuild with a larger "
@@ -96,6 +108,9 @@ def _row(encoder_specs: list[dict[str, Any]], args: argparse.Namespace) -> dict[
 
     kinds = {kind_of(s) for s in encoder_specs}
     if kinds & {"mel_features", "waveform", "spectrogram"}:
+        if args.image:
+            raise UsageError("generate --image: this is a speech model's bundle; give the "
+                             "speech with --audio FILE instead")
         if not args.audio:
             raise UsageError("generate: this is a speech model's bundle; give the speech with "
                              "--audio FILE (a WAV file)")
@@ -109,6 +124,9 @@ def _row(encoder_specs: list[dict[str, Any]], args: argparse.Namespace) -> dict[
         return {"audio": {"array": wav if wav.ndim == 1 else wav.mean(1),
                           "sampling_rate": rate}}
     if "pixels" in kinds:
+        if args.audio:
+            raise UsageError("generate --audio: this is an image-to-text bundle; give the "
+                             "image with --image FILE instead")
         if not args.image:
             raise UsageError("generate: this is an image-to-text bundle; give the image with "
                              "--image FILE")
@@ -119,6 +137,9 @@ def _row(encoder_specs: list[dict[str, Any]], args: argparse.Namespace) -> dict[
         except (OSError, UnidentifiedImageError) as exc:
             raise UsageError(f"generate --image {args.image}: cannot read it as an image "
                              f"({exc})") from exc
+    if args.audio or args.image:
+        raise UsageError(f"generate {'--audio' if args.audio else '--image'}: this bundle "
+                         "reads text; give the text to translate as the prompt instead")
     if not args.prompt.strip():
         raise UsageError("generate: give the text to translate (the prompt argument)")
     return {"text": args.prompt}
@@ -149,7 +170,10 @@ def _encoder_decoder(folder: Path, described: dict[str, Any], args: argparse.Nam
     if args.new_tokens < 1:
         raise UsageError(f"generate --new-tokens {args.new_tokens}: give 1 or more")
     how = dataclasses.replace(how, most=args.new_tokens)
-    forwards = bundle.forwards(folder, described, target, runs_on["provider_options"])
+    try:
+        forwards = bundle.forwards(folder, described, target, runs_on["provider_options"])
+    except bundle.BundleError as exc:
+        raise UsageError(f"generate: {exc}") from exc
     start = time.perf_counter()
     ids = encoder_decoder.generate(forwards, feed, cx, how).without_end()
     seconds = time.perf_counter() - start

@@ -44,7 +44,29 @@ def read(folder: Path) -> dict[str, Any]:
                 not (folder / model).is_file():
             raise BundleError(f"{path}: graph {graph!r} names no model file that is in the "
                               f"folder ({model!r}); rebuild the bundle with modelplan run")
+    if kind_of(graphs) is Kind.DECODER_ONLY:
+        _check_lengths(path, described)
     return described
+
+
+def _check_lengths(path: Path, described: dict[str, Any]) -> None:
+    """A causal LM bundle's lengths: positive, and the ones its graphs were built with."""
+    token = next(g for g in described["graphs"] if ROLES[g].runs is Runs.TOKEN)
+    mask = next((s for s in described["graphs"][token]["inputs"]
+                 if isinstance(s, dict) and s.get("name") == "attention_mask"), None)
+    slots = mask["shape"][1] - 1 if mask and isinstance(mask.get("shape"), list) and \
+        len(mask["shape"]) == 2 and isinstance(mask["shape"][1], int) else None
+    for key in ("prefill_length", "context_length"):
+        value = described.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise BundleError(f"{path}: {key} is {value!r}, not a positive number of tokens; "
+                              "rebuild the bundle with modelplan run")
+    if slots is None or described["context_length"] != slots or \
+            described["prefill_length"] > slots:
+        raise BundleError(f"{path}: context_length {described['context_length']} and "
+                          f"prefill_length {described['prefill_length']} do not match its "
+                          f"{token} graph's cache ({slots} slots); rebuild the bundle with "
+                          "modelplan run")
 
 
 def kind(described: dict[str, Any]) -> Kind:
@@ -61,9 +83,19 @@ def forwards(folder: Path, described: dict[str, Any], target: Any,
              graphs: list[str] | None = None) -> dict[str, Forward]:
     """Sessions on `target` for the bundle's graphs (all, or `graphs`), as forwards."""
     runtime = adapter(target)
-    return {g: session_forward(runtime.step_session(folder / e["model"], target,
-                                                    provider_options, cache_dir)[0])
-            for g, e in described["graphs"].items() if graphs is None or g in graphs}
+    out = {}
+    for g, e in described["graphs"].items():
+        if graphs is not None and g not in graphs:
+            continue
+        try:
+            session = runtime.step_session(folder / e["model"], target, provider_options,
+                                           cache_dir)[0]
+        except Exception as exc:  # ONNX Runtime's own errors derive from Exception alone
+            said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise BundleError(f"{folder}: its {g} graph does not load ({said}); rebuild the "
+                              "bundle with modelplan run") from exc
+        out[g] = session_forward(session)
+    return out
 
 
 def lm_graphs(folder: Path, described: dict[str, Any], target: Any,
