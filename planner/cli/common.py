@@ -24,6 +24,25 @@ def write_output(path: Path, text: str) -> None:
                          "choose another -o FILE") from exc
 
 
+# folders of the system, which a run's results never go into (nor anywhere below the first row)
+SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64",
+                         "/proc", "/run", "/sbin", "/sys", "/usr", "/var", "/home"})
+SYSTEM_TREES = ("/dev", "/etc", "/proc", "/sys", "/usr", "/boot", "/bin", "/sbin", "/lib")
+
+
+def results_dir(given: str, option: str) -> Path:
+    """A folder a run publishes into (--outputs, --sweep-dir): named, not the root or a
+    system folder, and writable."""
+    if not given.strip():
+        raise UsageError(f"{option} is empty; name the folder to publish into (e.g. "
+                         f"{option} outputs)")
+    path = Path(given).expanduser().resolve()
+    if str(path) in SYSTEM_DIRS or any(str(path).startswith(t + "/") for t in SYSTEM_TREES):
+        raise UsageError(f"{option} {path}: a system folder, where a run's results do not go; "
+                         f"pass a folder of your own (e.g. {option} outputs)")
+    return writable_dir(path, option)
+
+
 def writable_dir(path: Path, option: str) -> Path:
     """`path` as a directory this process can write into, or a UsageError naming `option`."""
     path = path.resolve()

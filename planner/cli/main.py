@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.cli import diagnose, importing, read, review
-from planner.cli.common import config_tree, writable_dir, write_output
+from planner.cli.common import config_tree, results_dir, write_output
 from planner.errors import ModelplanError, UsageError
 
 T0 = time.perf_counter()
@@ -148,9 +148,9 @@ def _execute(ir: dict[str, Any], args: argparse.Namespace, overrides: list[str])
     from planner.outputs import check_destination, check_name, run_name
     from planner.render.run import markdown, table
 
-    name = args.name or run_name(ir["config"])
+    name = run_name(ir["config"]) if args.name is None else args.name
     check_name(name)
-    outputs = writable_dir(Path(args.outputs), "--outputs")
+    outputs = results_dir(args.outputs, "--outputs")
     check_destination(outputs / name, ir, args.overwrite)
     record = run_plan(ir, outputs / name, overrides, _options(args))
     if args.json:
@@ -175,8 +175,8 @@ def _run_sweep(args: argparse.Namespace) -> int:
         for job in sweep.jobs:
             print(f"modelplan: error: job {job.index}: {job.error}", file=sys.stderr)
         return 2
-    sweep_dir = writable_dir(Path(args.sweep_dir or time.strftime("multirun/%Y-%m-%d/%H-%M-%S")),
-                             "--sweep-dir")
+    sweep_dir = results_dir(time.strftime("multirun/%Y-%m-%d/%H-%M-%S")
+                            if args.sweep_dir is None else args.sweep_dir, "--sweep-dir")
     summary = run_sweep(sweep, sweep_dir, _options(args))
     if args.json:
         print(json.dumps(summary, indent=2))
