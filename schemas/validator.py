@@ -8,6 +8,7 @@ checks that it agrees with jsonschema on generated documents.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -28,7 +29,9 @@ TYPES = {
     "null": lambda v: v is None,
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool)
     or (isinstance(v, float) and v.is_integer()),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    # JSON has no NaN or infinity: a plan could not carry one
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    and math.isfinite(v),
 }
 
 

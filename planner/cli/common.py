@@ -24,6 +24,29 @@ def write_output(path: Path, text: str) -> None:
                          "choose another -o FILE") from exc
 
 
+def positive(text: str) -> int:
+    """An argument that counts something: 1 or more."""
+    value = _whole(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def non_negative(text: str) -> int:
+    """An argument that counts something, where 0 means none (or all, as its help says)."""
+    value = _whole(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+
+
 # folders of the system, which a run's results never go into (nor anywhere below the first row)
 SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64",
                          "/proc", "/run", "/sbin", "/sys", "/usr", "/var", "/home"})

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from planner.cli.common import config_tree
+from planner.cli.common import config_tree, non_negative, positive
 from planner.core import diagnosis
 from planner.errors import UsageError
 
@@ -74,7 +74,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         debug=args.debug))
     if record["error"]:
         raise UsageError(f"diagnose: the build failed: {record['error']['message']}")
-    samples = args.samples or full["config"]["verify"].get("samples") or 4
+    samples = args.samples if args.samples is not None else \
+        full["config"]["verify"].get("samples") or 4
     result = diagnose_accuracy(full["config"], _entry(built, record, reference) / "model.onnx",
                                _entry(built, record, candidate) / "model.onnx",
                                _entry(built, record, source) if source else None, samples,
@@ -118,18 +119,18 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
              handler=cmd_diagnose)
     sp.add_argument("--store", metavar="DIR", help="the content-addressed store "
                     "(default: store.path, else ~/.cache/modelplan/store)")
-    sp.add_argument("--samples", type=int, metavar="N",
+    sp.add_argument("--samples", type=positive, metavar="N",
                     help="verify inputs to compare on (default: verify.samples)")
-    sp.add_argument("--top", type=int, default=15, metavar="N",
+    sp.add_argument("--top", type=non_negative, default=15, metavar="N",
                     help="modules in the ranked table (0: all; default 15)")
     sp.add_argument("--json", action="store_true", help="print the rows as JSON")
     sp.add_argument("--on", choices=("cpu", "target"), default="cpu",
                     help="target: also run the 3 worst modules' pieces on the config's "
                     "target (as --target-pieces 3)")
-    sp.add_argument("--target-pieces", type=int, metavar="N",
+    sp.add_argument("--target-pieces", type=non_negative, metavar="N",
                     help="run the N worst modules' pieces (by own CPU error, innermost "
                     "modules) compiled for the config's target; the HTP simulator takes "
                     "seconds per inference")
-    sp.add_argument("--target-samples", type=int, default=2, metavar="N",
+    sp.add_argument("--target-samples", type=positive, default=2, metavar="N",
                     help="inputs each target piece runs on (default 2)")
     sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.cli import diagnose, importing, read, review
-from planner.cli.common import config_tree, results_dir, write_output
+from planner.cli.common import config_tree, positive, results_dir, write_output
 from planner.errors import ModelplanError, UsageError
 
 T0 = time.perf_counter()
@@ -27,13 +27,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     COMMANDS[fn.__name__.removeprefix("cmd_")] = fn
     return fn
-
-
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
 
 
 @command

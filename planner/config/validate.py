@@ -118,7 +118,7 @@ def _enum(v: Violation) -> str:
 
 
 def _type(v: Violation) -> str:
-    names = {"integer": "an integer", "number": "a number", "string": "a string",
+    names = {"integer": "an integer", "number": "a finite number", "string": "a string",
              "boolean": "true or false", "object": "a mapping", "array": "a list", "null": "null"}
     return f"{show(v.instance)} is not {' or '.join(names[t] for t in v.detail)}"
 

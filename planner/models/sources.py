@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,8 @@ def random_init(model: dict[str, Any]) -> dict[str, Any]:
                                     ri.get("preprocessor") or {})}
 
 
+# config.json fields that size or count something (layers, heads, widths, vocabulary, lengths)
+_SIZE = re.compile(r"^(num_|n_)|(_size|_dim|_layers|_heads|_positions|_length)$|^d_(model|ff|kv)$")
 _JSON_TYPES = ((bool, "true or false"), (int, "an integer"), (float, "a number"),
                (str, "a string"), (list, "a list"), (dict, "a mapping"))
 
@@ -197,6 +200,10 @@ def _check_types(base: dict[str, Any], new: dict[str, Any], where: str) -> None:
     """A field the model type's tiny config has must keep its JSON type (an integer may stand
     for a number): caught here, at plan time, instead of by transformers in the resolve step."""
     for key, value in new.items():
+        if _SIZE.search(key) and isinstance(value, int) and not isinstance(value, bool) \
+                and value < 1:
+            raise ConfigError(f"{where.partition(' (')[0]}.{key}: {value} is a size or a count "
+                              "of the model; give it 1 or more")
         want, have = _json_type(base.get(key)), _json_type(value)
         if want is None or value is None or have == want or (want, have) == ("a number",
                                                                               "an integer"):
