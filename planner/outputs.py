@@ -44,8 +44,8 @@ def run_name(config: dict[str, Any]) -> str:
 def check_name(name: str) -> None:
     if not name.strip() or "/" in name or name in (".", "..") or name.startswith(".") or \
             any(ord(c) < 32 or ord(c) == 127 for c in name) or len(name.encode()) > NAME_MAX:
-        raise UsageError(f"--name {name[:60]!r}: a run name is one plain folder name under "
-                         f"--outputs (not empty, no '/' or control characters such as a "
+        raise UsageError(f"--name {name[:60]!r}: a run name is one folder name under --outputs, "
+                         f"plain (not empty, no '/' or control characters such as a "
                          f"newline, not starting with '.', at most {NAME_MAX} bytes)")
 
 

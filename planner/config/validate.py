@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from typing import Any
 
@@ -118,7 +119,9 @@ def _enum(v: Violation) -> str:
 
 
 def _type(v: Violation) -> str:
-    names = {"integer": "an integer", "number": "a finite number", "string": "a string",
+    if isinstance(v.instance, float) and not math.isfinite(v.instance):
+        return f"{show(v.instance)} is not a finite number"
+    names = {"integer": "an integer", "number": "a number", "string": "a string",
              "boolean": "true or false", "object": "a mapping", "array": "a list", "null": "null"}
     return f"{show(v.instance)} is not {' or '.join(names[t] for t in v.detail)}"
 

@@ -19,7 +19,7 @@ RUN = ("run", "model=tiny_bert", "target=cpu", "quant=none", "verify=none", "per
     (("--outputs", ""), "--outputs is empty"),
     (("--name", ""), "--name ''"),
     (("--name", "a\nb"), "control characters"),
-    (("--name", "../up"), "one plain folder name"),
+    (("--name", "../up"), "one folder name under --outputs"),
 ])
 def test_a_bad_place_is_refused_before_anything_runs(tmp_path: Path, args: tuple[str, ...],
                                                      said: str) -> None:
