@@ -151,12 +151,16 @@ class _StepView:
 def check_trusted(ir: dict[str, Any], where: str, trust: Trust) -> None:
     """Paths inside the allowed roots; remote code only when the user trusts it."""
     config = ir["config"]
-    paths = [("model.path", config["model"].get("path"))]
+    paths = [("model.path", config["model"].get("path")),
+             ("eval.dataset.path", (config.get("eval") or {}).get("dataset", {}).get("path"))]
     if trust.store is None:  # the plan's own store would be used
         paths.append(("store.path", config["store"].get("path")))
+    # every path a step reads: the params its op declares as locating content (`unkeyed`)
+    paths += [(f"step {s['id']} {name}", s["params"].get(name)) for s in ir["steps"]
+              if s["op"] in OPS for name in OPS[s["op"]].unkeyed]
     shown = ", ".join(str(r) for r in trust.roots)
     for what, value in paths:
-        if isinstance(value, str) and not _under(value, trust.roots):
+        if isinstance(value, str) and _names_a_path(value) and not _under(value, trust.roots):
             raise PlanFileError(
                 f"{where}: {what} {value[:200]} is outside the paths this run may use ({shown}); "
                 f"if you trust it, pass --allow-path DIR" + (" or --store DIR"
@@ -167,6 +171,12 @@ def check_trusted(ir: dict[str, Any], where: str, trust: Trust) -> None:
         raise PlanFileError(f"{where}: the plan sets trust_remote_code: true, which runs the "
                             "checkpoint's own Python code; pass --trust-remote-code to apply it "
                             "only if you trust that checkpoint")
+
+
+def _names_a_path(value: str) -> bool:
+    """Whether a value names a file or folder (a hub dataset id such as `glue` does not: it is
+    read from the local cache, resolved to a path at plan time)."""
+    return value.startswith(("/", "~", ".")) or Path(value).expanduser().exists()
 
 
 def _under(value: str, roots: tuple[Path, ...]) -> bool:

@@ -79,6 +79,25 @@ def test_paths_outside_the_allowed_roots_are_refused(tmp_path: Path) -> None:
     assert "--store DIR" in result.stderr
 
 
+def test_a_dataset_outside_the_allowed_roots_is_refused_before_it_is_read(
+        tmp_path: Path) -> None:
+    """Allowing the model's folder does not allow another file the plan names: the dataset is
+    refused before anything reads it, and none of its values reach the error or a record."""
+    secret = tmp_path / "elsewhere" / "labels.jsonl"
+    secret.parent.mkdir()
+    secret.write_text('{"text": "hello", "label": "AKIA-SECRET-TOKEN-1234"}\n')
+    ckpt = checkpoint(tmp_path / "models" / "ckpt", id2label={"0": "a", "1": "b"},
+                      architectures=["BertForSequenceClassification"])
+    plan = saved(tmp_path, "model=local_hf", f"model.path={ckpt}", "eval=task",
+                 f"eval.dataset.path={secret}", "target=cpu", "quant=none")
+    result = apply(plan, tmp_path, "--allow-path", str(ckpt.parent))
+    one_error(result, f"eval.dataset.path {secret} is outside the paths this run may use")
+    assert "AKIA" not in result.stderr + result.stdout
+    assert not [p for p in tmp_path.rglob("*.json") if "AKIA" in p.read_text()]
+    roots = (tmp_path / "store", tmp_path / "out", ckpt.parent, secret.parent)
+    assert load_plan(plan, Trust(roots, tmp_path / "store"))
+
+
 def test_remote_code_needs_the_command_line_flag(tmp_path: Path) -> None:
     ckpt = checkpoint(tmp_path / "store" / "ckpt")
     plan = saved(tmp_path, "model=local_hf", f"model.path={ckpt}", "model.trust_remote_code=true")
