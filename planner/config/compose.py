@@ -58,8 +58,25 @@ def compose_config(overrides: list[str], tree: ConfigTree = PACKAGED) -> Any:
     except Exception as exc:
         if yaml_mark(exc) is not None:
             raise ConfigError(yaml_error(exc, tree)) from exc
-        hint = "; to sweep over values add -m" if "Ambiguous value" in str(exc) else ""
+        hint = "; to sweep over values add -m" if "Ambiguous value" in str(exc) else \
+            _merge_hint(exc)
         raise ConfigError(f"config: {first_line(exc)}{hint}") from exc
+
+
+def _merge_hint(exc: BaseException) -> str:
+    """What an override whose value has the wrong shape for its key should be (OmegaConf says
+    only 'Cannot merge DictConfig with ListConfig', on the exception's cause)."""
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and not getattr(cause, "full_key", None):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return ""
+    key, kind = cause.full_key, getattr(cause, "object_type", None)
+    if "Cannot merge" in str(cause) and kind in (list, dict):
+        return (f": {key} takes a list; write its value in [ ], e.g. {key}=[{{...}}]"
+                if kind is list else f": {key} takes a mapping; write its value in {{ }}, "
+                f"or set one of its keys ({key}.NAME=VALUE)")
+    return f": {key}: {first_line(cause)}"
 
 
 def yaml_mark(exc: BaseException) -> Any:

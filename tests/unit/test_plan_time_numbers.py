@@ -1,8 +1,10 @@
-"""Numbers a config cannot mean are refused at plan time, in one line naming the key: NaN or
+"""Values a config cannot mean are refused at plan time, in one line naming the key: NaN or
 infinity anywhere (a plan is JSON, which has neither), and a random-init model's size or count
-below 1 (it would plan, then fail in export)."""
+below 1 (it would plan, then fail in export), a value of the wrong shape for its key."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -30,3 +32,11 @@ def test_a_random_model_of_no_size_is_refused(model_type: str, field: str, value
 def test_a_token_id_of_zero_is_not_a_size() -> None:
     plan_from_overrides(["model=tiny_random", "model.random_init.model_type=llama",
                          "+model.random_init.config.eos_token_id=0", "target=cpu"])
+
+
+@pytest.mark.parametrize(("override", "said"), [
+    ("quant.overrides={a: 1}", "quant.overrides takes a list; write its value in [ ]"),
+    ("export.shapes=[1]", "export.shapes takes a mapping; write its value in { }")])
+def test_a_value_of_the_wrong_shape_says_the_shape_it_takes(override: str, said: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        plan_from_overrides(["model=tiny_bert", override])
