@@ -22,6 +22,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     from planner.recipes.convert import IMPORTED, convert
     from planner.recipes.writer import write_all
 
+    if args.report and Path(args.report).is_dir():  # said before anything is written
+        raise UsageError(f"--report {args.report}: a folder; --report names the Markdown file "
+                         "to write (e.g. --report import.md)")
     groups, single = _groups(args.recipe)
     builds = [convert(g, args.target, args.model_id) for g in groups]
     shown = args.output.rstrip("/") or "."

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 RECIPE: dict[str, Any] = {
     "loader": {"task": "text-classification", "model_type": "bert",
@@ -402,3 +402,17 @@ def test_any_recipe_imports_or_names_a_field_and_every_field_is_accounted(
     assert isinstance(read, dict)
     read.pop("defaults")
     assert read == values(build)
+
+
+def test_a_report_that_names_a_folder_is_refused_before_anything_is_written(
+        tmp_path: Path) -> None:
+    corpus = ROOT.parent / "shared" / "corpus" / "winml-recipes" / "FacebookAI_roberta-base"
+    if not corpus.is_dir():
+        pytest.skip("the recipe corpus is not beside this checkout")
+    recipe = next(corpus.glob("*.json"))
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    result = run_cli("import", str(recipe), "-o", str(tmp_path / "conf"), "--report",
+                     str(folder))
+    assert result.returncode == 2 and "--report" in result.stderr and "a folder" in result.stderr
+    assert not (tmp_path / "conf").exists() and not any(folder.iterdir())
