@@ -52,17 +52,24 @@ class Classify(Evaluator):
 
 def class_id(label: Any, cx: Context) -> int:
     """A label cell as the model's class id: an integer as it is, a name through the model's
-    label2id (case-insensitive)."""
-    if isinstance(label, bool | np.bool_):
-        return int(label)
-    if isinstance(label, int | np.integer):
-        return int(label)
-    by_name = {v.lower(): k for k, v in cx.id2label().items()}
-    text = str(label).strip()
-    if text.lower() in by_name:
-        return by_name[text.lower()]
-    if text.lstrip("-").isdigit():
-        return int(text)
-    raise EvalDataError(f"eval.dataset: label {text!r} is not one of the model's labels "
-                        f"({', '.join(list(by_name)[:8])}...); map eval.dataset.columns.label to "
-                        "a column of class ids or of the model's label names")
+    label2id (case-insensitive); either must be one of the model's classes."""
+    classes = cx.id2label()
+    by_name = {v.lower(): k for k, v in classes.items()}
+    if isinstance(label, bool | np.bool_ | int | np.integer):
+        value = int(label)
+    else:
+        text = str(label).strip()
+        if text.lower() in by_name:
+            return by_name[text.lower()]
+        if not text.lstrip("-").isdigit():
+            raise EvalDataError(f"eval.dataset: label {text!r} is not one of the model's labels "
+                                f"({', '.join(list(by_name)[:8])}...); map "
+                                "eval.dataset.columns.label to a column of class ids or of the "
+                                "model's label names")
+        value = int(text)
+    if classes and value not in classes:
+        raise EvalDataError(f"eval.dataset: a label is class {value}, and the model has "
+                            f"{len(classes)} classes ({min(classes)} .. {max(classes)}); map "
+                            "eval.dataset.columns.label to a column of the model's class ids or "
+                            "names")
+    return value

@@ -15,28 +15,12 @@ import numpy as np
 
 from executors.evaluation.base import EvalDataError
 from executors.samples import media, text
+from planner.models.evaldata import ColumnsError, map_columns
 from planner.models.evaluation import EVAL
 from planner.models.tasks import AUDIO, IMAGE, TEXT
 
-# Column names a role is found under when eval.dataset.columns does not map it, in order.
-ALIASES: dict[str, tuple[str, ...]] = {
-    "text": ("text", "sentence", "sentence1", "premise", "content", "document", "source",
-             "question1", "input"),
-    "text_pair": ("text_pair", "sentence2", "hypothesis", "question2"),
-    "label": ("label", "labels", "ner_tags", "fine_label", "coarse_label", "class"),
-    "score": ("score", "similarity_score", "relatedness_score"),
-    "question": ("question",), "context": ("context",), "answers": ("answers",),
-    "id": ("id",), "image": ("image", "img", "pixel_values", "picture", "photo"),
-    "audio": ("audio", "speech", "file"), "tokens": ("tokens", "words"),
-    "boxes": ("objects", "boxes", "annotations"), "mask": ("mask", "label", "annotation",
-                                                           "segmentation"),
-    "depth": ("depth", "depth_map"), "keypoints": ("keypoints", "objects", "annotations"),
-    "transcript": ("text", "sentence", "transcript", "transcription", "normalized_text"),
-    "target": ("target", "text", "caption", "translation", "summary", "label"),
-}
 SPLITS = ("test", "validation", "valid", "dev", "train")
 AUDIO_FILES = (".wav", ".flac", ".mp3", ".ogg", ".opus")
-_INPUT_ROLES = ("text", "image", "audio", "tokens", "question")
 
 
 @dataclass
@@ -186,28 +170,11 @@ def _undecoded_audio(table: Any) -> Any:
 
 def _columns(task: str, given: dict[str, str], names: list[str],
              params: dict[str, Any]) -> dict[str, str]:
-    """role -> column: the mapped ones (which must exist), then each unmapped role of the task
-    found under its aliases (an input role must be found)."""
-    out: dict[str, str] = {}
-    for role, col in given.items():
-        if col not in names:
-            raise EvalDataError(f"eval.dataset.columns.{role}: {params['dataset']} has no column "
-                                f"{col!r} (it has {', '.join(names)}); map {role} to one of them")
-        out[role] = col
-    taken = set(out.values())
-    for role in EVAL[task].roles:
-        if role in out:
-            continue
-        col = next((a for a in ALIASES.get(role, (role,)) if a in names and a not in taken), None)
-        if col is not None:
-            out[role] = col
-            taken.add(col)
-    inputs = [r for r in EVAL[task].roles if r in _INPUT_ROLES]
-    if inputs and not any(r in out for r in inputs):
-        raise EvalDataError(f"eval.dataset.columns: {task} needs a {inputs[0]} column and "
-                            f"{params['dataset']} has none named like it (it has "
-                            f"{', '.join(names)}); set +eval.dataset.columns.{inputs[0]}=COLUMN")
-    return out
+    """role -> column, by the planner's rules (planner/models/evaldata.py)."""
+    try:
+        return map_columns(task, given, names, params["dataset"])
+    except ColumnsError as exc:
+        raise EvalDataError(str(exc)) from exc
 
 
 def shipped(task: str, modality: str | None, samples: int) -> Rows:

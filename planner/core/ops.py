@@ -223,8 +223,9 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("eval", 2, "the task's metric for PyTorch, the fp32 export and the deliverable on its "
        "target, with a verdict against the largest drop allowed",
        params=("task", "metric", "max_drop", "dataset", "dataset_kind", "dataset_name", "split",
-               "samples", "shuffle", "seed", "columns", "dataset_digest", "ep", "backend",
-               "provider_options"),
+               "samples", "shuffle", "seed", "columns", "columns_checked", "dataset_digest",
+               "ep", "backend", "provider_options"),
+       optional=("columns_checked",),
        inputs=("candidate", "reference", "source"),
        traits=frozenset({T.SINK, T.NEEDS_EP, T.HEAVY}),
        tools=("torch", "transformers", "onnxruntime", "onnxruntime-qnn", "datasets",

@@ -151,6 +151,8 @@ def _rows(params: dict[str, Any]) -> str:
     truth = [columns[r] for r in EVAL[params["task"]].truth if r in columns]
     roles = " or ".join(EVAL[params["task"]].truth)
     scored = f"labels from {', '.join(truth)}" if truth else \
+        "no label column in the data: agreement with PyTorch's predictions" \
+        if params.get("columns_checked") and roles else \
         f"labels from a {roles} column if it has one (found by name), else agreement with " \
         "PyTorch's predictions" if roles else "agreement with PyTorch's predictions"
     return f"{order}first {params['samples']} rows of {split}{mapped}; {scored}"

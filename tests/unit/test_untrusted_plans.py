@@ -85,7 +85,7 @@ def test_a_dataset_outside_the_allowed_roots_is_refused_before_it_is_read(
     refused before anything reads it, and none of its values reach the error or a record."""
     secret = tmp_path / "elsewhere" / "labels.jsonl"
     secret.parent.mkdir()
-    secret.write_text('{"text": "hello", "label": "AKIA-SECRET-TOKEN-1234"}\n')
+    secret.write_text('{"text": "AKIA-SECRET-TOKEN-1234", "label": "a"}\n')
     ckpt = checkpoint(tmp_path / "models" / "ckpt", id2label={"0": "a", "1": "b"},
                       architectures=["BertForSequenceClassification"])
     plan = saved(tmp_path, "model=local_hf", f"model.path={ckpt}", "eval=task",
