@@ -25,9 +25,10 @@ from planner.render.results import csv_text, rows
 
 
 def check_modules(irs: list[dict[str, Any]], store: Store) -> None:
-    """Before anything is built: a perf.module whose export is not in the store yet is checked
-    on a forward pass of the model with random weights (its module tree, as the export traces
-    it). A model that cannot be traced here is left to the extract step, which checks again."""
+    """Before anything is built: a module perf.module or quant.overrides names whose export is
+    not in the store yet is checked on a forward pass of the model with random weights (its
+    module tree, as the export traces it). A model that cannot be traced here is left to the
+    extract or quantize step, which checks again."""
     seen: set[str] = set()
     for ir in irs:
         wanted = module_perf.unchecked_modules(ir, store.root)
@@ -35,10 +36,32 @@ def check_modules(irs: list[dict[str, Any]], store: Store) -> None:
             continue
         seen.add(ir["config_digest"])
         trees = _module_trees(ir["config"])
-        for graph, spec in wanted.items():
-            problem = module_perf.module_error(spec, trees[graph]) if graph in trees else None
-            if problem:
-                raise PlanError(problem)
+        for graph, named in wanted.items():
+            for where, spec in named if graph in trees else []:
+                problem = module_perf.module_error(spec, trees[graph], where)
+                if problem:
+                    raise PlanError(problem)
+
+
+def check_op_types(irs: list[dict[str, Any]]) -> None:
+    """Before anything is built: every op type quant.overrides names is one ONNX or ONNX
+    Runtime knows (any domain: the graph a quantize step reads holds ORT's fused ops too)."""
+    named = [(f"quant.overrides.{i}.{key}", op_type)
+             for ir in irs for s in ir["steps"] if s["op"] == "quantize"
+             for i, rule in enumerate(s["params"].get("overrides") or [])
+             for key in ("op_types", "except_op_types") for op_type in rule.get(key, [])]
+    if not named:
+        return
+    from onnxruntime.capi.onnxruntime_pybind11_state import get_all_operator_schema
+
+    from planner.support.suggest import did_you_mean
+
+    known = sorted({schema.name for schema in get_all_operator_schema()})
+    for where, op_type in named:
+        if op_type not in known:
+            raise PlanError(f"{where}={op_type}: no ONNX or ONNX Runtime op is named "
+                            f"{op_type}{did_you_mean(op_type, known)}; name op types as the "
+                            "graph has them (MatMul, Gemm, Gelu, LayerNormalization, ...)")
 
 
 def _module_trees(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -55,6 +78,7 @@ def _module_trees(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def run_plan(executor: str, store: Store, runner: Runner, ir: dict[str, Any],
              outputs_dir: Path | None, overrides: list[str], say: Any) -> dict[str, Any]:
     """One plan (a DAG of one job): its run record, published to `outputs_dir` and saved."""
+    check_op_types([ir])
     check_modules([ir], store)
     started, t0 = time.time(), time.perf_counter()
     dag = StepDag([(0, ir)])
@@ -79,6 +103,7 @@ def run_sweep(executor: str, store: Store, runner: Runner, sweep: SweepPlan, swe
               say: Any) -> dict[str, Any]:
     """Every job's plan merged into one DAG: each unique key built once, one failing step
     stopping only the jobs that need it. The sweep's summary, also written to `sweep_dir`."""
+    check_op_types([j.ir for j in sweep.jobs if j.ir is not None])
     check_modules([j.ir for j in sweep.jobs if j.ir is not None], store)
     started, t0 = time.time(), time.perf_counter()
     dag = StepDag([(j.index, j.ir) for j in sweep.jobs if j.ir is not None])

@@ -56,49 +56,62 @@ def steps(config: dict[str, Any], lowered: list[Step], deliverable: str,
 HIERARCHY_FILE = "model_htp_metadata.json"  # the export's sidecar (executors.onnx.artifacts)
 
 
+def _named(steps: list[Any]) -> list[tuple[Any, str, str]]:
+    """(the step, the config path, the name) of every module a step names by class or tag
+    path: perf.module's extract, quant.overrides' `modules` selectors on quantize (its rules
+    in the config's order)."""
+    out = []
+    for s in steps:
+        op, params = (s["op"], s["params"]) if isinstance(s, dict) else (s.op, s.params)
+        if op == EXTRACT:
+            out.append((s, "perf.module", params["module"]))
+        for i, rule in enumerate(params.get("overrides") or [] if op == "quantize" else []):
+            out += [(s, f"quant.overrides.{i}.modules", m) for m in rule.get("modules", [])]
+    return out
+
+
 def check_known_modules(plan: Any, store: Path) -> None:
-    """A perf.module that names no module of an export already in the store is refused at plan
-    time, before anything is built (else the extract step reports it, after the build)."""
-    for s in plan.live():
-        if s.op != EXTRACT:
-            continue
+    """A module perf.module or quant.overrides names that no module of an export already in
+    the store is, is refused at plan time, before anything is built (else the extract or
+    quantize step reports it, after the build)."""
+    for s, where, spec in _named(list(plan.live())):
         source = plan.step(s.inputs["hierarchy"])
         try:
             meta = json.loads((entry_dir(store, source.key) / HIERARCHY_FILE).read_text())
             set(meta["traced_modules"])
         except (OSError, ValueError, KeyError, TypeError):
             continue  # not exported yet: checked on a trace before the build (module_error)
-        problem = module_error(s.params["module"], meta)
+        problem = module_error(spec, meta, where)
         if problem:
             raise PlanError(problem)
 
 
-def unchecked_modules(ir: dict[str, Any], store: Path) -> dict[str, str]:
-    """{graph: perf.module} for the extract steps of a Plan IR whose export is not in the
-    store yet: their names are checked on a trace of the model before anything is built."""
-    steps = {s["id"]: s for s in ir["steps"]}
-    out = {}
-    for s in ir["steps"]:
-        if s["op"] == EXTRACT:
-            export = steps[s["inputs"]["hierarchy"]]
-            if not (entry_dir(store, export["key"]) / HIERARCHY_FILE).is_file():
-                out[export["params"]["graph"] or "model"] = s["params"]["module"]
+def unchecked_modules(ir: dict[str, Any], store: Path) -> dict[str, list[tuple[str, str]]]:
+    """{graph: [(config path, module name)]} for the modules a Plan IR names whose export is
+    not in the store yet: they are checked on a trace of the model before anything is built."""
+    steps = {s["id"]: s for s in ir["steps"] if s.get("action") != "elided"}
+    out: dict[str, list[tuple[str, str]]] = {}
+    for s, where, spec in _named(list(steps.values())):
+        export = steps.get(s["inputs"].get("hierarchy", ""))
+        if export is not None and \
+                not (entry_dir(store, export["key"]) / HIERARCHY_FILE).is_file():
+            out.setdefault(export["params"]["graph"] or "model", []).append((where, spec))
     return out
 
 
-def module_error(spec: str, meta: dict[str, Any]) -> str | None:
-    """Why perf.module=`spec` names no module of an export whose sidecar (or trace) is `meta`
+def module_error(spec: str, meta: dict[str, Any], where: str = "perf.module") -> str | None:
+    """Why `where`=`spec` names no module of an export whose sidecar (or trace) is `meta`
     (traced_modules, inlined_classes, root); None if it names one."""
     traced = set(meta["traced_modules"])
     if _matches(spec, traced):
         return None
     if spec in (meta.get("inlined_classes") or []):
-        return (f"perf.module={spec}: {spec} is a torch.nn class the export inlines into the "
+        return (f"{where}={spec}: {spec} is a torch.nn class the export inlines into the "
                 f"modules that call it; export with export.torch_modules=[{spec}] to keep it "
                 "as a module")
     classes = sorted({_class_of(p) for p in traced if p.count("/") > 1})
     known = sorted(traced) if spec.startswith("/") else classes
-    return (f"perf.module={spec} matches no module of "
+    return (f"{where}={spec} matches no module of "
             f"{str(meta.get('root', '')).strip('/') or 'the model'}"
             f"{did_you_mean(spec, known)}; name a module class "
             f"({', '.join(classes)}) or a tag path (`modelplan inspect --hierarchy` "
