@@ -39,8 +39,10 @@ run: $(VENV)/.installed-run
 plan: $(VENV)/.installed-run
 	$(BIN)/modelplan plan
 
-# Two pytest-xdist workers; tests that must share one worker carry xdist_group marks.
+# The docs site first (a broken link or a missing page fails), then two pytest-xdist workers;
+# tests that must share one worker carry xdist_group marks.
 test: $(VENV)/.installed-test $(CLIENTS)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 lint: $(VENV)/.installed-test
