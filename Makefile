@@ -10,11 +10,11 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[run]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install -q -e '.[run]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
-	$(BIN)/python -m pip install -q -e '.[run,test]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install -q -e '.[run,test]'
 	touch $@
 
 # The clients that open a deliverable folder (Optimum, sentence-transformers), in their own
