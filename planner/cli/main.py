@@ -240,8 +240,8 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
                         help="show tracebacks on errors")
     p = Parser(prog="modelplan", formatter_class=WIDE, description=(
         "Compile a Hydra model-build config into an explicit plan and run it on ONNX Runtime."),
-        epilog="`modelplan COMMAND --help` shows a command's options; `plan --help` and "
-        "`run --help` also list every config group with its options and keys.")
+        epilog="Every command takes --help; `modelplan plan --help` (and `run --help`) also "
+        "lists every config group with its options and keys.")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
                            parser_class=Parser)
