@@ -101,7 +101,8 @@ def skip_reason(cmd: Command) -> str | None:
         return f"{argv[0]}: not modelplan (make, pip and benchmarks install or measure)"
     if cmd.line in KNOWN_DEFECTS:
         return KNOWN_DEFECTS[cmd.line]
-    builds = argv[0].endswith("modelplan-job") or argv[1] in ("run", "apply")
+    builds = ((argv[0].endswith("modelplan-job") or argv[1] in ("run", "apply"))
+              and not {"-h", "--help"} & set(argv))
     if builds and "executor=ray" in argv:
         return "starts Ray"
     if builds and ("-m" in argv or "--multirun" in argv):
