@@ -10,11 +10,11 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[run]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install -q -e '.[run]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
-	$(BIN)/python -m pip install -q -e '.[run,test]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install -q -e '.[run,test]'
 	touch $@
 
 # The clients that open a deliverable folder (Optimum, sentence-transformers), in their own
@@ -39,8 +39,10 @@ run: $(VENV)/.installed-run
 plan: $(VENV)/.installed-run
 	$(BIN)/modelplan plan
 
-# Two pytest-xdist workers; tests that must share one worker carry xdist_group marks.
+# The docs site first (a broken link or a missing page fails), then two pytest-xdist workers;
+# tests that must share one worker carry xdist_group marks.
 test: $(VENV)/.installed-test $(CLIENTS)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 lint: $(VENV)/.installed-test

@@ -1,8 +1,8 @@
 """Coverage: every model type and task, tiny random weights, built for CPU fp32 and for QNN HTP
 w8a16_pc, through the real CLI. Prints a Markdown table (model type, task, CPU fp32 ok, QNN HTP
-ok, cosine vs fp32, tags %, nodes per EP) and, with --write-readme, puts it in README.md.
+ok, cosine vs fp32, tags %, nodes per EP) and, with --write-docs, puts it in docs/configs.md.
 
-    python benchmarks/coverage_bench.py [--only vit,bart] [--write-readme] [--store DIR]
+    python benchmarks/coverage_bench.py [--only vit,bart] [--write-docs] [--store DIR]
 """
 
 from __future__ import annotations
@@ -121,8 +121,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_readme(text: str) -> None:
-    readme = ROOT / "README.md"
+def write_docs(text: str) -> None:
+    readme = ROOT / "docs" / "configs.md"
     body = readme.read_text()
     start, end = body.index(BEGIN) + len(BEGIN), body.index(END)
     readme.write_text(body[:start] + "\n" + text + body[end:])
@@ -132,15 +132,15 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", help="comma-separated model types")
     p.add_argument("--store", help="store to use (default: a fresh temporary one)")
-    p.add_argument("--write-readme", action="store_true")
+    p.add_argument("--write-docs", action="store_true")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     p.add_argument("--from-json", metavar="FILE", help="render rows measured before")
     a = p.parse_args()
     if a.from_json:
         text = table(json.loads(Path(a.from_json).read_text()))
         sys.stdout.write(text)
-        if a.write_readme:
-            write_readme(text)
+        if a.write_docs:
+            write_docs(text)
         return 0
     wanted = set(a.only.split(",")) if a.only else None
     rows = []
@@ -158,8 +158,8 @@ def main() -> int:
     sys.stdout.write(text)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=2))
-    if a.write_readme:
-        write_readme(text)
+    if a.write_docs:
+        write_docs(text)
     return 0
 
 

@@ -1,5 +1,5 @@
 """The local executor plugin (`executor=local`): runs a Plan IR's steps in this machine's
-processes against the content-addressed store (DESIGN §5), through the one scheduler
+processes against the content-addressed store (docs/architecture.md §5), through the one scheduler
 (executors/run/stepdag.py) with `LocalRunner` as its runner: a heavy step runs on one of the
 run's warm worker processes (executors/run/workers.py), a sweep's steps on up to -j builder
 threads at once.

@@ -4,7 +4,7 @@ files, and a model card (README.md) written from the run record.
 
 The graph stays `model.onnx` at the folder's root, beside `config.json`: the layout of Optimum's
 own ONNX exports, which Optimum's ORTModel classes and sentence-transformers' ONNX backend both
-read from the root (`onnx/model.onnx` is where transformers.js looks; see the README)."""
+read from the root (`onnx/model.onnx` is where transformers.js looks; see docs/deliverables.md)."""
 
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ def genai_config(config: dict[str, Any], bundle: dict[str, Any],
     runs on the prompt and second on each generated token. onnxruntime-genai 0.18 reads this
     layout but cannot run the pair (measured: it feeds the prompt unpadded, its static cache
     is its own uint8 sliding window, and its dynamic cache wants present = past + new); the
-    README says so. `modelplan generate` runs the bundle."""
+    docs/generation.md says so. `modelplan generate` runs the bundle."""
     from planner.models.generation import shape_of
     from planner.models.roles import CACHE, ROLES
 

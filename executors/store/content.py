@@ -1,5 +1,5 @@
-"""The content-addressed store (DESIGN §4): `<root>/<key[:2]>/<key>/`, built in a temporary
-directory, renamed into place only when complete, one file lock per key.
+"""The content-addressed store (docs/architecture.md §4): `<root>/<key[:2]>/<key>/`, built in
+a temporary directory, renamed into place only when complete, one file lock per key.
 
 An entry is verified on use (`lookup`): each file is re-hashed against its manifest digest
 unless its (size, mtime_ns, inode) still match the manifest's record of its last verification,

@@ -1,5 +1,5 @@
-"""Weights stored once (DESIGN §4): every initializer of at least THRESHOLD bytes is ONNX external
-data in its own file, `weights/<sha256 of its bytes>` beside the graph, so a step that keeps a
+"""Weights stored once (docs/architecture.md §4): every initializer of at least THRESHOLD
+bytes is ONNX external data in its own file, `weights/<sha256 of its bytes>` beside the graph, so a step that keeps a
 weight writes only the graph and links the blob it already has.
 
 A blob is linked (a hard link; a copy where the file system refuses one) from, in order: the

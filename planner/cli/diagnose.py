@@ -114,8 +114,9 @@ COMMANDS = {"diagnose": cmd_diagnose}
 
 
 def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
-    sp = add("diagnose", "build a quantized config up to its tagged QDQ graph and rank its "
-             "modules by SQNR and cosine against the fp32 graph", overrides=True,
+    sp = add("diagnose", "rank a quantized build's modules by their error against fp32: builds "
+             "the config up to its tagged QDQ graph, then ranks its modules by SQNR and cosine "
+             "against the fp32 graph", overrides=True,
              handler=cmd_diagnose)
     sp.add_argument("--store", metavar="DIR", help="the content-addressed store "
                     "(default: store.path, else ~/.cache/modelplan/store)")

@@ -7,8 +7,10 @@ Errors are ModelplanError lines printed once here; a traceback only with --debug
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -21,6 +23,7 @@ from planner.cli.common import config_tree, positive, results_dir, write_output
 from planner.errors import ModelplanError, UsageError
 
 T0 = time.perf_counter()
+WIDE = functools.partial(argparse.HelpFormatter, width=100, max_help_position=24)
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
 
@@ -204,15 +207,37 @@ def _running_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose epilog is made only when help is shown (the config groups
+    that `plan --help` lists are read from conf/, which a plain run need not read)."""
+
+    epilog_source: Callable[[], str] | None = None
+
+    def format_help(self) -> str:
+        if self.epilog_source is not None:
+            self.epilog = self.epilog_source()
+        return super().format_help()
+
+
+def one_line(text: str | None) -> str | None:
+    """A command's help as the command list shows it: its first clause."""
+    if not text:
+        return text
+    return re.split(r" \(|: |; ", text, maxsplit=1)[0]
+
+
 def parser(plugins: bool = True) -> argparse.ArgumentParser:
     """The argument parser; plugins: also the commands installed executors register."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks on errors")
-    p = argparse.ArgumentParser(prog="modelplan", description=(
-        "Compile a Hydra model-build config into an explicit plan and run it on ONNX Runtime."))
+    p = Parser(prog="modelplan", formatter_class=WIDE, description=(
+        "Compile a Hydra model-build config into an explicit plan and run it on ONNX Runtime."),
+        epilog="Every command takes --help; `modelplan plan --help` (and `run --help`) also "
+        "lists every config group with its options and keys.")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           parser_class=Parser)
 
     def add(name: str, help_text: str, overrides: bool = False,
             handler: Callable[[argparse.Namespace], int] | None = None) -> argparse.ArgumentParser:
@@ -238,12 +263,17 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
         from planner.cli.app import add_plugin_commands
 
         add_plugin_commands(sub, common)
+    for listed in sub._choices_actions:  # one line each in the list; the whole on its own page
+        own = sub.choices[listed.dest]
+        own.description = own.description or listed.help
+        listed.help = one_line(listed.help)
     return p
 
 
 def _run_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     """The commands that compose, plan and run: plan, run, apply, config."""
     sp = add("plan", "print the plan without running anything", overrides=True)
+    with_config_groups(sp)
     sp.add_argument("--symbolic-sources", action="store_true",
                     help="plan a model whose checkpoint cannot be read here with a symbolic "
                     "source key (for review; apply refuses such a plan)")
@@ -256,6 +286,7 @@ def _run_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     sp.add_argument("--store", metavar="DIR", help="the store to check for cached steps")
 
     sp = add("run", "plan, then run the plan", overrides=True)
+    with_config_groups(sp)
     _running_options(sp)
     sp.add_argument("-m", "--multirun", action="store_true",
                     help="run every job of a sweep; each distinct step runs once")
@@ -275,6 +306,13 @@ def _run_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
 
     sp = add("config", "print the resolved, validated config", overrides=True)
     sp.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+
+
+def with_config_groups(sp: argparse.ArgumentParser) -> None:
+    from planner.cli.confighelp import config_groups_help
+
+    sp.formatter_class = argparse.RawDescriptionHelpFormatter
+    sp.epilog_source = config_groups_help  # type: ignore[attr-defined]
 
 
 def _needs_plugins(argv: list[str]) -> bool:

@@ -1,6 +1,6 @@
 """The store path a config (`store.path`) or `--store` names, checked before anything touches
-it: a path the file system can take (DESIGN §4; planner/core/storelayout.py lays the store out
-below it)."""
+it: a path the file system can take (docs/architecture.md §4; planner/core/storelayout.py
+lays the store out below it)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Content keys (DESIGN §4): sha256 over op, op version, params, input keys and tool versions."""
+"""Content keys (docs/architecture.md §4): sha256 over op, op version, params, input keys and
+tool versions."""
 
 from __future__ import annotations
 

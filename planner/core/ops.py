@@ -1,4 +1,5 @@
-"""Op declarations: what each op takes, requires, ensures and is (DESIGN §2), as data.
+"""Op declarations: what each op takes, requires, ensures and is, as data
+(docs/architecture.md §2).
 
 Rules reason over these declarations only, and executors read them to decide what to check,
 publish, report and where a step can run. Behaviour is declared from measurement on ONNX

@@ -1,4 +1,4 @@
-"""Where the content-addressed store lives and how it is laid out (DESIGN §4).
+"""Where the content-addressed store lives and how it is laid out (docs/architecture.md §4).
 
 The planner reads the layout to mark steps `cached`; executors write entries into it
 (executors/store/content.py). An entry exists only once complete: its manifest is written last,

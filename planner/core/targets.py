@@ -1,4 +1,4 @@
-"""Target declarations: what each target is and needs (DESIGN §1), as data.
+"""Target declarations: what each target is and needs (docs/architecture.md §1), as data.
 
 A target's name is the plan's target id: its EP and its backend (qnn_htp), or the EP alone
 (cpu). Executors read these declarations to decide how to quantize for a target, legalize for

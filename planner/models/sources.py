@@ -60,6 +60,11 @@ def checkpoint_location(model: dict[str, Any]) -> Path | None:
     if source in ("local", "onnx_file", "hub_cache"):  # hub_cache + path: a local copy of hub_id
         path = Path(model["path"]).expanduser().resolve()
         checkpoint = source != "onnx_file"
+        if not path.exists():
+            where = "" if str(path) == model["path"] else f" (here: {path})"
+            wanted = "a checkpoint directory" if checkpoint else "an existing .onnx model"
+            raise ConfigError(f"model.path: '{model['path']}' does not exist{where}; "
+                              f"point it at {wanted}")
         if checkpoint and not (path / "config.json").is_file():
             raise ConfigError(f"model.path: '{model['path']}' is not a Hugging Face checkpoint "
                               "directory (no config.json); point it at one")

@@ -69,8 +69,9 @@ def _front_matter(model: dict[str, Any], files: dict[str, int],
         meta.append(f"base_model: {model['id']}")
         if model["precision"] != "none":
             meta.append("base_model_relation: quantized")
-    meta.append("library_name: " + ("sentence-transformers" if SENTENCE_TRANSFORMERS in files
-                                    else "onnx"))
+    # an EPContext model opens only on the EP that compiled it, not in sentence-transformers
+    opens_in_st = SENTENCE_TRANSFORMERS in files and not model.get("compiled")
+    meta.append("library_name: " + ("sentence-transformers" if opens_in_st else "onnx"))
     if license_:
         meta.append(f"license: {license_}")
     tag = "sentence-similarity" if SENTENCE_TRANSFORMERS in files else model["task"]

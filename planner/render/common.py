@@ -33,16 +33,53 @@ def value(v: Any) -> str:
     if isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v):
         return v[:12]
     if isinstance(v, list) and v and isinstance(v[0], dict) and "name" in v[0]:
-        return "[" + ", ".join(_spec(x) for x in v) + "]"
+        return "[" + ", ".join(repeated_once([_spec(x) for x in v])) + "]"
     if isinstance(v, list) and v and isinstance(v[0], dict):  # rules: in order, as written
         return "[" + ", ".join("{" + ", ".join(
             f"{k}: [{', '.join(map(str, x))}]" if isinstance(x, list) else f"{k}: {value(x)}"
             for k, x in rule.items()) + "}" for rule in v) + "]"
     if isinstance(v, list):
-        return "{" + ", ".join(map(str, v)) + "}"
+        return "{" + ", ".join(repeated_once([str(x) for x in v])) + "}"
     if isinstance(v, dict):
         return "{" + ", ".join(f"{k}: {value(x)}" for k, x in v.items()) + "}"
     return str(v)
+
+
+def repeated_once(items: list[str]) -> list[str]:
+    """Names that differ only in some dotted parts, one of them a number, said once:
+    `past_key_values.{0..15}.{key,value}:float32[1x8x64x64]` for 32 cache inputs. Each family
+    (same parts elsewhere, same type) stands where its first member stood; a family that is
+    not every combination of its varying parts, or of fewer than 3, stays as it is."""
+    families: dict[tuple[Any, ...], list[list[str]]] = {}
+    for item in items:
+        name, sep, rest = item.partition(":")
+        parts = name.split(".")
+        if len(parts) > 1:
+            families.setdefault((len(parts), sep + rest), []).append(parts)
+    said: dict[str, str | None] = {}
+    for (_, tail), members in families.items():
+        varying = [i for i in range(len(members[0])) if len({m[i] for m in members}) > 1]
+        values = [list(dict.fromkeys(m[i] for m in members)) for i in varying]
+        combos = 1
+        for vals in values:
+            combos *= len(vals)
+        if (len(members) < 3 or combos != len(members) or len(varying) == len(members[0])
+                or not any(all(x.isdigit() for x in vals) for vals in values)):
+            continue
+        parts = list(members[0])
+        for i, vals in zip(varying, values, strict=True):
+            parts[i] = _alternatives(vals)
+        for n, m in enumerate(members):
+            said[".".join(m) + tail] = ".".join(parts) + tail if n == 0 else None
+    return [s for item in items if (s := said.get(item, item)) is not None]
+
+
+def _alternatives(values: list[str]) -> str:
+    if all(v.isdigit() for v in values):
+        nums = [int(v) for v in values]
+        if nums == list(range(nums[0], nums[0] + len(nums))):
+            return f"{{{nums[0]}..{nums[-1]}}}"
+    return "{" + ",".join(values) + "}"
 
 
 def _spec(spec: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""Rewrite rules (DESIGN §3). One rule = one module here, found by discovery.
+"""Rewrite rules (docs/architecture.md §3). One rule = one module here, found by discovery.
 
 A rule module defines NAME, ORDER (lower runs first), optionally SWITCH (the key under
 `planner.rules` that turns it off) and SCOPE ("plan", default, or "sweep"), and

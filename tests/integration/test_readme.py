@@ -1,16 +1,19 @@
-"""The README's commands and code run as written.
+"""The commands and code of the README and the docs site run as written.
 
-Every ```sh block of README.md is split into commands (a trailing `\\` continues a line, `#`
+The pages are README.md, then docs/*.md in the site's order (mkdocs.yml's nav). Every ```sh
+block of those pages is split into commands (a trailing `\\` continues a line, `#`
 starts a comment). Each `.venv/bin/modelplan` and `.venv/bin/modelplan-job` command runs, in
-README order, in one workspace: a fresh directory (a git repository, so `diff --rev HEAD`
-works) holding the example files the README shows as "`path`:" followed by a code block, with
+page order, in one workspace: a fresh directory (a git repository, so `diff --rev HEAD`
+works) holding the example files the pages show as "`path`:" followed by a code block, with
 `../shared/corpus/winml-recipes` beside it when the recipe corpus is here. The command must
 exit 0, or the status its comment names (`# ... exit 1 ...`). A command is not run only by
 one of the rules in `skip_reason` (it builds a real model, a sweep, on the HTP simulator or on
 Ray; it installs or benchmarks), so a new cheap command that fails makes this test fail.
 
-The Python blocks of "Running the deliverable" run against real builds of tiny_bert, for the
-CPU and for QNN HTP.
+The Python blocks of "Running the deliverable" (docs/deliverables.md) run against real builds
+of tiny_bert, for the CPU and for QNN HTP; the README's "Use what you built" runs against a
+real MiniLM build: its pooling on a CPU build of fixed shapes, and (slow) as written on the
+QNN HTP build `make run` makes.
 """
 
 from __future__ import annotations
@@ -25,8 +28,23 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import shared_dir
+
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+
+
+def site_pages() -> list[Path]:
+    """README.md, then the docs pages in the order of mkdocs.yml's nav."""
+    import yaml
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    return [ROOT / "README.md", *(ROOT / "docs" / next(iter(e.values())) for e in nav)]
+
+
+PAGES = site_pages()
+TEXT = "\n\n".join(p.read_text() for p in PAGES)  # every page, in order
+FRONT = (ROOT / "README.md").read_text()
+DOCS = {p.name: p.read_text() for p in PAGES[1:]}
 PROGRAMS = {".venv/bin/modelplan": "planner.cli.main",
             ".venv/bin/modelplan-job": "planner.cli.hydra_app"}
 TINY = "model=tiny_bert"
@@ -47,7 +65,7 @@ class Command:
 
 def blocks(lang: str) -> list[tuple[str, str]]:
     """(the line before the block, the block's text) for each ```lang block."""
-    found = re.finditer(r"(?:^|\n)([^\n]*)\n\n?```" + lang + r"\n(.*?)```", README, re.DOTALL)
+    found = re.finditer(r"(?:^|\n)([^\n]*)\n\n?```" + lang + r"\n(.*?)```", TEXT, re.DOTALL)
     return [(m.group(1).strip(), m.group(2)) for m in found]
 
 
@@ -83,7 +101,8 @@ def skip_reason(cmd: Command) -> str | None:
         return f"{argv[0]}: not modelplan (make, pip and benchmarks install or measure)"
     if cmd.line in KNOWN_DEFECTS:
         return KNOWN_DEFECTS[cmd.line]
-    builds = argv[0].endswith("modelplan-job") or argv[1] in ("run", "apply")
+    builds = ((argv[0].endswith("modelplan-job") or argv[1] in ("run", "apply"))
+              and not {"-h", "--help"} & set(argv))
     if builds and "executor=ray" in argv:
         return "starts Ray"
     if builds and ("-m" in argv or "--multirun" in argv):
@@ -169,15 +188,27 @@ def test_known_defects_name_commands_the_readme_has() -> None:
 
 
 def test_the_coverage_table_keeps_its_markers() -> None:
-    begin, end = README.index("<!-- coverage:begin -->"), README.index("<!-- coverage:end -->")
-    assert begin < end and README.count("<!-- coverage:begin -->") == 1
+    page = DOCS["configs.md"]  # benchmarks/coverage_bench.py --write-docs writes there
+    begin, end = page.index("<!-- coverage:begin -->"), page.index("<!-- coverage:end -->")
+    assert begin < end and TEXT.count("<!-- coverage:begin -->") == 1
+
+
+def test_every_docs_page_is_in_the_site() -> None:
+    """A page outside the nav would be neither built in order nor have its commands run."""
+    assert sorted(p.name for p in (ROOT / "docs").glob("*.md")) == sorted(DOCS)
+
+
+def test_the_front_page_is_short_and_starts_with_the_two_commands() -> None:
+    assert len(FRONT.splitlines()) < 200
+    first = re.search(r"```sh\n(.*?)```", FRONT, re.DOTALL)
+    assert first and [ln.split("#")[0].strip() for ln in first.group(1).splitlines()] == [
+        "make run", "make test"]
 
 
 # --- Running the deliverable ------------------------------------------------------------------
 
 def deliverable_snippets() -> list[str]:
-    section = README.split("## Running the deliverable", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    return re.findall(r"```python\n(.*?)```", DOCS["deliverables.md"], re.DOTALL)
 
 
 @pytest.fixture(scope="module")
@@ -235,3 +266,58 @@ def test_the_htp_deliverable_does_not_load_with_providers_alone(delivered: Path)
             "except Exception as exc:\n"
             "    print(exc)\n")
     assert "NOT_IMPLEMENTED" in run_python(code, delivered)
+
+
+# --- Use what you built (the README's MiniLM) --------------------------------------------------
+
+MINILM = "outputs/sentence-transformers--all-MiniLM-L6-v2-w8a16_pc-{target}"
+
+
+def front_snippets() -> list[str]:
+    section = FRONT.split("## Use what you built", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+
+
+def build_minilm(work: Path, factory: pytest.TempPathFactory, *overrides: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    store = shared_dir(factory) / "minilm-store"  # the store tests/integration/test_minilm.py uses
+    store.mkdir(exist_ok=True)
+    done = subprocess.run([sys.executable, "-m", "planner.cli.main", "run", *overrides,
+                           "verify=none", "perf=none", "--store", str(store), "--quiet"],
+                          cwd=work, env=env, text=True, capture_output=True, timeout=1800,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def cosines(out: str) -> list[float]:
+    last = out.strip().rsplit("[", 1)[1].split("]", 1)[0]
+    return [float(x) for x in last.split()]
+
+
+def test_the_readme_embeds_sentences_as_the_original_does_cpu(
+        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The snippet's padding, pooling and normalization, on a CPU build of fixed shapes (what
+    HTP runs), against the PyTorch original: only the session differs from the README's."""
+    session, embed, check = front_snippets()
+    assert "add_provider_for_devices" in session and MINILM.format(target="qnn_htp") in session
+    work = tmp_path / "work"
+    work.mkdir()
+    build_minilm(work, tmp_path_factory, "target=cpu", "quant=w8a16_pc", "export.shapes.dynamic=false")
+    cpu = ("import numpy as np\nimport onnxruntime as ort\n"
+           f"folder = {MINILM.format(target='cpu')!r}\n"
+           "session = ort.InferenceSession(f'{folder}/model.onnx', "
+           "providers=['CPUExecutionProvider'])\n")
+    out = run_python(cpu + embed + check, work)
+    assert "[[1." in out.replace(" ", "")  # each sentence is most like itself
+    assert min(cosines(out)) >= 0.99, out
+
+
+@pytest.mark.slow
+def test_the_readme_embeds_sentences_on_htp_as_written(
+        tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The snippets as written, on the build `make run` makes (HTP simulator)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    build_minilm(work, tmp_path_factory)
+    out = run_python("".join(front_snippets()), work)
+    assert min(cosines(out)) >= 0.99, out

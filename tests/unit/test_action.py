@@ -182,10 +182,10 @@ def test_the_action_installs_the_planning_core_from_its_own_checkout() -> None:
     assert 'git fetch --no-tags --depth=1 origin "$BASE"' in fetch
 
 
-def test_the_readme_workflow_uses_the_action_as_it_is() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_workflow_uses_the_action_as_it_is() -> None:
+    readme = (ROOT / "docs" / "review.md").read_text()
     block = re.search(r"```yaml\n(# \.github/workflows/[^\n]+\n.*?)```", readme, re.DOTALL)
-    assert block, "README has no example workflow"
+    assert block, "docs/review.md has no example workflow"
     workflow = yaml.safe_load(block.group(1))
     steps = [s for job in workflow["jobs"].values() for s in job["steps"]]
     uses = next(s for s in steps if "modelplan" in s.get("uses", ""))

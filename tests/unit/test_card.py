@@ -86,3 +86,14 @@ def test_an_encoder_decoder_card_says_its_generation_speed() -> None:
     text = card(rec, FILES, None)
     assert ("Generation speed: time to first token 60.0 ms (encoder, cross and one decoder "
             "step), then 40.0 tokens/s (25.0 ms a token, one token over the cache)") in text
+
+
+def test_a_compiled_sentence_transformers_folder_claims_no_sentence_transformers(
+        tmp_path: Path) -> None:
+    """An EPContext model opens only on the EP that compiled it: sentence-transformers cannot
+    load the folder, so the card's library is onnx (the task stays sentence similarity)."""
+    text = card(record(target="qnn_htp", compiled=True, dynamic=False), FILES, None)
+    (tmp_path / "README.md").write_text(text)
+    meta = metadata_load(tmp_path / "README.md")
+    assert meta["library_name"] == "onnx" and meta["pipeline_tag"] == "sentence-similarity"
+    assert "epcontext" in meta["tags"]

@@ -15,7 +15,7 @@ from tests.conftest import run_cli
     (["quant=w8a9"], "quant: 'w8a9' is not one of"),
     (["target=qnn_htp", "quant=none"], "quant=none: compile for qnn_htp needs a quantized"),
     (["model=local_hf"], "model.path: required but not set"),
-    (["model=local_hf", "model.path=/nonexistent/dir"], "is not a Hugging Face checkpoint"),
+    (["model=local_hf", "model.path=/nonexistent/dir"], "'/nonexistent/dir' does not exist"),
     (["model=hub_cache", "model.hub_id=org/unknown-model"], "not in the local Hugging Face cache"),
 ])
 def test_bad_config_exits_2_with_one_clear_line(overrides: list[str], needle: str,

@@ -1,5 +1,5 @@
-"""The layers and the single sources DESIGN.md asks for, checked on the code itself: the
-planner imports no executor, the parts of planner/ and executors/ stand in a declared order
+"""The layers and the single sources docs/architecture.md asks for, checked on the code
+itself: the planner imports no executor, the parts of planner/ and executors/ stand in a declared order
 and a part imports only parts below it, executors decide by declarations (never by op name),
 every trait and declaration field is read by some code, and every list has one source."""
 
@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 
 CODE = [p for d in ("planner", "executors", "hydra_plugins") for p in (ROOT / d).rglob("*.py")]
 
-# The parts of each tree, lowest first (the README's layout section names them): a part imports
+# The parts of each tree, lowest first (docs/architecture.md §7 names them): a part imports
 # only parts before it. The modules directly at the top of a tree (planning.py, local.py,
 # execution.py) stand above every part. A listed part may not exist yet.
 PARTS = {
@@ -241,3 +241,22 @@ def test_every_generating_role_is_declared_whole() -> None:
 
     steps = {s for r in (*ROLES.values(), CACHED_DECODER) for s in r.steps}
     assert steps <= set(OPS)
+
+
+def test_the_architecture_page_names_the_part_order() -> None:
+    """docs/architecture.md §7 names each tree's parts lowest first, as PARTS orders them."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    for tree, parts in PARTS.items():
+        line = re.search(rf"^`{tree}/`: (.+?)\n\n", page, re.MULTILINE | re.DOTALL)
+        assert line, f"docs/architecture.md names no part order for {tree}/"
+        assert tuple(re.split(r"\s*<\s*", " ".join(line.group(1).split()))) == parts
+
+
+def test_every_architecture_citation_names_a_section_the_page_has() -> None:
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    sections = set(re.findall(r"^## (\d+)\. ", page, re.MULTILINE))
+    cited = {(str(p.relative_to(ROOT)), n) for p in [*CODE, *(ROOT / "tests").rglob("*.py")]
+             for n in re.findall(r"docs/architecture\.md §(\d+)", p.read_text())}
+    assert cited and {c for c in cited if c[1] not in sections} == set()
+    assert not [p for p in [*CODE, *(ROOT / "tests").rglob("*.py")]
+                if re.search(r"DESIGN(\.md)? §", p.read_text())], "cite docs/architecture.md"

@@ -1,5 +1,5 @@
-"""The layout DESIGN.md §7 draws, checked on the code itself: no import cycle between modules
-(imports inside functions count), at most a dozen modules at the top of planner/ and
+"""The layout docs/architecture.md §7 draws, checked on the code itself: no import cycle
+between modules (imports inside functions count), at most a dozen modules at the top of planner/ and
 executors/ (the rest in parts that say what they are), no module over 400 lines and no
 function over 60, a docstring for every part, and executor plugins that do not subclass
 each other (they share the one scheduler through runners instead)."""

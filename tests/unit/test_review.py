@@ -123,7 +123,7 @@ def test_unreadable_sources_plan_with_symbolic_keys(repo: Path) -> None:
     assert result.returncode == 0, result.stderr
     job = json.loads(result.stdout)["jobs"][0]
     assert job["base"]["symbolic_sources"][0]["step"] == "resolve"
-    assert "not a Hugging Face checkpoint" in job["head"]["symbolic_sources"][0]["reason"]
+    assert "'/no/weights/here' does not exist" in job["head"]["symbolic_sources"][0]["reason"]
     assert {s["id"] for s in job["diff"]["changed"]} >= {"resolve", "export"}
     text = run_cli("diff", "--rev", "HEAD", "--config-dir", "conf", "model=site", cwd=repo)
     assert "! symbolic source key (model.path: '/no/weights/here'" in text.stdout
