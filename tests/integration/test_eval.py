@@ -121,7 +121,7 @@ def test_the_data_is_in_the_key_same_data_is_cached(classifier: Path, tmp_path: 
 def test_plan_shows_the_eval_step_and_its_data(classifier: Path, tmp_path: Path) -> None:
     data = labelled(tmp_path / "reviews.jsonl")
     result = run_cli("plan", "model=local_hf", f"model.path={classifier}", *TEXT, "target=cpu",
-                     "quant=none", f"eval.dataset.path={data}",
+                     "quant=none", f"eval.dataset.path={data}", *COLUMNS,
                      f"store.path={tmp_path / 'store'}")
     assert result.returncode == 0, result.stderr
     line = next(ln for ln in result.stdout.splitlines() if "eval " in ln and "run" in ln)
@@ -131,8 +131,8 @@ def test_plan_shows_the_eval_step_and_its_data(classifier: Path, tmp_path: Path)
 
 @pytest.mark.parametrize(("override", "code", "says"), [
     ("eval.dataset.path=/nonexistent/data.jsonl", 2, "does not exist"),
-    ("+eval.dataset.columns.text=nope", 1, "no column 'nope'"),
-    ("+eval.dataset.columns.label=sentiment", 1, "needs a text column"),
+    ("+eval.dataset.columns.text=nope", 2, "no column 'nope'"),  # at plan time: nothing built
+    ("+eval.dataset.columns.label=sentiment", 2, "needs a text column"),
     ("eval.metric=bleu", 2, "reports accuracy"),
 ])
 def test_bad_eval_input_is_one_line(classifier: Path, tmp_path: Path, override: str, code: int,
@@ -145,6 +145,7 @@ def test_bad_eval_input_is_one_line(classifier: Path, tmp_path: Path, override: 
     assert got == code and len(lines) == 1 and says in lines[0], err
     assert "Traceback" not in err
     assert not (tmp_path / "out" / "eval-classifier-none-cpu" / "model.onnx").exists()
+    assert not list((tmp_path / "store").rglob("manifest.json"))  # refused before the build
 
 
 def test_labelled_classification_on_htp(classifier: Path, tmp_path: Path) -> None:
