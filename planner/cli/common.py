@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,9 @@ def non_negative(text: str) -> int:
 
 
 def _whole(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if not re.fullmatch(r"-?[0-9]+", text.strip()):
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text[:40]!r}")
+    return int(text)
 
 
 # folders of the system, which a run's results never go into (nor anywhere below the first row)

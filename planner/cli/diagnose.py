@@ -62,6 +62,10 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from planner.cli.app import RunOptions, diagnose_accuracy, run_plan
     from planner.render import module_error
 
+    for name in ("samples", "top", "target_pieces", "target_samples"):
+        value = getattr(args, name)
+        if value is not None and not isinstance(value, int):  # argparse drops a bare `--`
+            raise UsageError(f"diagnose --{name.replace('_', '-')}: give a whole number")
     full, built = _plans(args)
     reference, candidate, source = _roles(full)
     missing = [s for s in (reference, candidate, source) if s and s not in
