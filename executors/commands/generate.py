@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from executors.publish import runtime_manifest
 from planner.errors import UsageError
 
 
@@ -45,6 +46,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     folder = Path(args.bundle).resolve()
     folder = folder.parent if folder.is_file() else folder
+    if (folder / runtime_manifest.RUNTIME).is_file():  # this runtime is the one it was built for
+        line = runtime_manifest.mismatch(folder, runtime_manifest.read(folder))
+        if line:
+            raise UsageError(f"generate: {line}")
     try:
         described = bundle.read(folder)
     except bundle.BundleError as exc:
