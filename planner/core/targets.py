@@ -106,6 +106,10 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
 )}
 
 
+# every target's EP packages: an op's tools name them all, a step uses its own target's
+EP_PACKAGES = frozenset(p for t in TARGETS.values() for p in t.session.packages)
+
+
 def target_name(ep: str, backend: str | None) -> str:
     """What legality and compilation are for: the EP and its backend (e.g. qnn_htp)."""
     return "_".join(p for p in (ep, backend) if p)

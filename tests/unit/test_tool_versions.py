@@ -76,3 +76,19 @@ def test_export_uses_no_onnx_runtime() -> None:
     """Export checks its graph on ORT, but what it writes does not depend on ORT's version."""
     assert "onnxruntime" not in OPS["export"].tools
     assert "onnxruntime-qnn" not in OPS["quantize"].tools
+
+
+def test_a_cpu_build_does_not_use_the_qnn_ep(monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    """verify, eval and perf declare every EP's package; a step keeps its own target's only."""
+    overrides = ["model=tiny_bert", "target=cpu", "eval=task"]
+    before = plan_from_overrides(overrides, store=str(tmp_path)).to_json()
+    real = keys.installed_versions()
+    monkeypatch.setattr(keys, "installed_versions",
+                        lambda: {**real, "onnxruntime_qnn": "99.0.0"})
+    after = plan_from_overrides(overrides, store=str(tmp_path)).to_json()
+    assert changed_keys(before, after) == set()
+    assert "onnxruntime-qnn" not in after["tools"]
+    assert all("onnxruntime-qnn" not in s["tools"] for s in after["steps"])
+    eval_tools = next(s["tools"] for s in after["steps"] if s["op"] == "eval")
+    assert "onnxruntime" in eval_tools and "datasets" in eval_tools
