@@ -145,6 +145,17 @@ def test_check_on_a_tiny_llm_bundle(tmp_path: Path) -> None:
     assert sorted(m[0] for m in LOADED.findall(done.stdout)) == ["decode_model.onnx",
                                                                   "prefill_model.onnx"]
     assert "skip  device/" in done.stdout  # the shared set for the device is not loaded here
+    edited = tmp_path / "edited"
+    shutil.copytree(folder, edited)
+    found = json.loads((edited / "runtime.json").read_text())
+    found["packages"]["onnxruntime-qnn"] = "2.0.0"
+    (edited / "runtime.json").write_text(json.dumps(found))
+    here = keys.tool_version("onnxruntime-qnn")
+    for command in (["check", str(edited)], ["generate", str(edited), "Once upon a time"]):
+        done = run_cli(*command)  # generate compares before it opens a session
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert f"built for onnxruntime-qnn 2.0.0; this environment has onnxruntime-qnn {here}" \
+            in done.stderr and "modelplan run model=tiny_random" in done.stderr
 
 
 @pytest.mark.slow
