@@ -57,6 +57,11 @@ def test_check_loads_each_graph_in_a_child_and_says_ok(htp: dict[str, Any]) -> N
     assert done.returncode == 0, done.stderr
     assert [m[0] for m in LOADED.findall(done.stdout)] == ["model.onnx"]
     assert "Check ok: 1 of 1 graph(s) load with onnxruntime " in done.stdout
+    done = run_cli("check", str(htp["folder"]), "--json")
+    found = json.loads(done.stdout)
+    assert done.returncode == 0 and found["runtime"] == htp["record"]["runtime"]
+    assert [(r["graph"], r["ok"]) for r in found["loads"]] == [("model.onnx", True)]
+    assert 0 < found["loads"][0]["load_s"] < 60
 
 
 def test_check_names_both_sdk_versions_and_the_rebuild_command(htp: dict[str, Any],

@@ -86,3 +86,20 @@ def test_an_encoder_decoder_card_says_its_generation_speed() -> None:
     text = card(rec, FILES, None)
     assert ("Generation speed: time to first token 60.0 ms (encoder, cross and one decoder "
             "step), then 40.0 tokens/s (25.0 ms a token, one token over the cache)") in text
+
+
+def test_the_card_says_which_runtime_the_graphs_need() -> None:
+    runtime = {"provider": "QNNExecutionProvider", "provider_options": {"soc_model": 60},
+               "packages": {"onnxruntime": "1.32.0", "onnxruntime-qnn": "2.7.0"},
+               "sdk": {"name": "QNN SDK", "version": "2.51.0", "build": "v2.51.0.2609"},
+               "graphs": {"model.onnx": {"kind": "epcontext", "runs_on": "target",
+                                         "htp_arch": None, "soc_model": 60}}}
+    text = card({**record(), "runtime": runtime}, FILES)
+    section = text.split("## Runtime\n", 1)[1].split("\n## ", 1)[0]
+    assert ("load with onnxruntime 1.32.0, onnxruntime-qnn 2.7.0, QNN SDK 2.51.0 (backend "
+            "build v2.51.0.2609) on `QNNExecutionProvider` with provider options "
+            '`{"soc_model": 60}`') in section
+    assert "- `model.onnx`: epcontext, compiled for HTP arch the backend default, SoC model 60" \
+        in section
+    assert "modelplan check path/to/this/folder" in section
+    assert "(no runtime manifest)" in card(record(), FILES)
