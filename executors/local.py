@@ -181,7 +181,8 @@ class LocalExecutor:
     # -- commands ------------------------------------------------------------------------
     @staticmethod
     def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-        from executors.commands import generate, store
+        from executors.commands import check, generate, store
 
         store.add_command(sub, common)
         generate.add_command(sub, common)
+        check.add_command(sub, common)

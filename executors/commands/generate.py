@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from executors.publish import runtime_manifest
 from planner.errors import UsageError
 
 
@@ -49,6 +50,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if given is not None and not Path(given).is_file():
             raise UsageError(f"generate {flag} {given}: no such file; give the path of "
                              f"{'a WAV file' if flag == '--audio' else 'an image file'}")
+    if (folder / runtime_manifest.RUNTIME).is_file():  # this runtime is the one it was built for
+        line = runtime_manifest.mismatch(folder, runtime_manifest.read(folder))
+        if line:
+            raise UsageError(f"generate: {line}")
     try:
         described = bundle.read(folder)
     except bundle.BundleError as exc:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from executors.onnx.artifacts import ROLE_FILES, SOURCE
-from executors.publish import model_folder
+from executors.publish import model_folder, runtime_manifest
 from executors.store.weights import WEIGHTS, blob_digest
 from planner.core.ops import OPS
 from planner.core.plan import MAIN_GRAPH, graph_of
@@ -117,6 +117,7 @@ def _fill(record: dict[str, Any], out_dirs: dict[str, Path], out_dir: Path,
             record["published"][name] = str(out_dir / name)
     for step in record["steps"]:  # uncached steps built in the stage: name where they land
         step["outputs"] = {k: _moved(v, stage, out_dir) for k, v in step["outputs"].items()}
+    runtime_manifest.write(record, stage, out_dir)
     model_folder.fill(record, out_dirs, stage, out_dir)
     metrics = {s["id"]: s["metrics"] for s in record["steps"] if s["metrics"]}
     (stage / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))

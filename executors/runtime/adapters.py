@@ -5,7 +5,9 @@ An adapter is the module `executors/runtime/<target.session.adapter>.py`. It pro
 `available()` (its EP is installed here), `session_options(target, provider_options,
 cpu_fallback, configs)`, `session(path, target, provider_options, cpu_fallback, so)` and
 `step_session(path, target, provider_options, cache_dir) -> (session, cache state)` (the
-session verify and perf run); the adapter of a target that compiles also provides
+session verify and perf run) `sdk_version()` (the version of the EP's own SDK installed
+here, or None, named `SDK`) and `context_info(compatibility)` (what a compiled context is for,
+from the EP's compatibility info); the adapter of a target that compiles also provides
 `errors(log lines) -> (errors, offending nodes)`.
 """
 

@@ -13,6 +13,19 @@ def available() -> bool:
     return True  # ONNX Runtime's own EP: every install has it
 
 
+SDK = "SDK"
+
+
+def context_info(compatibility: str) -> dict[str, Any]:
+    """The CPU EP compiles no context."""
+    return {}
+
+
+def sdk_version() -> None:
+    """The CPU EP has no SDK of its own: ONNX Runtime's version says it all."""
+    return
+
+
 def session_options(target: Target, provider_options: dict[str, Any],
                     cpu_fallback: bool = True, configs: dict[str, str] | None = None) -> Any:
     return base_options(target, configs)

@@ -20,6 +20,38 @@ def available() -> bool:
     return importlib.util.find_spec("onnxruntime_qnn") is not None
 
 
+SDK = "QNN SDK"
+_SDK_VERSION = re.compile(r"^qnn_version\s*=\s*['\"]([^'\"]+)['\"]", re.MULTILINE)
+
+
+def sdk_version() -> str | None:
+    """The QNN SDK (QAIRT) version the installed onnxruntime-qnn wheel ships its backend
+    libraries from: `qnn_version` in the wheel's build_and_package_info.py, read as text (the
+    package is not imported, so no backend is loaded). None without onnxruntime-qnn."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("onnxruntime_qnn")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    info = Path(next(iter(spec.submodule_search_locations))) / "build_and_package_info.py"
+    try:
+        found = _SDK_VERSION.search(info.read_text())
+    except OSError:
+        return None
+    return found.group(1) if found else None
+
+
+def context_info(compatibility: str) -> dict[str, Any]:
+    """What a compiled context is for, from the EP's compatibility info (measured with
+    onnxruntime-qnn 2.7.0: `v2:<backend id>:<SDK>:<HTP API>:<htp_arch>:<soc_model>:...`, 0
+    where the compile named none: the backend then picks its default architecture)."""
+    fields = compatibility.split(":")
+    if len(fields) < 6 or fields[0] != "v2":
+        return {"htp_arch": None, "soc_model": None}
+    arch, soc = (int(f) if f.isdigit() and int(f) else None for f in fields[4:6])
+    return {"sdk_compiled": fields[2], "htp_arch": arch, "soc_model": soc}
+
+
 def qnn_devices(target: Target) -> list[Any]:
     """Register the QNN EP library once and return its devices."""
     import onnxruntime as ort

@@ -53,7 +53,7 @@ def content_key(op: str, params: dict[str, Any], input_keys: dict[str, str],
     keyed = {k: v for k, v in params.items() if k not in decl.unkeyed}
     payload = {"op": op, "op_version": decl.version, "params": keyed,
                "inputs": dict(sorted(input_keys.items())),
-               "tools": {t: tools[t] for t in sorted(decl.tools)}}
+               "tools": {t: tools[t] for t in sorted(decl.tools_for(params))}}
     return hashlib.sha256(canonical_json(payload)).hexdigest()
 
 
@@ -63,7 +63,7 @@ def step_key(step: Step, keys: dict[str, str], tools: dict[str, str]) -> str:
 
 def assign_keys(plan: Plan) -> None:
     """Key every step in run order; record the tool versions the keys used."""
-    plan.tools = tool_versions([t for s in plan.steps for t in s.decl.tools])
+    plan.tools = tool_versions([t for s in plan.steps for t in s.decl.tools_for(s.params)])
     keys: dict[str, str] = {}
     for s in plan.steps:
         s.key = keys[s.id] = step_key(s, keys, plan.tools)

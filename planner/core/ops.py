@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from planner.core.targets import EP_PACKAGES, of_params
+
 
 class Trait(StrEnum):
     SOURCE = "source"                            # takes no model input
@@ -119,6 +121,15 @@ class Op:
 
     def has(self, trait: Trait) -> bool:
         return trait in self.traits
+
+    def tools_for(self, params: dict[str, Any]) -> tuple[str, ...]:
+        """The tools a step of this op uses (what its key holds the versions of): the declared
+        tools, of which an op that runs on an execution provider keeps only the EP packages
+        of the target its params name (a CPU verify does not use onnxruntime-qnn)."""
+        if not self.has(Trait.NEEDS_EP):
+            return self.tools
+        own = of_params(params).session.packages
+        return tuple(t for t in self.tools if t not in EP_PACKAGES or t in own)
 
 
 def bits(dtype: str | None) -> int:

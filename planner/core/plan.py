@@ -239,7 +239,7 @@ def _step_json(s: Step, facts: F.Facts) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": s.id, "op": s.op, "op_version": s.decl.version, "params": s.params,
         "inputs": dict(s.inputs), "key": s.key, "action": s.action, "reason": s.reason,
-        "tools": list(s.decl.tools), "facts": F.to_json(facts),
+        "tools": list(s.decl.tools_for(s.params)), "facts": F.to_json(facts),
     }
     for name in ("proof", "inserted_by", "moved_by"):
         if getattr(s, name) is not None:

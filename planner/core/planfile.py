@@ -108,10 +108,11 @@ def check_plan(ir: Any, where: str, tools: str = "here") -> None:
     if config_digest(ir["config"]) != ir["config_digest"]:
         raise PlanFileError(f"{where}: the embedded config does not match config_digest "
                             "(edited by hand?); " + REPLAN)
-    here = tool_versions([t for s in ir["steps"] for t in OPS[s["op"]].tools])
+    here = tool_versions([t for s in ir["steps"] for t in OPS[s["op"]].tools_for(s["params"])])
     if tools == "plan":
         here = {t: ir["tools"].get(t, v) for t, v in here.items()}
-    drift = {t: (v, here[t]) for t, v in ir["tools"].items() if here.get(t) != v}
+    drift = {t: (v, here[t]) for t, v in ir["tools"].items() if t in here and here[t] != v}
+    unused = sorted(set(ir["tools"]) - set(here))  # keyed by a version that used them
     keys: dict[str, str] = {}
     for s in ir["steps"]:
         unknown = [src for src in s["inputs"].values() if src not in keys]
@@ -122,7 +123,9 @@ def check_plan(ir: Any, where: str, tools: str = "here") -> None:
         if keys[s["id"]] != s["key"]:
             why = ("tool versions differ: " + ", ".join(f"{t} {a} in the plan, {b} here"
                                                          for t, (a, b) in drift.items())
-                   if drift else "its op, params or inputs were changed after planning")
+                   if drift else f"its keys hold {', '.join(unused)}, which its steps do not "
+                   "use in this version" if unused
+                   else "its op, params or inputs were changed after planning")
             raise PlanFileError(f"{where}: step {s['id']} key does not match its content "
                                 f"({why}); on this machine, {REPLAN}")
 

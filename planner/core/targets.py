@@ -53,6 +53,9 @@ class SessionSpec:
     # provider options for the EP's own per-op profile; empty: ORT's profiler times every node
     profiling: dict[str, str] = field(default_factory=dict)
     profiling_file: str | None = None  # the provider option naming the EP's profile file
+    # the distributions a model built for the target needs to load, besides onnxruntime (the
+    # EP's plugin library); its runtime manifest records their versions
+    packages: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            session=SessionSpec("qnn", log_severity=3,
                                no_fallback={"session.disable_cpu_ep_fallback": "1"},
                                profiling={"profiling_level": "detailed"},
-                               profiling_file="profiling_file_path"),
+                               profiling_file="profiling_file_path",
+                               packages=("onnxruntime-qnn",)),
            # search_margin: MiniLM w8a8's search met 0.99 on the CPU (0.9901) and verify on the
            # HTP simulator read 0.9866 (measured, soc_model 60 and without)
            embed_context=True, cpu_fallback=False,
@@ -100,6 +104,10 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            # HTP runs float16 only with these (measured)
            fp16_provider_options={"enable_htp_fp16_precision": 1, "soc_model": 60}),
 )}
+
+
+# every target's EP packages: an op's tools name them all, a step uses its own target's
+EP_PACKAGES = frozenset(p for t in TARGETS.values() for p in t.session.packages)
 
 
 def target_name(ep: str, backend: str | None) -> str:

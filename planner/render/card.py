@@ -5,8 +5,10 @@ each client opens the folder, and the command that rebuilds it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from planner.core.ops import OPS, Trait
 from planner.core.targets import of_config
 from planner.models.identity import display_name, model_id
 from planner.render import accuracy, module_error, modules
@@ -44,8 +46,17 @@ def facts(ir: dict[str, Any]) -> dict[str, Any]:
             "precision": str(config["quant"]["name"]), "tools": dict(ir.get("tools") or {}),
             "inputs": inputs, "dynamic": bool(exports and exports[0].get("dynamic")),
             "compiled": of_config(config["target"]).compiles,
+            "provider_options": provider_options(ir),
             "rules": [f"{rw['rule']} ({rw['action']} {rw['step']}): {rw['conclusion']}"
                       for rw in ir.get("rewrites") or []]}
+
+
+def provider_options(ir: dict[str, Any]) -> dict[str, Any]:
+    """The provider options the deliverable was built with and is opened with: those of the
+    last step that makes a model on the EP (compile, a shared context, a bundle's runs_on)."""
+    made = [s for s in ir["steps"] if "provider_options" in s["params"]
+            and not OPS[s["op"]].has(Trait.SINK)]
+    return dict(made[-1]["params"]["provider_options"]) if made else {}
 
 
 def card(record: dict[str, Any], files: dict[str, int], license_: str | None = None) -> str:
@@ -56,10 +67,33 @@ def card(record: dict[str, Any], files: dict[str, int], license_: str | None = N
     lines += ["## Accuracy and speed", "", *_figures(record), ""]
     lines += ["## Use it", "", *_use(model, files), ""]
     lines += ["## How it was built", "", *_steps(record), "", *_rules(model), ""]
-    lines += ["## Rebuild it", "", "```sh", _command(record), "```", "",
+    lines += ["## Runtime", "", *_runtime(record.get("runtime")), ""]
+    lines += ["## Rebuild it", "", "```sh", rebuild_command(record), "```", "",
               "Tools the plan's keys were made with: " +
               ", ".join(f"{k} {v}" for k, v in sorted(model["tools"].items())) + "."]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _runtime(found: dict[str, Any] | None) -> list[str]:
+    """What the graphs need to load (runtime.json), and how to check an environment for it."""
+    if not found:
+        return ["(no runtime manifest)"]
+    needs = [f"{k} {v}" for k, v in sorted(found["packages"].items())]
+    sdk = found.get("sdk")
+    if sdk:
+        needs.append(f"{sdk['name']} {sdk['version']} (backend build {sdk['build']})")
+    out = [f"Its graphs load with {', '.join(needs)} on `{found['provider']}`" +
+           (f" with provider options `{json.dumps(found['provider_options'], sort_keys=True)}`"
+            if found["provider_options"] else "") + "; `runtime.json` says so for tools."]
+    for name, g in sorted(found["graphs"].items()):
+        made = [(f"compiled for HTP arch {g.get('htp_arch') or 'the backend default'}, "
+                f"SoC model {g.get('soc_model') or 'none'}")] if "htp_arch" in g else []
+        where = {"host": "on the host CPU", "device": "for the device"}.get(g["runs_on"], "")
+        out.append(f"- `{name}`: {g['kind']}" + "".join(f", {m}" for m in (*made, where) if m))
+    out += ["", ("Check an environment before loading (one line and exit 2 when a version "
+            "differs; each graph loaded in a child process otherwise):"), "", "```sh",
+            "modelplan check path/to/this/folder", "```"]
+    return out
 
 
 def _front_matter(model: dict[str, Any], files: dict[str, int],
@@ -182,7 +216,7 @@ def _rules(model: dict[str, Any]) -> list[str]:
 GROUPS = ("model", "optim", "quant", "target", "verify", "eval", "perf")
 
 
-def _command(record: dict[str, Any]) -> str:
+def rebuild_command(record: dict[str, Any]) -> str:
     """The run's config as a command: every group's choice, then its other overrides."""
     choices = record.get("choices") or {}
     picked = [f"{g}={choices[g]}" for g in GROUPS if g in choices]

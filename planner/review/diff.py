@@ -21,7 +21,16 @@ def _why(step: dict[str, Any]) -> str | None:
     return None
 
 
-def _changes(a: dict[str, Any], b: dict[str, Any], keys_a: dict, keys_b: dict) -> list[str]:
+def _tool_changes(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, str]]:
+    """The tool versions the two plans' keys were made with that differ."""
+    ta, tb = a.get("tools") or {}, b.get("tools") or {}
+    return [{"name": t, "old": ta.get(t, "absent"), "new": tb.get(t, "absent")}
+            for t in sorted(set(ta) | set(tb)) if ta.get(t) != tb.get(t)]
+
+
+def _changes(a: dict[str, Any], b: dict[str, Any], keys_a: dict, keys_b: dict,
+             tools: list[dict[str, str]] | None = None) -> list[str]:
+    """Why step a became step b: params, action, the versions of the tools it uses, inputs."""
     out = []
     pa, pb = flatten(a["params"]), flatten(b["params"])
     for k in sorted(set(pa) | set(pb)):
@@ -31,6 +40,9 @@ def _changes(a: dict[str, Any], b: dict[str, Any], keys_a: dict, keys_b: dict) -
         reason = (f" ({_why(b)})" if "proof" in b else
                   f" (no longer elided by {a['proof']['rule']})" if "proof" in a else "")
         out.append(f"action: {a['action']} -> {b['action']}{reason}")
+    uses = set(a.get("tools") or ()) | set(b.get("tools") or ())
+    out += [f"{t['name']}: {t['old']} -> {t['new']} (a tool it uses)" for t in tools or []
+            if t["name"] in uses]
     for role in sorted(set(a["inputs"]) | set(b["inputs"])):
         sa, sb = a["inputs"].get(role), b["inputs"].get(role)
         if sa != sb:
@@ -38,7 +50,7 @@ def _changes(a: dict[str, Any], b: dict[str, Any], keys_a: dict, keys_b: dict) -
         elif sa is not None and keys_a.get(sa) != keys_b.get(sb):
             out.append(f"input {sa} changed")
     if not out and a["key"] != b["key"]:
-        out.append("key changed: tool versions differ")
+        out.append("key changed: the op's version or its tool versions differ")
     if (_why(a) or "") != (_why(b) or "") and _why(b) and a["action"] == b["action"]:
         out.append(_why(b))
     return out
@@ -65,6 +77,7 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     removed = [{"id": i, "op": sa[i]["op"], "why": (f"no longer {_why(sa[i])}" if _why(sa[i])
                                                      else "the new config does not ask for it")}
                for i in sa if i not in sb]
+    tools = _tool_changes(a, b)
     changed, same = [], []
     for i, new in sb.items():
         if i in sa:
@@ -72,12 +85,12 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
                 same.append(i)
             else:
                 changed.append({"id": i, "op": new["op"],
-                                "changes": _changes(sa[i], new, keys_a, keys_b)})
+                                "changes": _changes(sa[i], new, keys_a, keys_b, tools)})
     for c in config:  # JSON-safe: absent becomes a string
         c["old"], c["new"] = (_show(v) if v is ABSENT else v for v in (c["old"], c["new"]))
     symbolic = {side: [x["reason"] for x in ir["symbolic_sources"]]
                 for side, ir in (("old", a), ("new", b)) if ir.get("symbolic_sources")}
-    return {"config": config, "added": added, "removed": removed, "changed": changed,
+    return {"config": config, "tools": tools, "added": added, "removed": removed, "changed": changed,
             "unchanged": same, **({"symbolic": symbolic} if symbolic else {}),
             "summary": {"added": len(added), "removed": len(removed), "changed": len(changed),
                         "unchanged": len(same)}}
@@ -101,6 +114,10 @@ def render_text(d: dict[str, Any]) -> str:
         lines.append("Config:")
         lines += [f"  {c['path']}: {_show(c['old'])} -> {_show(c['new'])}" for c in d["config"]]
         lines.append("")
+    if d.get("tools"):
+        lines.append("Tools:")
+        lines += [f"  {t['name']}: {t['old']} -> {t['new']}" for t in d["tools"]]
+        lines.append("")
     lines += [f"  + {s['id']:<10} {s['why']}" for s in d["added"]]
     lines += [f"  - {s['id']:<10} {s['why']}" for s in d["removed"]]
     for s in d["changed"]:
@@ -120,6 +137,10 @@ def render_md(d: dict[str, Any], title: str | None = "### modelplan diff") -> st
         lines += ["| config | old | new |", "|---|---|---|"]
         lines += [f"| `{c['path']}` | `{_show(c['old'])}` | `{_show(c['new'])}` |"
                   for c in d["config"]]
+        lines.append("")
+    if d.get("tools"):
+        lines += ["| tool | old | new |", "|---|---|---|"]
+        lines += [f"| `{t['name']}` | `{t['old']}` | `{t['new']}` |" for t in d["tools"]]
         lines.append("")
     lines += ["| change | step | details |", "|---|---|---|"]
     lines += [f"| added | `{s['id']}` | {cell(s['why'])} |" for s in d["added"]]

@@ -97,3 +97,20 @@ def test_a_compiled_sentence_transformers_folder_claims_no_sentence_transformers
     meta = metadata_load(tmp_path / "README.md")
     assert meta["library_name"] == "onnx" and meta["pipeline_tag"] == "sentence-similarity"
     assert "epcontext" in meta["tags"]
+
+
+def test_the_card_says_which_runtime_the_graphs_need() -> None:
+    runtime = {"provider": "QNNExecutionProvider", "provider_options": {"soc_model": 60},
+               "packages": {"onnxruntime": "1.32.0", "onnxruntime-qnn": "2.7.0"},
+               "sdk": {"name": "QNN SDK", "version": "2.51.0", "build": "v2.51.0.2609"},
+               "graphs": {"model.onnx": {"kind": "epcontext", "runs_on": "target",
+                                         "htp_arch": None, "soc_model": 60}}}
+    text = card({**record(), "runtime": runtime}, FILES)
+    section = text.split("## Runtime\n", 1)[1].split("\n## ", 1)[0]
+    assert ("load with onnxruntime 1.32.0, onnxruntime-qnn 2.7.0, QNN SDK 2.51.0 (backend "
+            "build v2.51.0.2609) on `QNNExecutionProvider` with provider options "
+            '`{"soc_model": 60}`') in section
+    assert "- `model.onnx`: epcontext, compiled for HTP arch the backend default, SoC model 60" \
+        in section
+    assert "modelplan check path/to/this/folder" in section
+    assert "(no runtime manifest)" in card(record(), FILES)
