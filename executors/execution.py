@@ -47,7 +47,7 @@ def check_op_types(irs: list[dict[str, Any]]) -> None:
     """Before anything is built: every op type quant.overrides names is one ONNX or ONNX
     Runtime knows (any domain: the graph a quantize step reads holds ORT's fused ops too)."""
     named = [(f"quant.overrides.{i}.{key}", op_type)
-             for ir in irs for s in ir["steps"] if s["op"] == "quantize"
+             for ir in irs for s in ir["steps"]
              for i, rule in enumerate(s["params"].get("overrides") or [])
              for key in ("op_types", "except_op_types") for op_type in rule.get(key, [])]
     if not named:

@@ -103,6 +103,10 @@ def rows_of(path: Path, limit: int) -> list[dict[str, Any]]:
         if reader.fieldnames is None:
             raise ConfigError(f"eval.dataset.path: {shown} is empty; give a file with a header "
                               "line and rows")
+        ragged = next((i for i, r in enumerate(rows) if None in r), None)
+        if ragged is not None:
+            raise ConfigError(f"eval.dataset.path: {shown} row {ragged} has more cells than "
+                              "its header line names; quote cells that hold the delimiter")
     elif suffix == ".json" and text.lstrip().startswith("["):
         try:
             found = json.loads(text)
