@@ -21,6 +21,8 @@ from planner.models.hfcache import datasets_cache, hub_cache
 
 SHIPPED = "shipped"          # eval=task without a dataset: the inputs modelplan ships
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".tsv", ".txt")
+DATA_SUFFIXES = (*FILE_SUFFIXES, ".arrow", ".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp",
+                 ".tif", ".tiff", ".wav", ".flac", ".mp3", ".ogg", ".opus")
 _ID = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
 
 
@@ -58,19 +60,36 @@ def locate(path: str | None, name: str | None = None) -> tuple[str, Path | None]
     """(kind, what is read) for `eval.dataset.path` (its subset: `name`), or one error line
     with a fix."""
     if path is None:
+        if name is not None:
+            raise ConfigError(f"eval.dataset.name: {name!r} names a subset of a dataset, and "
+                              "eval.dataset.path names none; set eval.dataset.path, or "
+                              "eval.dataset.name=null")
         return SHIPPED, None
     local = Path(path).expanduser()
+    if local.exists() and not local.is_file() and not local.is_dir():
+        raise ConfigError(f"eval.dataset.path: '{path}' is not a regular file or folder (a "
+                          "device or a pipe); point it at a dataset file or folder")
     if local.is_file():
         if local.suffix.lower() not in FILE_SUFFIXES:
             raise ConfigError(f"eval.dataset.path: '{path}' is a {local.suffix or 'suffixless'} "
                               f"file; use JSON Lines, JSON, CSV or Parquet "
                               f"({', '.join(FILE_SUFFIXES[:4])}) or a folder")
+        if local.suffix.lower() == ".parquet" and not _parquet(local):
+            raise ConfigError(f"eval.dataset.path: '{path}' is named .parquet but is not a "
+                              "Parquet file (no PAR1 marks); give the file its own suffix")
+        _no_subset(name, path)
         return "file", local.resolve()
     if local.is_dir():
         saved = (local / "dataset_info.json").is_file() or (local / "dataset_dict.json").is_file()
         if not saved and not any(p.is_file() for p in local.rglob("*")):
             raise ConfigError(f"eval.dataset.path: '{path}' is an empty folder; point it at a "
                               "dataset (data files, a save_to_disk folder or an image folder)")
+        if not saved and not any(p.suffix.lower() in DATA_SUFFIXES for p in local.rglob("*")
+                                 if p.is_file()):
+            raise ConfigError(f"eval.dataset.path: '{path}' holds no data files (JSON Lines, "
+                              "CSV, Parquet, images or audio); point it at a dataset folder")
+        if saved:  # a save_to_disk folder is one dataset (a plain folder may name configs)
+            _no_subset(name, path)
         return ("saved" if saved else "folder"), local.resolve()
     if looks_like_id(path):
         copy = cached_copy(path)
@@ -84,6 +103,25 @@ def locate(path: str | None, name: str | None = None) -> tuple[str, Path | None]
             f".save_to_disk(DIR)`, copy DIR here and set eval.dataset.path=DIR (or eval=none)")
     raise ConfigError(f"eval.dataset.path: '{path}' does not exist; point it at a local "
                       "dataset file or folder, or set it to null for the shipped inputs")
+
+
+def _parquet(path: Path) -> bool:
+    """Whether a file carries Parquet's marks (PAR1 at its start and its end)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4)
+            f.seek(-4, 2)
+            return head == b"PAR1" and f.read(4) == b"PAR1"
+    except OSError:
+        return False
+
+
+def _no_subset(name: str | None, path: str) -> None:
+    """A local file or folder has no named subsets (a hub dataset's configs)."""
+    if name is not None:
+        raise ConfigError(f"eval.dataset.name: {name!r} names a subset of a hub dataset, and "
+                          f"'{path}' is a local dataset, which has none; set "
+                          "eval.dataset.name=null")
 
 
 def read(ev: dict[str, Any], memo: Any, symbolic: bool = False) -> Dataset:

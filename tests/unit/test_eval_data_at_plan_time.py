@@ -69,3 +69,30 @@ def test_a_mapped_column_the_file_lacks_is_refused(tmp_path: Path) -> None:
     path.write_text('{"text": "good", "label": 1}\n')
     with pytest.raises(ConfigError, match="eval.dataset.columns.label: .* has no column 'gold'"):
         plan(path, "+eval.dataset.columns.label=gold")
+
+
+def written(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize(("name", "extra", "said"), [
+    ("device", (), "is not a regular file or folder"),
+    ("notes", (), "holds no data files"),
+    ("rows.parquet", (), "is not a Parquet file"),
+    ("rows.jsonl", ("eval.dataset.name=nosuch",), "eval.dataset.name: 'nosuch' names a subset"),
+])
+def test_what_is_no_dataset_is_said_for_what_it_is(tmp_path: Path, name: str,
+                                                   extra: tuple[str, ...], said: str) -> None:
+    made = {"device": Path("/dev/null"),
+            "notes": written(tmp_path / "notes" / "readme.md", b"x").parent,
+            "rows.parquet": written(tmp_path / "rows.parquet", b"text,label\n"),
+            "rows.jsonl": written(tmp_path / "rows.jsonl", b'{"text": "a", "label": 1}\n')}
+    with pytest.raises(ConfigError, match=said):
+        plan(made[name], *extra)
+
+
+def test_a_subset_without_a_dataset_is_refused() -> None:
+    with pytest.raises(ConfigError, match="eval.dataset.path names none"):
+        plan_from_overrides([*CLASSIFIER, "eval.dataset.name=sst2"])
