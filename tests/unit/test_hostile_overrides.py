@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from planner.cli.main import main
 from planner.config.compose import GROUPS, group_options
 from planner.config.validate import known_paths
+from tests.unit.test_hostile_data import exit_status
 
 # store.path gets its own cases below: anywhere else a plan would write its digest memo there
 KEYS = sorted(p for p in known_paths() if not p.startswith("store")) + [
@@ -46,13 +46,7 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def plan_exit_status(argv: list[str], capsys: pytest.CaptureFixture[str]) -> int:
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # argparse's own usage errors
-        code = exc.code
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    return code
+    return exit_status(argv, capsys)[0]
 
 
 @settings(max_examples=150, deadline=None,
