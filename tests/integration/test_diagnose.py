@@ -102,8 +102,13 @@ def test_the_worst_pieces_run_on_the_htp_beside_the_cpu(tmp_path: Path) -> None:
     assert code != 0 and "set target=qnn_htp" in err and "Traceback" not in err
 
 
+def record_file(outputs: Path) -> Path:
+    """A run's record: run.json in its folder, or a failed first run's beside the folder."""
+    return next(p for p in outputs.rglob("*.json") if p.name.endswith(("run.json", "failed.json")))
+
+
 def record_of(outputs: Path) -> dict[str, Any]:
-    return json.loads(next(outputs.rglob("run.json")).read_text())
+    return json.loads(record_file(outputs).read_text())
 
 
 def test_a_failed_verify_puts_the_modules_in_the_record_and_the_report(
@@ -122,7 +127,7 @@ def test_a_failed_verify_puts_the_modules_in_the_record_and_the_report(
     rundiff.check_record(rec, "run.json")
     rows = {r["tag"]: r for r in rec["accuracy"]}
     assert rows == {r["tag"]: {k: r[k] for k in rows[r["tag"]]} for r in tiny["data"]["modules"]}
-    md = run_cli("report", str(next((tmp_path / "failed").rglob("run.json"))), "--format", "md")
+    md = run_cli("report", str(record_file(tmp_path / "failed")), "--format", "md")
     worst = min(rec["accuracy"], key=lambda r: r["own_sqnr_db"])
     assert "Where the accuracy goes (5 worst of" in md.stdout and f"`{worst['tag']}`" in md.stdout
     passed = run_cli("run", *TINY, "perf=none", "--store", store, "--outputs",
