@@ -78,7 +78,7 @@ def test_verify_none_is_read_as_the_build_diagnose_runs_anyway(tiny: dict[str, A
 
 def test_an_unquantized_build_is_refused_with_a_fix(tmp_path: Path) -> None:
     code, _data, _out, err = diagnose(tmp_path, "model=tiny_bert", "quant=none", "target=cpu")
-    assert code != 0 and "set quant=w8a8" in err and "Traceback" not in err
+    assert code != 0 and "quant=w8a16_pc`" in err and "Traceback" not in err
 
 
 @pytest.mark.slow
