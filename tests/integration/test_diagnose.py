@@ -168,3 +168,18 @@ def test_minilm_w8a8_names_the_modules_that_lose_accuracy(tmp_path: Path) -> Non
     # most of a late module's cumulative loss is inherited: its own error is far smaller
     assert all(r["own_sqnr_db"] is not None for r in rows)
     assert max(r["inherited"] for r in rows) > 10
+
+
+def test_an_fp16_build_gets_its_own_error_without_warnings(tmp_path: Path) -> None:
+    """fp16 pieces are fed the fp32 values as float16 (what the fp16 graph holds there), so
+    each has an own error; no numpy overflow warning reaches the user (mask constants)."""
+    args = ("model=tiny_bert", "export.shapes.sequence_length=32", "quant=fp16", "target=cpu")
+    code, data, _out, err = diagnose(tmp_path / "store", *args, "--json")
+    assert code == 0, err
+    assert "Warning" not in err, err
+    assert data["quant"] == "fp16" and data["target"] == "cpu"
+    for r in data["modules"]:
+        assert "own_error" not in r and math.isfinite(r["own_sqnr_db"]) and r["own_sqnr_db"] > 20
+    code, _data, out, err = diagnose(tmp_path / "store", *args)
+    assert code == 0 and "own - dB" not in out and "Warning" not in err
+    assert out.startswith("Accuracy per module: tag (quant=fp16, target=cpu; ")
