@@ -19,13 +19,22 @@ RUN_RECORD = "run.json"
 FAILED_RECORD = "run.failed.json"  # a failed run's record, beside a good deliverable it kept
 
 
+def failed_beside(out_dir: Path) -> Path:
+    """Where a failed run with no earlier deliverable to keep saves its record: a file beside
+    the outputs folder (`<name>.run.failed.json`), so no folder looks like a result."""
+    return out_dir.parent / f"{out_dir.name}.{FAILED_RECORD}"
+
+
 def record_file(record: dict[str, Any]) -> str:
-    """The file in its outputs folder that a run's record was saved as."""
+    """The file a run's record was saved as: its outputs folder's run.json; a failed run's
+    run.failed.json, in the folder beside the deliverable it kept, else beside the folder."""
     folder = record.get("outputs_dir")
     if not folder:
         return "RUN.json"
-    kept = record["status"] != "ok" and (Path(folder) / FAILED_RECORD).is_file()
-    return str(Path(folder) / (FAILED_RECORD if kept else RUN_RECORD))
+    if record["status"] == "ok":
+        return str(Path(folder) / RUN_RECORD)
+    beside = failed_beside(Path(folder))
+    return str(beside if beside.is_file() else Path(folder) / FAILED_RECORD)
 
 
 def model_name(model: dict[str, Any]) -> str:

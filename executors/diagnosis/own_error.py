@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 
 from executors.onnx import subgraph
+from executors.onnx.graph_edit import elem_types
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 INPUTS = ("quantized", "dequantized")  # what a piece reads: see plan_pieces
@@ -40,6 +41,7 @@ class Piece:
     outputs: list[str]                 # QDQ names of the compared tensors (piece outputs)
     refs: list[str]                    # the fp32 name each output is compared with
     feeds: dict[str, tuple[str, str]]  # piece input -> ("fp32" | "qdq", name in that graph)
+    types: dict[str, int] = field(default_factory=dict)  # the QDQ graph's type of its tensors
     model: onnx.ModelProto | None = None
     session: Any = None
     error: str | None = None           # why the piece could not run
@@ -84,6 +86,7 @@ def plan_pieces(fp32: onnx.ModelProto, qdq: onnx.ModelProto, pairs: dict[str, st
         raise ValueError(f"inputs={inputs!r}: one of {', '.join(INPUTS)}")
     tags = subgraph.node_tags(qdq.graph)
     have = fp32_names(fp32)
+    types = elem_types(qdq)
     made_by = {o: n for n in qdq.graph.node for o in n.output}
     pieces = []
     for tag in modules:
@@ -99,8 +102,9 @@ def plan_pieces(fp32: onnx.ModelProto, qdq: onnx.ModelProto, pairs: dict[str, st
         c = needed(qdq.graph, c, [copies.get(n, (n,))[0] for n in names])
         refs = {x: fp32_name(x, pairs, made_by) for x in c.inputs}
         feeds = {x: ("fp32", refs[x]) if refs[x] in have else ("qdq", x) for x in c.inputs}
-        pieces.append(Piece(tag, c, [copies.get(n, (n,))[0] for n in names],
-                            [pairs[n] for n in names], feeds))
+        outputs = [copies.get(n, (n,))[0] for n in names]
+        pieces.append(Piece(tag, c, outputs, [pairs[n] for n in names], feeds,
+                            {x: types[x] for x in [*c.inputs, *outputs] if x in types}))
     return pieces
 
 
@@ -154,7 +158,21 @@ def wanted(pieces: list[Piece]) -> tuple[set[str], set[str]]:
 
 def feed_of(piece: Piece, want: dict[str, np.ndarray],
             got: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {x: (want if side == "fp32" else got)[name] for x, (side, name) in piece.feeds.items()}
+    """The piece's inputs: fp32 values in the type the QDQ graph holds there (float16 in an
+    fp16 graph), else the QDQ graph's own."""
+    return {x: as_type(want[name], piece.types.get(x)) if side == "fp32" else got[name]
+            for x, (side, name) in piece.feeds.items()}
+
+
+def as_type(value: np.ndarray, elem_type: int | None) -> np.ndarray:
+    """A float value in another float type the graph holds (an integer one as it is)."""
+    if elem_type is None or value.dtype.kind != "f":
+        return value
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+    if dtype.kind != "f" or dtype == value.dtype:
+        return value
+    with np.errstate(over="ignore"):  # beyond float16's range is +-inf, as a Cast makes it
+        return value.astype(dtype)
 
 
 def piece_model(qdq: onnx.ModelProto, piece: Piece,
@@ -163,8 +181,8 @@ def piece_model(qdq: onnx.ModelProto, piece: Piece,
     the compared tensors (float)."""
     infos = {x: onnx.helper.make_tensor_value_info(
         x, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for x, v in feed.items()}
-    infos |= {o: onnx.helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None)
-              for o in piece.outputs}
+    infos |= {o: onnx.helper.make_tensor_value_info(
+        o, piece.types.get(o, onnx.TensorProto.FLOAT), None) for o in piece.outputs}
     return subgraph.build(qdq, piece.cut, infos)
 
 

@@ -33,7 +33,8 @@ ELEMENTWISE = ("Add", "Sub", "Mul", "Div")
 
 
 def is_sentinel(a: np.ndarray) -> bool:
-    return a.dtype.kind == "f" and a.size > 0 and bool(np.any(a <= HUGE))
+    # a float64 bound: cast to float16 it would overflow (to -inf, with a RuntimeWarning)
+    return a.dtype.kind == "f" and a.size > 0 and bool(np.any(a <= np.float64(HUGE)))
 
 
 def _near_floor(a: np.ndarray) -> bool:

@@ -21,7 +21,7 @@ from planner.core.ops import OPS
 from planner.core.plan import MAIN_GRAPH, graph_of
 from planner.core.storelayout import MANIFEST, RESULT
 from planner.errors import IntegrityError
-from planner.outputs import FAILED_RECORD, RUN_RECORD
+from planner.outputs import FAILED_RECORD, RUN_RECORD, failed_beside
 from planner.support.atomic import write_atomic
 from planner.support.digests import chunks
 
@@ -83,11 +83,15 @@ def outputs(record: dict[str, Any], out_dirs: dict[str, Path], out_dir: Path,
             staging: Path | None = None) -> None:
     """Publish a run into `out_dir`. A successful run's folder is built in `staging` and then
     swapped in whole, so nothing of an earlier run stays; a failed run leaves a previous good
-    deliverable as it is and writes its record beside it (run.failed.json)."""
+    deliverable as it is and writes its record beside it (run.failed.json), or with none to
+    keep, beside the folder, which it does not make (`<name>.run.failed.json`)."""
     stage = staging or staging_dir(out_dir)
     record["published"] = {}
     if record["status"] != "ok":
         shutil.rmtree(stage, ignore_errors=True)
+        for step in record["steps"]:  # what uncached steps wrote in the stage is gone with it
+            step["outputs"] = {k: v for k, v in step["outputs"].items()
+                               if stage not in Path(v).parents}
         _keep_failed(record, out_dir)
         return
     stage.mkdir(parents=True, exist_ok=True)
@@ -98,6 +102,7 @@ def outputs(record: dict[str, Any], out_dirs: dict[str, Path], out_dir: Path,
         shutil.rmtree(stage, ignore_errors=True)
         raise
     _remove_stale(out_dir)
+    failed_beside(out_dir).unlink(missing_ok=True)  # an earlier failure's: this run delivered
 
 
 def _fill(record: dict[str, Any], out_dirs: dict[str, Path], out_dir: Path,
@@ -171,15 +176,11 @@ def _alive(pid: int) -> bool:
 
 
 def _keep_failed(record: dict[str, Any], out_dir: Path) -> None:
-    """A failed run's record: beside a previous good deliverable (run.failed.json), else as the
-    folder's only file (run.json), since there is nothing to keep."""
-    if _holds_deliverable(out_dir):
-        write_atomic(out_dir / FAILED_RECORD, json.dumps(record, indent=2))
-        return
-    stage = staging_dir(out_dir)
-    stage.mkdir(parents=True, exist_ok=True)
-    (stage / RUN_RECORD).write_text(json.dumps(record, indent=2))
-    _swap(stage, out_dir)
+    """A failed run's record: beside a previous good deliverable (run.failed.json), else beside
+    the outputs folder, which it does not make: a folder holds a deliverable or nothing."""
+    saved = out_dir / FAILED_RECORD if _holds_deliverable(out_dir) else failed_beside(out_dir)
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(saved, json.dumps(record, indent=2))
 
 
 def _holds_deliverable(out_dir: Path) -> bool:

@@ -46,6 +46,5 @@ def record_fields(ir: dict[str, Any], steps: list[dict[str, Any]],
         result = diagnose(ref_dir / MODEL, cand_dir / MODEL, src_dir, samples)
     except Exception as exc:  # noqa: BLE001 - the run's own failure stays the record's error
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-        return {"accuracy_error": f"the per-module diagnosis failed: {cause}; run "
-                                  "`modelplan diagnose` with the run's overrides"}
+        return {"accuracy_error": f"the per-module diagnosis failed: {cause}"}
     return {"accuracy": [{k: _finite(r.get(k)) for k in FIELDS} for r in result["modules"]]}

@@ -5,7 +5,7 @@ A `StepDag` holds each unique key once (`nodes`: key -> {step, jobs}), what it r
 key -> role -> key) and each job's plan. `Scheduler.run` starts ready steps on a runner
 (executors/run/outcome.py: the local warm workers, or Ray tasks), longest remaining path first,
 and measurements (perf) last, when nothing else runs. Here and nowhere else: a step whose input
-failed is skipped; an elided step is re-checked on its real input (the proof's premises), and
+failed is skipped, and so is a measurement of a job whose gate (verify, eval) failed; an elided step is re-checked on its real input (the proof's premises), and
 if they do not hold the step runs after all and the jobs that read it are re-keyed
 (`StepDag.unelide`); an interrupt ends the running steps through the runner (`Scheduler.run`).
 """
@@ -230,9 +230,11 @@ class Scheduler:
             if not all(d in outcomes for d in deps.values()):
                 continue
             step = dag.nodes[key]["step"]
-            if any(not outcomes[d].ok for d in deps.values()):
-                self.say(f"{dag.label(key)} {step['id']:<10} skipped (an input step failed)")
-                outcomes[key] = _ended(skipped())
+            why = "an input step failed" if any(not outcomes[d].ok for d in deps.values()) \
+                else self._failed_gate(key) if measures(step) else None
+            if why:
+                self.say(f"{dag.label(key)} {step['id']:<10} skipped ({why})")
+                outcomes[key] = _ended(skipped(why))
                 self.pending.discard(key)
                 settled += 1
                 continue
@@ -246,6 +248,20 @@ class Scheduler:
             self.running[self.runner.start(work)] = (key, work)
             self._starting = None
         return settled
+
+    def _failed_gate(self, key: str) -> str | None:
+        """Why a measurement is not worth running: every job it measures had a gate step fail,
+        so what it would time is not delivered."""
+        failed = []
+        for index in self.dag.nodes[key]["jobs"]:
+            job = self.dag.jobs[index]
+            gates = [s["id"] for s in job.ir["steps"] if OPS[s["op"]].has(Trait.GATE)
+                     and (got := self.outcomes.get(job.keys[s["id"]])) is not None
+                     and not got.ok]
+            if not gates:
+                return None
+            failed.append(gates[0])
+        return f"{failed[0]} failed: the deliverable it would measure is not delivered"
 
     def _collect(self) -> bool:
         """Take the outcomes of the steps that ended. True if a failed proof re-keyed the DAG:
@@ -268,8 +284,8 @@ class Scheduler:
             self.outcomes[key] = outcome
             if outcome.action == "elided":
                 self.say(f"{name} elided ({(outcome.proof_check or {}).get('detail')})")
-            elif not outcome.ok:
-                self.say(f"      {work.step['id']}: FAILED: {outcome.error}")
+            elif not outcome.ok:  # the error itself is the run's, printed once at its end
+                self.say(f"      {work.step['id']}: FAILED")
             self.runner.finished(work, outcome)
         return rekeyed
 

@@ -23,12 +23,28 @@ EXPORT_HINT = ("the graph is float32 as PyTorch is, so no quant setting mends th
                "its config.json), or lower verify.threshold if this accuracy is acceptable")
 
 
-def hint(candidate: Path) -> str:
+# float16's smallest step: the finest an HTP activation (16-bit at most) resolves
+RESOLVED = float(np.finfo(np.float16).smallest_subnormal)
+
+
+def degenerate_hint(peak: float) -> str:
+    return (f"the reference is degenerate: its outputs peak at {peak:.3g}, below what the "
+            f"target's activations resolve (float16's smallest step is {RESOLVED:.3g}), so no "
+            "quant setting can match it; the weights look untrained (random): build the model "
+            "with its real weights, or set verify=none to skip the comparison")
+
+
+def hint(candidate: Path, reference_peak: float | None = None) -> str:
     """The fix a failed comparison suggests: raise a quantized graph's precision; an fp32
-    graph's difference is an export bug, which no other `quant` mends."""
+    graph's difference is an export bug, which no other `quant` mends; a reference whose
+    outputs are all but zero (untrained weights) is no yardstick at any precision."""
     facts = read_facts(candidate) or {}
     precision = (facts.get("precision") or {}).get("value", "fp32")
-    return EXPORT_HINT if precision == "fp32" else HINT
+    if precision == "fp32":
+        return EXPORT_HINT
+    if reference_peak is not None and reference_peak < RESOLVED:
+        return degenerate_hint(reference_peak)
+    return HINT
 
 
 def candidate_session(ctx: StepContext):
@@ -72,6 +88,7 @@ def run(ctx: StepContext) -> StepResult:
     candidate = candidate_session(ctx)
     per_output: dict[str, list[float]] = {n: [] for n in names}
     max_abs, silent = 0.0, 0
+    peak = max((float(np.abs(w).max()) for want in wanted for w in want if w.size), default=0.0)
     for i, (feed, want_all) in enumerate(zip(feeds, wanted, strict=True), 1):
         ctx.progress(f"  verify sample {i}/{len(feeds)}")
         valid = valid_positions(feed)
@@ -83,7 +100,7 @@ def run(ctx: StepContext) -> StepResult:
     every = [c for values in per_output.values() for c in values]
     metrics = {"cosine_mean": float(np.mean(every)), "cosine_min": float(np.min(every)),
                "max_abs": max_abs, "samples": len(feeds), "threshold": p["threshold"],
-               "vectors": len(every), "zero_reference_vectors": silent,
+               "vectors": len(every), "zero_reference_vectors": silent, "reference_peak": peak,
                "data": samples.origin,
                "cosine_by_output": {n: float(np.mean(v)) for n, v in per_output.items()}}
     metrics["passed"] = metrics["cosine_mean"] >= p["threshold"]
@@ -92,6 +109,6 @@ def run(ctx: StepContext) -> StepResult:
         raise ctx.fail(f"cosine_mean {metrics['cosine_mean']:.4f} {VERDICTS['verify']} "
                        f"{p['threshold']} (cosine_min {metrics['cosine_min']:.4f}, max_abs "
                        f"{max_abs:.4g}, {len(feeds)} inputs: {samples.origin})",
-                       hint(ctx.input_model("candidate")),
+                       hint(ctx.input_model("candidate"), peak),
                        where=str(ctx.input_model("candidate")))
     return StepResult(metrics=metrics)

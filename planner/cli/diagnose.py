@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,11 +31,24 @@ def _plans(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     tree = config_tree(args)
     given = [o for o in args.overrides if o.lstrip("+~") != "verify=none"]  # verify names roles
     full = compose_timed(given, store=args.store, tree=tree, timings=args.timings)
+    _quantized(full, args.overrides)
     kept = [o for o in args.overrides
             if o.split("=", 1)[0].lstrip("+~").split(".", 1)[0] not in MEASURES]
     built = compose_timed([*kept, *(f"{m}=none" for m in MEASURES)], store=args.store,
                           tree=tree, timings=args.timings)
     return plan_for(full).to_json(), plan_for(built).to_json()
+
+
+def _quantized(config: dict[str, Any], overrides: list[str]) -> None:
+    """Refuse a config that builds no quantized graph before planning it: the planner's own
+    fix for quant=none on an NPU (target=cpu) would build nothing to diagnose either."""
+    if config["quant"]["name"] != "none":
+        return
+    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~").split(".", 1)[0] != "quant"]
+    command = shlex.join(["modelplan", "diagnose", *kept, "quant=w8a16_pc"])
+    raise UsageError("diagnose: quant=none builds no quantized graph, and diagnose compares a "
+                     "quantized graph with its fp32 reference; set another quant, e.g. "
+                     f"`{command}`")
 
 
 def _roles(ir: dict[str, Any]) -> tuple[str, str, str | None]:
@@ -85,7 +99,9 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
                                _entry(built, record, source) if source else None, samples,
                                _target_pieces(args, full["config"]), args.target_samples,
                                args.quiet)
-    result |= {"reference_step": reference, "candidate_step": candidate}
+    result |= {"reference_step": reference, "candidate_step": candidate,
+               "quant": full["config"]["quant"]["name"],
+               "target": full["config"]["target"]["name"]}
     if args.json:
         print(json.dumps(_finite(result), indent=2))
     else:

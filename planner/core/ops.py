@@ -34,6 +34,8 @@ class Trait(StrEnum):
     CUTS_GRAPH = "cuts_graph"                    # keeps a part of the graph: new inputs, outputs
     HEAVY = "heavy"                              # runs native runtimes that can crash or take
                                                  # much memory: runs in a child process
+    GATE = "gate"                                # its failure means nothing is delivered, so
+                                                 # no measurement of the deliverable runs
 
 
 class FactName(StrEnum):
@@ -229,7 +231,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        inputs=("candidate", "reference", "source"),
        requires=(Require(N.FORMAT, "eq", "onnx", role="candidate"),
                  Require(N.FORMAT, "eq", "onnx", role="reference")),
-       traits=frozenset({T.SINK, T.NEEDS_EP, T.HEAVY}),
+       traits=frozenset({T.SINK, T.NEEDS_EP, T.HEAVY, T.GATE}),
        tools=("onnxruntime", "onnxruntime-qnn", "transformers"),
        outputs=("metrics",), chain_role="candidate", headline=("cosine_mean", "cosine_min")),
     Op("eval", 2, "the task's metric for PyTorch, the fp32 export and the deliverable on its "
@@ -239,7 +241,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                "ep", "backend", "provider_options"),
        optional=("columns_checked",),
        inputs=("candidate", "reference", "source"),
-       traits=frozenset({T.SINK, T.NEEDS_EP, T.HEAVY}),
+       traits=frozenset({T.SINK, T.NEEDS_EP, T.HEAVY, T.GATE}),
        tools=("torch", "transformers", "onnxruntime", "onnxruntime-qnn", "datasets",
               "scikit-learn", "scipy", "seqeval", "jiwer", "sacrebleu", "faster-coco-eval"),
        unkeyed=("dataset",), outputs=("metrics",), chain_role="candidate",

@@ -9,6 +9,7 @@ Inherited: the dB the cumulative figure loses beyond the module's own."""
 from __future__ import annotations
 
 import math
+import shlex
 from typing import Any
 
 TOP = 15  # modules in the ranked table unless --top says otherwise
@@ -120,7 +121,8 @@ def on_target(result: dict[str, Any]) -> list[str]:
 
 def text(result: dict[str, Any], limit: int | None = TOP) -> str:
     whole = result["graph"]
-    lines = [(f"Accuracy per module: {result['candidate_step']} (quantized) against "
+    built = f"quant={result['quant']}, target={result['target']}; " if "quant" in result else ""
+    lines = [(f"Accuracy per module: {result['candidate_step']} ({built}quantized) against "
              f"{result['reference_step']} (fp32), {result['samples']} samples "
              f"({result['data']}), {result['tensors']} tensors compared on the CPU EP"),
              f"Graph outputs: sqnr {whole['sqnr_db']:.2f} dB, cosine {whole['cosine']:.5f}",
@@ -142,12 +144,19 @@ def record_lines(record: dict[str, Any], limit: int = RECORD_TOP) -> list[str]:
     """A failed gate's short table: the `limit` modules with the worst own error."""
     rows = record.get("accuracy") or []
     if record.get("accuracy_error"):
-        return ["", f"Where the accuracy goes: {record['accuracy_error']}"]
+        return ["", (f"Where the accuracy goes: {record['accuracy_error']}; run "
+                     f"`{diagnose_command(record)}`")]
     if not rows:
         return []
     lines = ["", (f"Where the accuracy goes ({len(innermost(rows))} innermost modules, CPU EP, "
                   "worst own error first; own: the module fed the fp32 values):")]
-    return lines + ranked(rows, limit, "`modelplan diagnose` lists them all")
+    return lines + ranked(rows, limit, f"`{diagnose_command(record)}` lists them all")
+
+
+def diagnose_command(record: dict[str, Any]) -> str:
+    """`modelplan diagnose` of the build the record ran: its overrides and its store."""
+    store = ["--store", record["store"]] if record.get("store") else []
+    return shlex.join(["modelplan", "diagnose", *store, *(record.get("overrides") or [])])
 
 
 def record_markdown(record: dict[str, Any], limit: int = RECORD_TOP) -> list[str]:

@@ -189,8 +189,10 @@ def table(record: dict[str, Any], limit: int | None = modules.TOP) -> str:
     if record["outputs_dir"]:
         lines.append("")
         saved = record_file(record)
-        kept = " (the previous run's deliverable there was kept)" \
-            if saved.endswith(FAILED_RECORD) else ""
+        kept = "" if not saved.endswith(FAILED_RECORD) else \
+            " (the previous run's deliverable there was kept)" \
+            if Path(saved).parent == Path(record["outputs_dir"]) else \
+            " (nothing was delivered, so no outputs folder was made)"
         lines.append(f"Run record: {saved}{kept}")
     return "\n".join(lines) + "\n"
 

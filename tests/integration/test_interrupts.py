@@ -44,7 +44,9 @@ def test_an_interrupted_run_stops_cleanly_and_says_so(sig: signal.Signals, code:
     assert step(record, "resolve")["status"] == "ok"
     assert step(record, "export")["status"] == "interrupted"
     assert {step(record, s)["status"] for s in ("normalize", "optimize", "tag")} == {"skipped"}
-    saved = json.loads((outputs / "tiny_bert-none-cpu" / "run.json").read_text())
+    # a first run: its record is kept beside the folder it did not make, not as a result
+    assert [p.name for p in outputs.iterdir()] == ["tiny_bert-none-cpu.run.failed.json"]
+    saved = json.loads((outputs / "tiny_bert-none-cpu.run.failed.json").read_text())
     assert saved["run_id"] == record["run_id"]
     assert (store / "runs" / f"{record['run_id']}.json").is_file()
     assert not psutil.pid_exists(worker.pid) or worker.status() == psutil.STATUS_ZOMBIE

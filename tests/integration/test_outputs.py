@@ -3,6 +3,7 @@ publishing over another model's deliverable is refused with the fix unless asked
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -69,3 +70,27 @@ def test_a_failed_run_keeps_the_previous_deliverable(cpu_run: dict[str, Any],
     names = {str(p.relative_to(folder)) for p in folder.rglob("*")}
     assert not {"perf", "perf_module", "run.failed.json"} & names  # the earlier runs' folders
     assert "model.onnx" in names and [p.name for p in outputs.iterdir()] == ["tiny"]
+
+
+def test_a_failed_first_run_makes_no_folder_and_measures_nothing(cpu_run: dict[str, Any],
+                                                                 tmp_path: Path) -> None:
+    """verify fails on a first run: perf does not time the model that is not delivered, the
+    error is printed once, and the record is kept beside the folder, which is not made."""
+    outputs = tmp_path / "out"
+    result = run_cli("run", "model=tiny_bert", "target=cpu", "quant=w8a8", "verify.threshold=1.0",
+                     "perf.iterations=2", "--name", "first", "--store", str(cpu_run["store"]),
+                     "--outputs", str(outputs))
+    assert result.returncode == 1, result.stderr
+    said = result.stdout + result.stderr
+    assert said.count("is below verify.threshold 1.0") == 1, said
+    assert [p.name for p in outputs.iterdir()] == ["first.run.failed.json"]
+    record = json.loads((outputs / "first.run.failed.json").read_text())
+    assert record["status"] == "failed" and step(record, "verify")["status"] == "failed"
+    perf = step(record, "perf")
+    assert perf["status"] == "skipped" and not perf["outputs"], perf
+    assert "staging" not in said and f"Run record: {outputs / 'first.run.failed.json'}" in said
+    code, _, err = run_json("model=tiny_bert", "target=cpu", "quant=none", "verify=none",
+                            "perf=none", "--name", "first", store=cpu_run["store"],
+                            outputs=outputs)
+    assert code == 0, err
+    assert [p.name for p in outputs.iterdir()] == ["first"]  # the failure's record went with it

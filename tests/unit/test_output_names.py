@@ -79,3 +79,20 @@ def test_relative_paths_name_their_folder(monkeypatch: pytest.MonkeyPatch,
 def test_bad_run_names_are_refused(bad: str) -> None:
     with pytest.raises(UsageError, match="one folder name under --outputs"):
         check_name(bad)
+
+
+def test_a_failed_run_names_no_output_in_the_stage_it_removes(tmp_path: Path) -> None:
+    """A step built in the staging folder (perf) before the run failed: the stage is removed,
+    so the record names none of its files; with no deliverable, no folder is made."""
+    from executors.publish.outputs import outputs, staging_dir
+
+    folder = tmp_path / "out" / "m"
+    stage = staging_dir(folder)
+    (stage / "perf").mkdir(parents=True)
+    (stage / "perf" / "metrics.json").write_text("{}")
+    record = {"status": "failed", "outputs_dir": str(folder), "steps": [
+        {"id": "perf", "outputs": {"metrics.json": str(stage / "perf" / "metrics.json")}},
+        {"id": "tag", "outputs": {"model.onnx": str(tmp_path / "store" / "model.onnx")}}]}
+    outputs(record, {}, folder, stage)
+    assert record["steps"][0]["outputs"] == {} and record["steps"][1]["outputs"]
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["m.run.failed.json"]

@@ -30,3 +30,15 @@ def test_an_fp32_graph_is_not_told_to_change_its_precision(tmp_path: Path) -> No
     assert hint(fp32) == EXPORT_HINT and "quant=" not in EXPORT_HINT
     assert hint(quantized) == HINT == hint(fp16) and "quant=w8a16_pc" in HINT
     assert hint(tmp_path / "missing.onnx") == EXPORT_HINT  # unstamped: fp32, as every model is
+
+
+def test_a_degenerate_reference_is_named_not_told_to_raise_precision(tmp_path: Path) -> None:
+    """A random-weight MobileNetV2 on HTP: reference outputs peak at ~1e-26, cosine 0.0 at
+    w8a16_pc. No quant mends that; the message says why and what does."""
+    quantized = stamped(tmp_path / "q", {"precision": {"value": "w8a16", "by": "k"}})
+    said = hint(quantized, reference_peak=1.3e-26)
+    assert "quant=w8a16_pc" not in said and "degenerate" in said and "1.3e-26" in said
+    assert "untrained" in said and "real weights" in said and "verify=none" in said
+    assert hint(quantized, reference_peak=2.5) == HINT  # a reference that says something
+    fp32 = stamped(tmp_path / "fp32", {"normalized": {"value": True, "by": "k"}})
+    assert hint(fp32, reference_peak=1e-26) == EXPORT_HINT  # fp32 computes what PyTorch does
