@@ -102,8 +102,9 @@ def test_fp16_keeps_the_blocked_ops_float32(tmp_path: Path) -> None:
     assert step(record, "quantize")["metrics"]["overridden"] == {"float32 nodes": 2}
 
 
-def test_a_rule_that_selects_nothing_fails_the_run_with_one_line(tmp_path: Path) -> None:
+def test_a_rule_that_selects_nothing_is_refused_before_the_build(tmp_path: Path) -> None:
     record, err = build(tmp_path, "quant.overrides=[{modules: [BertAttn], precision: float}]")
     assert record.get("status") != "ok"
-    assert "quant.overrides.0 modules=['BertAttn'] selects no node" in err
-    assert "module classes: BertAttention" in err and "Traceback" not in err
+    assert "quant.overrides.0.modules=BertAttn matches no module of BertModel" in err
+    assert "did you mean 'BertAttention'" in err and "Traceback" not in err
+    assert not list((tmp_path / "store").rglob("manifest.json"))  # nothing built
