@@ -168,11 +168,11 @@ class LocalExecutor:
         pieces also on that target."""
         from executors.diagnosis.module_error import diagnose
 
-        result = diagnose(reference, candidate, source, samples)
+        say = None if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
+        result = diagnose(reference, candidate, source, samples, say)
         if on_target and on_target["pieces"] > 0:
             from executors.diagnosis.target_error import diagnose_on_target
 
-            say = None if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
             result["target_pieces"] = diagnose_on_target(
                 reference, candidate, source, result["modules"], on_target["pieces"],
                 on_target["target"], on_target["samples"], say)

@@ -18,8 +18,9 @@ with verify's inputs.
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -273,7 +274,8 @@ def compared_tensors(fp32: onnx.ModelProto, qdq: onnx.ModelProto) -> dict[str, s
 
 
 def compare(fp32: onnx.ModelProto, qdq: onnx.ModelProto, feeds: list[dict[str, np.ndarray]],
-            own: bool | Iterable[str] = True) -> dict[str, Any]:
+            own: bool | Iterable[str] = True,
+            say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Per-module accuracy of `qdq` (tagged) against `fp32` on `feeds`: rows in tree order
     (cumulative `sqnr_db`, `cosine`; with `own`, for every module or the tags it names, also
     `own_sqnr_db`, `own_cosine` and `inherited`), and the whole graph's outputs as one row."""
@@ -286,7 +288,9 @@ def compare(fp32: onnx.ModelProto, qdq: onnx.ModelProto, feeds: list[dict[str, n
                 (pairs.values(), pairs))
     stats = {n: Stats() for n in pairs}
     samples = []
+    progress = _progress(len(feeds), say)
     for feed in feeds:
+        progress()
         want, got = runs(feed)
         for n, ref in pairs.items():
             if want[ref].shape == got[n].shape:
@@ -308,6 +312,26 @@ def compare(fp32: onnx.ModelProto, qdq: onnx.ModelProto, feeds: list[dict[str, n
             "graph": {"sqnr_db": whole.sqnr_db(), "cosine": whole.cosine()}}
 
 
+def _progress(total: int, say: Callable[[str], None] | None) -> Callable[[], None]:
+    """Called before each sample: after the first, how long all of them will take; then a line
+    each tenth of the way (nothing without `say`)."""
+    start, done = time.perf_counter(), [0]
+
+    def step() -> None:
+        n = done[0]
+        done[0] += 1
+        if say is None or n == 0:
+            return
+        spent = time.perf_counter() - start
+        if n == 1 and total > 1:
+            say(f"  diagnose: {total} samples at {spent:.2f} s each: about "
+                f"{spent * (total - 1):.0f} s more (--samples N takes fewer)")
+        elif n % max(1, total // 10) == 0:
+            say(f"  diagnose: sample {n}/{total}, about {spent / n * (total - n):.0f} s left")
+
+    return step
+
+
 def own_pieces(fp32: onnx.ModelProto, qdq: onnx.ModelProto, feeds: list[dict[str, np.ndarray]],
                tags: Iterable[str], inputs: str = "quantized") -> list[own_error.Piece]:
     """The own error of each module of `tags` on `feeds` alone (no cumulative figure): its
@@ -323,8 +347,8 @@ def own_pieces(fp32: onnx.ModelProto, qdq: onnx.ModelProto, feeds: list[dict[str
     return pieces
 
 
-def diagnose(reference: Path, candidate: Path, source: Path | None,
-             samples: int) -> dict[str, Any]:
+def diagnose(reference: Path, candidate: Path, source: Path | None, samples: int,
+             say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """compare() on the files of a run: the fp32 reference and the tagged QDQ candidate, on
     `samples` verify inputs made as the verify step makes them."""
     from executors.onnx.artifacts import load
@@ -333,6 +357,8 @@ def diagnose(reference: Path, candidate: Path, source: Path | None,
 
     specs, _ = io_specs(reference)
     made = Samples(specs, "verify", source=source)
-    result = compare(load(reference), load(candidate), made.feeds(samples))
+    if say is not None:
+        say(f"  diagnose: making {samples} verify input(s)")
+    result = compare(load(reference), load(candidate), made.feeds(samples), say=say)
     return {**result, "data": made.origin, "reference": str(reference),
             "candidate": str(candidate)}

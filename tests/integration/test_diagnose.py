@@ -70,6 +70,20 @@ def test_the_text_ranks_the_worst_module_first_and_draws_the_tree(tiny: dict[str
     assert lines[-1].startswith(f"Worst: {worst['tag']}, own ")
 
 
+def test_a_long_diagnose_says_how_long_and_how_far(tiny: dict[str, Any]) -> None:
+    """Without --quiet: after the first sample, how long the others will take; then progress
+    each tenth of the way."""
+    result = run_cli("diagnose", *TINY, "--store", str(tiny["store"]), "--samples", "20",
+                     "--json")
+    assert result.returncode == 0, result.stderr
+    lines = [ln.strip() for ln in result.stderr.splitlines() if "diagnose:" in ln]
+    assert lines[0] == "diagnose: making 20 verify input(s)"
+    assert lines[1].startswith("diagnose: 20 samples at ") and " s more " in lines[1]
+    assert [ln.split(",")[0] for ln in lines[2:]] == \
+        [f"diagnose: sample {n}/20" for n in range(2, 20, 2)]
+    assert json.loads(result.stdout)["samples"] == 20
+
+
 def test_verify_none_is_read_as_the_build_diagnose_runs_anyway(tiny: dict[str, Any]) -> None:
     code, data, _out, err = diagnose(tiny["store"], *TINY, "verify=none", "--json")
     assert code == 0, err
