@@ -6,7 +6,6 @@ that share `resolve` and meet again in a `bundle` step, the pair being the deliv
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from planner.core import lower_generation, mixed_precision, module_perf
@@ -267,25 +266,12 @@ def _eval(config: dict[str, Any], known: dict[str, Any], deliverable: str,
         "max_drop": ev["max_drop"], "dataset": ds.where, "dataset_kind": ds.kind,
         "dataset_name": data["name"], "split": data["split"], "samples": data["samples"],
         "shuffle": data["shuffle"], "seed": data["seed"],
-        **_columns(task, data, ds, known["info"]), "dataset_digest": ds.digest,
+        **({"columns": dict(sorted(data["columns"].items()))} if task == SYMBOLIC else
+           evaldata.step_columns(task, data, ds.kind, ds.where, known["info"])),
+        "dataset_digest": ds.digest,
         **_ep(config)},
         {"candidate": deliverable, "reference": reference, "source": "resolve"}))
     return steps
-
-
-def _columns(task: str, data: dict[str, Any], ds: Any, info: dict[str, Any]) -> dict[str, Any]:
-    """eval's columns: as mapped; for a local data file the planner reads, the columns each role
-    reads there, checked on its rows (`columns_checked`: the plan then says whether labels are
-    read or PyTorch's predictions are the truth)."""
-    if task == SYMBOLIC:
-        return {"columns": dict(sorted(data["columns"].items()))}
-    columns = evaluation.roles(task, data["columns"])
-    where = Path(ds.where) if ds.kind == "file" and ds.where else None
-    if where is None or not evaldata.readable(where):
-        return {"columns": columns}
-    rows = data["samples"] if not data["shuffle"] else evaldata.ALL_ROWS
-    found = evaldata.checked_columns(task, columns, where, rows, info)
-    return {"columns": dict(sorted(found.items())), "columns_checked": True}
 
 
 def _ep(config: dict[str, Any]) -> dict[str, Any]:

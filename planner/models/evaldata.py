@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import ConfigError
-from planner.models.evaluation import EVAL
+from planner.models.evaluation import EVAL, roles
 
 # Column names a role is found under when eval.dataset.columns does not map it, in order.
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -37,6 +37,21 @@ PREVIEW_BYTES = 64 << 20  # the part of a file the planner reads (the eval step 
 CLASSIFIERS = frozenset({"text-classification", "token-classification", "image-classification",
                          "audio-classification"})
 ALL_ROWS = 1 << 20        # shuffled rows: every row may be read, so every row read is checked
+
+
+def step_columns(task: str, data: dict[str, Any], kind: str, where: str | None,
+                 info: dict[str, Any]) -> dict[str, Any]:
+    """The eval step's columns: as mapped (eval.dataset.columns, as task roles); for a local
+    data file the planner reads, the columns each role reads there, checked on its rows
+    (`columns_checked`: the plan then says whether labels are read or PyTorch's predictions
+    are the truth)."""
+    columns = roles(task, data["columns"])
+    path = Path(where) if kind == "file" and where else None
+    if path is None or not readable(path):
+        return {"columns": columns}
+    rows = data["samples"] if not data["shuffle"] else ALL_ROWS
+    found = checked_columns(task, columns, path, rows, info)
+    return {"columns": dict(sorted(found.items())), "columns_checked": True}
 
 
 def readable(path: Path) -> bool:
