@@ -158,7 +158,7 @@ def _encoder_decoder(folder: Path, described: dict[str, Any], args: argparse.Nam
     from planner.models.roles import Trace, roles_of
 
     graphs = described["graphs"]
-    roles = roles_of({g: [s["name"] for s in e["inputs"]] for g, e in graphs.items()})
+    roles = roles_of({g: e["inputs"] for g, e in graphs.items()})
     encoder = next(g for g, r in roles.items() if r.trace is Trace.ENCODER)
     row = _row(graphs[encoder]["inputs"], args)
     runs_on = described["runs_on"]

@@ -27,7 +27,7 @@ from executors.evaluation.base import Context, EvalDataError, Evaluator, Forward
 from executors.evaluation.inputs import modality_feed
 from executors.generation import encoder_decoder
 from executors.generation.decoder_only import LMGraphs
-from planner.models.roles import Runs, Trace, roles_of
+from planner.models.roles import Runs, roles_of
 
 
 def decoded_texts(graphs: dict[str, Forward], prepared: Prepared, cx: Context,
@@ -53,8 +53,7 @@ def decoded_texts(graphs: dict[str, Forward], prepared: Prepared, cx: Context,
 
 def has_decoder(cx: Context) -> bool:
     """Whether the graphs include an encoder-decoder's decoder (cached or not)."""
-    roles = roles_of({g: [s["name"] for s in specs] for g, specs in cx.specs.items()})
-    return any(r.trace in (Trace.PREFIX_DECODER, Trace.STEP_DECODER) for r in roles.values())
+    return encoder_decoder.decoder_graph(cx) is not None
 
 
 class Generation(Evaluator):
@@ -106,7 +105,7 @@ def _token_lists(rows: list[dict[str, Any]], cx: Context, longest: int) -> list[
 
 def _lm_graphs(cx: Context) -> tuple[str, str]:
     """The prompt graph and the token graph of a causal LM."""
-    roles = roles_of({g: [s["name"] for s in specs] for g, specs in cx.specs.items()})
+    roles = roles_of(cx.specs)
     return tuple(next(g for g, r in roles.items() if r.runs is runs)  # type: ignore[return-value]
                  for runs in (Runs.PROMPT, Runs.TOKEN))
 

@@ -58,7 +58,7 @@ class Decoding:
 
 
 def _roles(d: Described) -> dict[str, Role]:
-    return roles_of({g: [s["name"] for s in specs] for g, specs in d.specs.items()})
+    return roles_of(d.specs)
 
 
 def _graph(d: Described, *traces: Trace) -> str | None:

@@ -73,7 +73,7 @@ def _encoder_decoder(ctx: StepContext) -> dict[str, Any]:
     files = runner.graph_files(folder)
     task = torchmodel.source_info(source)["task"]
     cx = runner.context(task, source, files)
-    roles = roles_of({g: [s["name"] for s in specs] for g, specs in cx.specs.items()})
+    roles = roles_of(cx.specs)
     encoder = next(g for g, r in roles.items() if r.trace is Trace.ENCODER)
     samples = Samples(cx.specs[encoder], "verify", source=source)  # what verify feeds
     feeds = samples.feeds(p["prompts"])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class Kind(StrEnum):
@@ -131,9 +132,9 @@ def role_of(graph: str | None, input_names: list[str] | tuple[str, ...] = ()) ->
     return role
 
 
-def roles_of(graphs: dict[str, list[str]]) -> dict[str, Role]:
-    """Every graph's role, from graph -> its input names."""
-    return {g: role_of(g, names) for g, names in graphs.items()}
+def roles_of(graphs: dict[str, list[dict[str, Any]]]) -> dict[str, Role]:
+    """Every graph's role, from graph -> its input specs (each names its input)."""
+    return {g: role_of(g, [s["name"] for s in specs]) for g, specs in graphs.items()}
 
 
 def kind_of(graphs: list[str] | tuple[str, ...] | dict[str, object]) -> Kind:
@@ -145,12 +146,3 @@ def kind_of(graphs: list[str] | tuple[str, ...] | dict[str, object]) -> Kind:
 def graphs_of(kind: Kind) -> tuple[str, ...]:
     """The graphs of a kind, in the order they run (the cross graph where built)."""
     return tuple(n for n, r in ROLES.items() if r.kind is kind)
-
-
-def with_role(graphs: dict[str, object] | list[str], *, runs: Runs | None = None,
-              trace: Trace | None = None, chain: bool | None = None) -> list[str]:
-    """The graphs among `graphs` whose role matches."""
-    return [g for g in graphs if g in ROLES and
-            (runs is None or ROLES[g].runs is runs) and
-            (trace is None or ROLES[g].trace is trace) and
-            (chain is None or ROLES[g].chain is chain)]
