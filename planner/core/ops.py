@@ -262,7 +262,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.SINK, T.NEEDS_EP, T.NOT_CACHEABLE, T.HEAVY}),
        tools=("onnxruntime", "onnxruntime-qnn"), outputs=("metrics",),
        headline=("latency_ms_median", "latency_ms_p90", "ep")),
-    Op("bundle", 1, "deliver the graphs of an encoder-decoder model together",
+    Op("bundle", 2, "deliver the graphs of an encoder-decoder model together (a tied head "
+       "reads the embedding table)",
        params=("graphs", "ep", "backend", "provider_options"),
        inputs=("encoder", "decoder", "cross", "source"),
        optional=("cross", "source", "ep", "backend", "provider_options"),
@@ -270,8 +271,9 @@ OPS: dict[str, Op] = {op.name: op for op in (
                  Require(N.FORMAT, "eq", "onnx", role="decoder")),
        tools=("onnx",), outputs=("models",), chain_role="decoder",
        delivers=("encoder", "cross")),
-    Op("lm_bundle", 1, "deliver a causal LM's prefill and decode graphs in one folder, weights "
-       "stored once, with its tokenizer, generation config and genai_config.json",
+    Op("lm_bundle", 2, "deliver a causal LM's prefill and decode graphs in one folder, weights "
+       "stored once (a tied head reads the embedding table), with its tokenizer, generation "
+       "config and genai_config.json",
        params=("graphs", "prefill_length", "context_length", "ep", "backend",
                "provider_options"),
        inputs=("prefill", "decode", "source", "shared", "host"), optional=("shared", "host"),
