@@ -146,6 +146,28 @@ def test_eval_scores_next_tokens_the_same_for_pytorch_and_the_export(
     assert scores["target"]["perplexity"] == pytest.approx(scores["pytorch"]["perplexity"],
                                                            rel=0.05)
     assert metrics["eval_verdict"] == "PASS"
+    # one quantized weight set: prefill and decode dequantize the same weights with the same
+    # scales (only their activation encodings differ), and a blob is stored once
+    weights = {g: quantized_weights(m) for g, m in graphs(record).items()}
+    assert len(weights["prefill"]) >= 14 and weights["prefill"] == weights["decode"]
+    bundle = step(record, "bundle")["metrics"]
+    assert bundle["blobs_shared_by_graphs"] == bundle["weight_blobs"]
+
+
+def quantized_weights(model: onnx.ModelProto) -> set[tuple[str, str]]:
+    """The digests of each constant a DequantizeLinear reads as its data, with its scale's."""
+    import hashlib
+
+    inits = {i.name: i for i in model.graph.initializer}
+
+    def digest(name: str) -> str:
+        t = inits[name]
+        where = [e.value for e in t.external_data if e.key == "location"]
+        return where[0] if where else hashlib.sha256(t.raw_data).hexdigest()
+
+    return {(digest(n.input[0]), digest(n.input[1])) for n in model.graph.node
+            if n.op_type == "DequantizeLinear" and n.input[0] in inits
+            and len(inits[n.input[0]].dims) >= 2}
 
 
 @pytest.mark.parametrize("target", ["cpu", pytest.param("qnn_htp", marks=pytest.mark.slow)])
