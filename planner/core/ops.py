@@ -176,6 +176,12 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.HEAVY}),
        tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy"),
        publish=("hierarchy",), headline=("opset_used",)),
+    Op("fix_shapes", 1, "fix the free axes of an exported graph to the target's static "
+       "shapes (normalize then folds what became constant): one export for every target",
+       params=("inputs",), inputs=("model",),
+       requires=(Require(N.FORMAT, "eq", "onnx"),),
+       ensures=(Ensure(N.IO_SPECS),),
+       tools=("onnx",)),
     Op("normalize", 3, "shape inference and ONNX Runtime basic optimizations",
        params=(), inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),
