@@ -57,6 +57,8 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
         saved = specs.weights_dtype(info)
         for spec in graphs.values():
             spec["dynamic"] = dynamic
+        for graph in lower_generation.free_past_graphs(config, modality, graphs):
+            graphs[graph]["dynamic"] = True
             if saved not in (None, "float32"):  # export upcasts: said in the plan and the key
                 spec["upcast"] = saved
         count = lower_generation.parts(config, info, modality)

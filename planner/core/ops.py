@@ -270,7 +270,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                  Require(N.FORMAT, "eq", "onnx", role="decoder")),
        tools=("onnx",), outputs=("models",), chain_role="decoder",
        delivers=("encoder", "cross")),
-    Op("lm_bundle", 1, "deliver a causal LM's prefill and decode graphs in one folder, weights "
+    Op("lm_bundle", 2, "deliver a causal LM's prefill and decode graphs in one folder, weights "
        "stored once, with its tokenizer, generation config and genai_config.json",
        params=("graphs", "prefill_length", "context_length", "ep", "backend",
                "provider_options"),
