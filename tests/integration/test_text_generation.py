@@ -44,10 +44,16 @@ def test_fp32_generation_matches_pytorch_token_for_token(tmp_path: Path, family:
     bundle = step(record, "bundle")["metrics"]
     assert bundle["weight_blobs"] >= 1  # the embeddings at least: stored once for both graphs
     assert bundle["blobs_shared_by_graphs"] == bundle["weight_blobs"]
-    for graph, model in graphs(record).items():  # every shape fixed at build time
-        for value in [*model.graph.input, *model.graph.output]:
-            dims = value.type.tensor_type.shape.dim
-            assert all(d.dim_value > 0 and not d.dim_param for d in dims), (graph, value.name)
+    models = graphs(record)
+    for value in [*models["prefill"].graph.input, *models["prefill"].graph.output]:
+        dims = value.type.tensor_type.shape.dim  # the prompt graph: every shape fixed
+        assert all(d.dim_value > 0 and not d.dim_param for d in dims), value.name
+    free = {v.name: [d.dim_param for d in v.type.tensor_type.shape.dim if d.dim_param]
+            for v in [*models["decode"].graph.input, *models["decode"].graph.output]}
+    # the token graph on the CPU: a free past, and present = past + new (genai's decoder)
+    assert free["past_key_values.0.key"] == ["past_sequence_length"]
+    assert free["present.0.key"] == free["attention_mask"] == ["total_sequence_length"]
+    assert free["input_ids"] == ["sequence_length"] and "sequence_length" in free["logits"]
 
 
 @pytest.mark.slow
