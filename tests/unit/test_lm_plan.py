@@ -15,6 +15,7 @@ from planner.errors import ConfigError
 from planner.models import generation as lm
 from planner.models import tasks as T
 from planner.planning import plan_from_overrides
+from planner.render.card import facts
 from tests.conftest import run_cli
 
 LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 100,
@@ -214,3 +215,4 @@ def test_the_token_graph_has_a_free_past_where_genai_can_run_it(
     ir = plan(checkpoint(tmp_path, LLAMA), *overrides)
     assert params(ir, "decode.export").get("dynamic", False) is free
     assert "dynamic" not in params(ir, "prefill.export")  # the prompt graph's stays fixed
+    assert facts(ir)["genai"] == ("decoder" if free else "decoder-pipeline")  # for its card
