@@ -106,7 +106,37 @@ def _width(config: dict[str, Any]) -> int | None:
     return next((text[k] for k in ("hidden_size", "n_embd") if k in text), None)
 
 
-def read(folder: Path) -> dict[str, Any] | None:
-    """A bundle's genai_config.json (None when it has none)."""
+def read(folder: Path, bundle: dict[str, Any]) -> dict[str, Any] | None:
+    """A causal LM bundle's genai_config.json (None when it has none), checked against its
+    bundle.json: the graph files it names are the bundle's, its context is the bundle's."""
+    from executors.generation.bundle import BundleError
+
     path = folder / GENAI_CONFIG
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text())
+        model = config["model"]
+        decoder = model["decoder"]
+        named = [decoder["filename"]] if "filename" in decoder else \
+            [stage["filename"] for stages in decoder["pipeline"] for stage in stages.values()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError,
+            AttributeError) as exc:
+        raise BundleError(f"{path} is not an onnxruntime-genai config of a language model "
+                          f"({type(exc).__name__}: {exc}); rebuild the bundle with modelplan "
+                          "run") from exc
+    files = {e["model"] for e in bundle["graphs"].values()} | set(bundle.get("host", {}).values())
+    unknown = [f for f in named if f not in files]
+    if unknown or model.get("context_length") != bundle["context_length"]:
+        said = f"names {unknown[0]!r}, which is not one of its graphs" if unknown else \
+            f"says context_length {model.get('context_length')!r}, and its graphs hold " \
+            f"{bundle['context_length']} tokens"
+        raise BundleError(f"{path} {said} (bundle.json); rebuild the bundle with modelplan run")
+    return config
+
+
+def eos_ids(config: dict[str, Any]) -> set[int]:
+    """The end-of-sequence ids genai_config.json names."""
+    eos = config["model"].get("eos_token_id")
+    return set() if eos is None else {int(e) for e in eos} if isinstance(eos, list) \
+        else {int(eos)}
