@@ -19,7 +19,8 @@ import onnxruntime as ort
 import pytest
 
 from planner.models.sources import packaged_dir
-from tests.conftest import ROOT
+from tests.checkpoints import bpe_tokenizer, text_checkpoint
+from tests.conftest import ROOT, run_cli
 from tests.integration.conftest import built, step
 
 CLIENTS_PYTHON = ROOT / ".venv-clients" / "bin" / "python"
@@ -168,3 +169,27 @@ def test_onnxruntime_genai_runs_a_cpu_language_model_bundle_like_pytorch(
         want = torch_greedy(checkpoint, prompt, 8, config["eos_token_id"])
         assert run["prompt_ids"] == prompt and run["tokens"] == want, (len(prompt), run, want)
         assert len(run["tokens"]) == 8 or run["tokens"][-1] == config["eos_token_id"]
+
+
+def test_onnxruntime_genai_reads_the_prompt_with_the_bundles_own_tokenizer(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A llama checkpoint with its own BPE tokenizer, as a user would build it: genai's
+    tokenizer reads the prompt into modelplan's ids, and genai's tokens are `modelplan
+    generate`'s and PyTorch's on the same bundle."""
+    checkpoint = bpe_tokenizer(text_checkpoint(
+        tmp_path_factory.mktemp("bpe") / "llama", cls="LlamaForCausalLM", model_type="llama",
+        num_key_value_heads=1, pad_token_id=0))
+    build = built(tmp_path_factory, "clients-genai-bpe", "model=local_hf",
+                  f"model.path={checkpoint}", "export.shapes.prefill_length=8",
+                  "export.shapes.context_length=32", "target=cpu", "quant=none", "perf=none",
+                  "verify.samples=1", "verify.new_tokens=2")
+    folder = Path(build["record"]["published"]["genai_config.json"]).parent
+    prompt = "the cat sat on the mat and looked at the dog"
+    got = client("genai", str(folder), json.dumps([prompt]), "6")["runs"][0]
+    result = run_cli("generate", str(folder), prompt, "--new-tokens", "6", "--json")
+    assert result.returncode == 0, result.stderr
+    mine = json.loads(result.stdout)
+    assert got["prompt_ids"] == mine["prompt_ids"] and len(mine["prompt_ids"]) > 8
+    eos = json.loads((folder / "genai_config.json").read_text())["model"]["eos_token_id"]
+    assert got["tokens"] == mine["tokens"] == torch_greedy(checkpoint, mine["prompt_ids"], 6,
+                                                           eos)
