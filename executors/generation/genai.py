@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.core.targets import of_params
-from planner.models.generation import GENAI_DECODER, GENAI_PIPELINE, shape_of
+from planner.models.generation import GENAI_DECODER, GENAI_PIPELINE, HOST_LAYERS, shape_of
 from planner.models.roles import CACHE, ROLES, Runs
 
 GENAI_CONFIG = "genai_config.json"
@@ -26,7 +26,7 @@ def free_past(specs: list[dict[str, Any]], model: Path) -> bool:
     import onnx
 
     past = next((s["name"] for s in specs if CACHE.is_past(s["name"])), None)
-    if past is None or model.suffix != ".onnx":
+    if past is None or model.suffix != ".onnx" or not model.is_file():
         return False
     graph = onnx.load(str(model), load_external_data=False).graph
     value = next((v for v in graph.input if v.name == past), None)
@@ -61,30 +61,53 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
     if plain:
         decoder["filename"] = graphs[token]["model"]
     else:
-        decoder["pipeline"] = [_stages(bundle)]
+        decoder["pipeline"] = [_stages(bundle, folder)]
+        # the prompt in chunks of the prefill graph's length, padded; a cache of fixed length
+        decoder["sliding_window"] = {"window_size": bundle["prefill_length"],
+                                     "pad_value": _pad(config, eos), "alignment": "right",
+                                     "slide_key_value_cache": False}
     return {"model": {
         "type": GENAI_DECODER if plain else GENAI_PIPELINE,
         "bos_token_id": generation.get("bos_token_id", config.get("bos_token_id")),
-        "eos_token_id": eos, "pad_token_id": config["pad_token_id"]
-        if config.get("pad_token_id") is not None else (eos[0] if isinstance(eos, list)
-                                                          else eos),
+        "eos_token_id": eos, "pad_token_id": _pad(config, eos),
         "context_length": context, "vocab_size": shape.vocab if shape else None,
         "decoder": decoder},
         "search": {"do_sample": False, "num_beams": 1, "max_length": context, "min_length": 0,
                    "past_present_share_buffer": False}}
 
 
-def _stages(bundle: dict[str, Any]) -> dict[str, Any]:
-    """The pipeline's stages in order: each graph, run on the prompt, on each token or both."""
+def _pad(config: dict[str, Any], eos: Any) -> Any:
+    if config.get("pad_token_id") is not None:
+        return config["pad_token_id"]
+    return eos[0] if isinstance(eos, list) else eos
+
+
+def _stages(bundle: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The pipeline's stages in order: the host's layers that run before the graphs (the
+    embeddings), each graph (on the prompt, on each token), the host's layers after them (the
+    head, genai's lm_head); each with its file, inputs and outputs."""
+    import onnx
+
     graphs = bundle["graphs"]
+    host = bundle.get("host", {})
+    before = [layer for layer in HOST_LAYERS[:1] if layer in host]
+    after = [layer for layer in HOST_LAYERS[1:] if layer in host]
 
     def io(graph: str, key: str) -> list[str]:
         return [s["name"] for s in graphs[graph][key]]
 
-    return {g: {"filename": graphs[g]["model"], "inputs": io(g, "inputs"),
-                "outputs": io(g, "outputs"),
-                "run_on_prompt": ROLES[g].prompt_stage, "run_on_token_gen": ROLES[g].token_stage}
-            for g in graphs}
+    def layer(name: str) -> dict[str, Any]:
+        graph = onnx.load(str(folder / host[name]), load_external_data=False).graph
+        outputs = [v.name for v in graph.output]
+        return {"filename": host[name], "inputs": [v.name for v in graph.input],
+                "outputs": outputs, "run_on_prompt": True, "run_on_token_gen": True,
+                "is_lm_head": "logits" in outputs}
+
+    return {**{n: layer(n) for n in before},
+            **{g: {"filename": graphs[g]["model"], "inputs": io(g, "inputs"),
+                   "outputs": io(g, "outputs"), "run_on_prompt": ROLES[g].prompt_stage,
+                   "run_on_token_gen": ROLES[g].token_stage} for g in graphs},
+            **{n: layer(n) for n in after}}
 
 
 def _providers(bundle: dict[str, Any]) -> list[dict[str, Any]]:
