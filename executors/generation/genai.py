@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from planner.core.targets import of_params
-from planner.models.generation import GENAI_DECODER, GENAI_PIPELINE, HOST_LAYERS, shape_of
+from planner.models.generation import (
+    GENAI_DECODER,
+    GENAI_PIPELINE,
+    GENAI_SECTION,
+    HOST_LAYERS,
+    shape_of,
+)
 from planner.models.roles import CACHE, ROLES, Runs
 
 GENAI_CONFIG = "genai_config.json"
@@ -140,7 +146,7 @@ def read(folder: Path, bundle: dict[str, Any]) -> dict[str, Any] | None:
     try:
         config = json.loads(path.read_text())
         model = config["model"]
-        decoder = model["decoder"]
+        decoder = model[GENAI_SECTION]
         named = [decoder["filename"]] if "filename" in decoder else \
             [stage["filename"] for stages in decoder["pipeline"] for stage in stages.values()]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError,
