@@ -10,7 +10,8 @@
     open_folder.py genai FOLDER PROMPTS_JSON NEW_TOKENS
         onnxruntime-genai as its README runs a model folder (`og.Model(folder)`, a greedy
         `Generator`): for each prompt (a list of token ids, or a text its tokenizer encodes)
-        the prompt's ids and the tokens it generated, at most NEW_TOKENS of them
+        the prompt's ids and the tokens it generated, at most NEW_TOKENS of them; or the
+        error genai raised, on one line, as `error`
 
 Nothing here imports modelplan: the folder must be enough on its own.
 """
@@ -56,6 +57,13 @@ def optimum(task: str, folder: str, feeds_path: str) -> dict:
 def genai(folder: str, prompts: list, new_tokens: int) -> dict:
     import onnxruntime_genai as og
 
+    try:
+        return _genai(og, folder, prompts, new_tokens)
+    except RuntimeError as exc:
+        return {"version": og.__version__, "error": " ".join(str(exc).split())}
+
+
+def _genai(og: object, folder: str, prompts: list, new_tokens: int) -> dict:
     model = og.Model(folder)
     tokenizer = og.Tokenizer(model) if any(isinstance(p, str) for p in prompts) else None
     runs = []

@@ -193,3 +193,25 @@ def test_onnxruntime_genai_reads_the_prompt_with_the_bundles_own_tokenizer(
     eos = json.loads((folder / "genai_config.json").read_text())["model"]["eos_token_id"]
     assert got["tokens"] == mine["tokens"] == torch_greedy(checkpoint, mine["prompt_ids"], 6,
                                                            eos)
+
+
+def test_onnxruntime_genai_refuses_the_fixed_shape_pipeline_as_documented(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The pair of fixed shapes an HTP build compiles (here in fp32 on the CPU EP:
+    export.shapes.dynamic=false) is described as genai's decoder pipeline with a sliding window
+    of the prefill length; genai 0.18 feeds its prompt stage a mask over the whole context,
+    which the prefill graph does not take (docs/generation.md: genai's pipeline wants graphs
+    that give back the whole fixed-length cache). If genai ever runs it, this says so."""
+    build = built(tmp_path_factory, "clients-genai-fixed", "model=tiny_random",
+                  "model.random_init.model_type=llama", "export.shapes.prefill_length=8",
+                  "export.shapes.context_length=32", "export.shapes.dynamic=false",
+                  "target=cpu", "quant=none", "perf=none", "verify.samples=1",
+                  "verify.new_tokens=2")
+    folder = Path(build["record"]["published"]["genai_config.json"]).parent
+    model = json.loads((folder / "genai_config.json").read_text())["model"]
+    assert model["type"] == "decoder-pipeline"
+    assert list(model["decoder"]["pipeline"][0]) == ["prefill", "decode"]
+    assert model["decoder"]["sliding_window"]["window_size"] == 8
+    got = client("genai", str(folder), json.dumps([[5, 17, 300, 42, 9]]), "4")
+    assert "error" in got, got  # genai ran the pipeline: update docs/generation.md and the card
+    assert "attention_mask" in got["error"] and "Got: 32 Expected: 8" in got["error"], got
