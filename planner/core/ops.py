@@ -176,6 +176,12 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.HEAVY}),
        tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy"),
        publish=("hierarchy",), headline=("opset_used",)),
+    Op("fix_shapes", 1, "fix the free axes of an exported graph to the target's static "
+       "shapes (normalize then folds what became constant): one export for every target",
+       params=("inputs",), inputs=("model",),
+       requires=(Require(N.FORMAT, "eq", "onnx"),),
+       ensures=(Ensure(N.IO_SPECS),),
+       tools=("onnx",)),
     Op("normalize", 3, "shape inference and ONNX Runtime basic optimizations",
        params=(), inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),
@@ -262,7 +268,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.SINK, T.NEEDS_EP, T.NOT_CACHEABLE, T.HEAVY}),
        tools=("onnxruntime", "onnxruntime-qnn"), outputs=("metrics",),
        headline=("latency_ms_median", "latency_ms_p90", "ep")),
-    Op("bundle", 1, "deliver the graphs of an encoder-decoder model together",
+    Op("bundle", 2, "deliver the graphs of an encoder-decoder model together (a tied head "
+       "reads the embedding table)",
        params=("graphs", "ep", "backend", "provider_options"),
        inputs=("encoder", "decoder", "cross", "source"),
        optional=("cross", "source", "ep", "backend", "provider_options"),
@@ -271,7 +278,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("onnx",), outputs=("models",), chain_role="decoder",
        delivers=("encoder", "cross")),
     Op("lm_bundle", 2, "deliver a causal LM's prefill and decode graphs in one folder, weights "
-       "stored once, with its tokenizer, generation config and genai_config.json",
+       "stored once (a tied head reads the embedding table), with its tokenizer, generation "
+       "config and genai_config.json",
        params=("graphs", "prefill_length", "context_length", "ep", "backend",
                "provider_options"),
        inputs=("prefill", "decode", "source", "shared", "host"), optional=("shared", "host"),
