@@ -17,9 +17,9 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
 	$(BIN)/python -m pip install -q -e '.[run,test]'
 	touch $@
 
-# The clients that open a deliverable folder (Optimum, sentence-transformers), in their own
-# environment: their pins differ from the build's (pyproject's `clients` extra); and
-# transformers.js where Node is installed (its native ONNX Runtime ships in the package;
+# The clients that open a deliverable folder (Optimum, sentence-transformers, onnxruntime-genai),
+# in their own environment: their pins differ from the build's (pyproject's `clients` extra);
+# and transformers.js where Node is installed (its native ONNX Runtime ships in the package;
 # --ignore-scripts skips a GPU download).
 CLIENTS := .venv-clients
 

@@ -49,3 +49,24 @@ def _save(dest: Path, cls: str, model_type: str, seed: int, config: dict[str, An
         if (minilm_dir() / name).is_file():
             shutil.copy(minilm_dir() / name, tmp / name)
     tmp.rename(dest)
+
+
+def bpe_tokenizer(dest: Path, vocab_size: int = 400) -> Path:
+    """Replace a checkpoint's tokenizer files at `dest` with a byte-level BPE tokenizer of its
+    own, trained on the shipped sentences (what a language model ships: a fast tokenizer)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from executors.samples.media import SENTENCES
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(SENTENCES.read_text().splitlines(), trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    for name in TOKENIZER_FILES:
+        (dest / name).unlink(missing_ok=True)
+    PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>",
+                            bos_token="<|endoftext|>").save_pretrained(str(dest))
+    return dest

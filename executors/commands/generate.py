@@ -1,7 +1,8 @@
 """`modelplan generate BUNDLE ...`: greedy generation with a published bundle on the execution
 provider it was built for (bundle.json's `runs_on`), through the one generation loop: a causal
-LM continues a prompt (its tokenizer reading the prompt and writing the answer; time to first
-token and decode tokens per second); an encoder-decoder reads its input (a text, speech from
+LM continues a prompt (its tokenizer reading the prompt and writing the answer, its end tokens
+those of the genai_config.json onnxruntime-genai reads, checked against its graphs; time to
+first token and decode tokens per second); an encoder-decoder reads its input (a text, speech from
 --audio, an image from --image) through its own tokenizer or preprocessor, then decodes from
 the start and forced tokens through its decoder (cached with its cross graph, or uncached)."""
 
@@ -68,7 +69,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _decoder_only(folder: Path, described: dict[str, Any], args: argparse.Namespace) -> int:
-    from executors.generation import bundle
+    from executors.generation import bundle, genai
     from executors.samples.text import tokenizer
     from planner.core.targets import of_params
 
@@ -86,13 +87,15 @@ def _decoder_only(folder: Path, described: dict[str, Any], args: argparse.Namesp
     try:
         runner = bundle.lm_graphs(folder, described, of_params(runs_on),
                                   runs_on["provider_options"])
+        config = genai.read(folder, described)  # the end tokens: what onnxruntime-genai reads
     except bundle.BundleError as exc:
         raise UsageError(f"generate: {exc}") from exc
     if len(ids) >= runner.context:
         raise UsageError(f"generate: the prompt has {len(ids)} tokens and the cache holds "
                          f"{runner.context}; shorten it or rebuild with a larger "
                          "export.shapes.context_length")
-    got = runner.greedy(ids, args.new_tokens, bundle.eos_ids(folder))
+    eos = genai.eos_ids(config) if config is not None else bundle.eos_ids(folder)
+    got = runner.greedy(ids, args.new_tokens, eos)
     text = str(tok.decode(got.tokens, skip_special_tokens=True))
     rate = got.tokens_per_s
     if args.json:

@@ -5,7 +5,8 @@ gives back and where the host writes them), one greedy loop (`loop.py`) and the 
 drives: a causal LM's prefill and decode graphs (`decoder_only.py`), an encoder-decoder's
 encoder, cross and cached or uncached decoder (`encoder_decoder.py`), each as deliverable
 graphs or as PyTorch's reference; the torch modules each role's graph traces (`modules.py`) and
-a published bundle opened as a runner (`bundle.py`). The graphs' roles and the cache's names
+a published bundle opened as a runner (`bundle.py`), and the onnxruntime-genai config a causal
+LM's bundle carries, written by its bundle step and read by `modelplan generate` (`genai.py`). The graphs' roles and the cache's names
 are declared in planner/models/roles.py; nothing here compares a role's name.
 
 `modelplan generate`, verify_generation, eval and the calibration samples of the cached graphs

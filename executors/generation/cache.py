@@ -31,11 +31,13 @@ class StaticCache:
     def full(self) -> bool:
         return self.seen >= self.slots
 
-    def write(self, out: dict[str, np.ndarray], count: int = 1) -> None:
-        """Write the first `count` new entries a graph gave back into the next slots."""
+    def write(self, out: dict[str, np.ndarray], count: int = 1, last: bool = False) -> None:
+        """Write the first `count` new entries a graph gave back into the next slots (`last`:
+        the one token's entry, which comes last, after the past a graph of a free past gives
+        back with it)."""
         for name, buffer in self.buffers.items():
             if count == 1:
-                buffer[:, :, self.seen] = out[CACHE.present_of(name)][:, :, 0]
+                buffer[:, :, self.seen] = out[CACHE.present_of(name)][:, :, -1 if last else 0]
             else:
                 buffer[:, :, self.seen:self.seen + count] = \
                     out[CACHE.present_of(name)][:, :, :count]

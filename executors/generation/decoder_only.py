@@ -71,7 +71,7 @@ class LMGraphs:
             raise IndexError(f"the key/value cache is full ({self.context} tokens)")
         out = self._logits(self.decode_forward(
             self.cache.step_feed(self._tokens(np.array([[token]], np.int64)))))
-        self.cache.write(out)
+        self.cache.write(out, last=True)
         return out["logits"][0, -1]
 
     def greedy(self, ids: list[int], new_tokens: int, eos: set[int] | None = None,

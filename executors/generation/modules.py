@@ -35,10 +35,11 @@ from planner.models.roles import CACHE, Role, Trace
 
 
 def graph_module(model: Any, role: Role, input_names: list[str],
-                 output_names: list[str]) -> Any:
-    """The module to trace for a graph of `role`."""
+                 output_names: list[str], free_past: bool = False) -> Any:
+    """The module to trace for a graph of `role` (`free_past`: a causal LM's token graph
+    gives back the past it read and the new entries, as a graph of a free past does)."""
     if role.trace is Trace.LM:
-        return lm_module(model, input_names, output_names)
+        return lm_module(model, input_names, output_names, free_past)
     if role.trace is Trace.CROSS:
         return positional(model, input_names, cross)
     if role.trace is Trace.STEP_DECODER:
@@ -94,23 +95,24 @@ def _presents(cache: Any, layers: int, last: int | None) -> list[Any]:
 
 def lm_step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
             past: tuple[Any, ...] = (), embedded: bool = False,
-            headless: bool = False) -> tuple[Any, ...]:
+            headless: bool = False, whole: bool = False) -> tuple[Any, ...]:
     """(logits, present.0.key, present.0.value, ...) of one forward: the prompt on an empty
-    cache, or one token on the fed cache (the new entries only). `embedded`: `tokens` are
-    the embeddings the host looked up; `headless`: the final hidden states instead of the
-    logits (the host applies the head)."""
+    cache, or one token on the fed cache (the new entries only; `whole`: the fed past and
+    the new entries after it). `embedded`: `tokens` are the embeddings the host looked up;
+    `headless`: the final hidden states instead of the logits (the host applies the head)."""
     layers = layer_count(model)
     cache = _dynamic_cache(model, past)
     kwargs = {"inputs_embeds" if embedded else "input_ids": tokens,
               "attention_mask": attention_mask, "position_ids": position_ids,
               "past_key_values": cache, "use_cache": True, "return_dict": True}
     out = model.base_model(**kwargs) if headless else model(**kwargs)
-    new = tokens.shape[1] if past else None
+    new = tokens.shape[1] if past and not whole else None
     first = out.last_hidden_state if headless else out.logits
     return (first, *_presents(out.past_key_values, layers, new))
 
 
-def lm_module(model: Any, input_names: list[str], output_names: list[str]) -> Any:
+def lm_module(model: Any, input_names: list[str], output_names: list[str],
+              free_past: bool = False) -> Any:
     """The module a causal LM's prefill or decode graph traces."""
     headless = output_names[0] == "hidden_states"
 
@@ -118,7 +120,8 @@ def lm_module(model: Any, input_names: list[str], output_names: list[str]) -> An
         past = tuple(feed[n] for n in input_names if CACHE.is_past(n))
         embedded = "inputs_embeds" in feed
         return lm_step(held, feed["inputs_embeds" if embedded else "input_ids"],
-                       feed["attention_mask"], feed["position_ids"], past, embedded, headless)
+                       feed["attention_mask"], feed["position_ids"], past, embedded, headless,
+                       free_past)
 
     return positional(model, input_names, run)
 

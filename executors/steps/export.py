@@ -36,7 +36,7 @@ from executors.run.step_api import StepContext, StepResult
 from executors.runtime import torchmodel
 from executors.runtime.adapters import host_providers
 from executors.samples import Samples
-from planner.models.roles import role_of
+from planner.models.roles import CACHE, role_of
 from planner.support.suggest import did_you_mean
 
 TOLERANCE = 1e-4
@@ -51,7 +51,8 @@ def run(ctx: StepContext) -> StepResult:
     specs, outputs = p["inputs"], p["outputs"]
     names = [s["name"] for s in specs]
     role = role_of(p["graph"], names)
-    module = graph_module(model, role, names, outputs)
+    free_past = bool(p.get("dynamic")) and role.reads_cache
+    module = graph_module(model, role, names, outputs, free_past)
     samples = Samples(specs, "verify", source=ctx.inputs["model"])
     feed = samples.feeds(1)[0]
     args = tuple(torch.from_numpy(feed[n]) for n in names)
@@ -68,7 +69,8 @@ def run(ctx: StepContext) -> StepResult:
     path = ctx.out / MODEL
     what = f" the {p['graph']}" if p["graph"] else ""
     ctx.progress(f"exporting{what} with {p['exporter']}, opset {p['opset']}")
-    axes = free_axes(args, names, expected, outputs) if p.get("dynamic") else None
+    axes = None if not p.get("dynamic") else past_axes(names, outputs) if free_past \
+        else free_axes(args, names, expected, outputs)
     used = _export(ctx, module, args, names, outputs, path, axes)
     model_name = type(model).__name__
     weight_bytes = sum(t.numel() * t.element_size()
@@ -127,6 +129,20 @@ def free_axes(args: tuple, names: list[str], expected: Any,
     for name, value in zip(outputs, got, strict=False):
         axes[name] = {0: "batch"} | ({1: "sequence"} if value.dim() >= 2
                                      and value.shape[1] == length else {})
+    return axes
+
+
+def past_axes(names: list[str], outputs: list[str]) -> dict[str, dict[int, str]]:
+    """A causal LM's token graph with a free past: its new tokens' axis, the past's and the
+    total's (past + new: the mask over both, and the present entries it gives back)."""
+    axes: dict[str, dict[int, str]] = {}
+    for name in names:
+        axes[name] = {2: "past_sequence_length"} if CACHE.is_past(name) else \
+            {1: "total_sequence_length"} if name == "attention_mask" else \
+            {1: "sequence_length"}
+    for name in outputs:
+        axes[name] = {2: "total_sequence_length"} if name.startswith(CACHE.present + ".") \
+            else {1: "sequence_length"}
     return axes
 
 

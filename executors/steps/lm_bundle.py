@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from executors.generation import genai
 from executors.generation.bundle import BUNDLE
 from executors.onnx import pieces
 from executors.onnx.artifacts import MODEL
@@ -72,8 +73,8 @@ def run(ctx: StepContext) -> StepResult:
                  **({"host": host} if host else {})}
     (ctx.out / BUNDLE).write_text(json.dumps(described, indent=2, sort_keys=True))
     config = json.loads((ckpt / "config.json").read_text()) if "config.json" in copied else {}
-    genai = genai_config(config, described, _generation(ckpt))
-    (ctx.out / "genai_config.json").write_text(json.dumps(genai, indent=2))
+    genai_config = genai.config_for(config, described, _generation(ckpt), ctx.out)
+    (ctx.out / genai.GENAI_CONFIG).write_text(json.dumps(genai_config, indent=2))
     weight_bytes = sum(f.stat().st_size for f in (ctx.out / WEIGHTS).glob("*")) \
         if (ctx.out / WEIGHTS).is_dir() else 0
     return StepResult(metrics={"graphs": list(graphs), "weight_blobs": blobs - shared,
@@ -134,50 +135,3 @@ def _shared(ctx: StepContext) -> dict[str, Any] | None:
 def _generation(ckpt: Path | None) -> dict[str, Any]:
     path = None if ckpt is None else ckpt / "generation_config.json"
     return json.loads(path.read_text()) if path is not None and path.is_file() else {}
-
-
-def genai_config(config: dict[str, Any], bundle: dict[str, Any],
-                 generation: dict[str, Any]) -> dict[str, Any]:
-    """onnxruntime-genai's config for the two graphs: a decoder pipeline whose first model
-    runs on the prompt and second on each generated token. onnxruntime-genai 0.18 reads this
-    layout but cannot run the pair (measured: it feeds the prompt unpadded, its static cache
-    is its own uint8 sliding window, and its dynamic cache wants present = past + new); the
-    docs/generation.md says so. `modelplan generate` runs the bundle."""
-    from planner.models.generation import shape_of
-    from planner.models.roles import CACHE, ROLES
-
-    graphs = bundle["graphs"]
-    key, value = CACHE.parts
-    token = next(g for g in graphs if ROLES[g].token_stage)
-    shape = shape_of(config) if config else None
-    layers = shape.layers if shape else CACHE.layers([s["name"] for s in graphs[token]["inputs"]])
-
-    def io(graph: str, key: str) -> list[str]:
-        return [s["name"] for s in graphs[graph][key]]
-
-    eos = generation.get("eos_token_id", config.get("eos_token_id"))
-    context = bundle["context_length"]  # tokens at positions 0 .. context - 1
-    return {"model": {
-        "type": "decoder-pipeline",
-        "bos_token_id": generation.get("bos_token_id", config.get("bos_token_id")),
-        "eos_token_id": eos, "pad_token_id": config["pad_token_id"]
-        if config.get("pad_token_id") is not None else (eos[0] if isinstance(eos, list)
-                                                          else eos),
-        "context_length": context, "vocab_size": shape.vocab if shape else None,
-        "decoder": {
-            "num_hidden_layers": layers, "head_size": shape.head_dim if shape else None,
-            "num_key_value_heads": shape.kv_heads if shape else None,
-            "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask",
-                       "position_ids": "position_ids",
-                       "past_key_names": f"{CACHE.past}.%d.{key}",
-                       "past_value_names": f"{CACHE.past}.%d.{value}"},
-            "outputs": {"logits": "logits", "present_key_names": f"{CACHE.present}.%d.{key}",
-                        "present_value_names": f"{CACHE.present}.%d.{value}"},
-            "pipeline": [  # each graph a stage: the prompt's, then each new token's
-                {g: {"filename": graphs[g]["model"], "inputs": io(g, "inputs"),
-                     "outputs": io(g, "outputs"),
-                     **({} if ROLES[g].token_stage else {"run_on_token_gen": False}),
-                     **({} if ROLES[g].prompt_stage else {"run_on_prompt": False})}}
-                for g in graphs]}},
-        "search": {"do_sample": False, "num_beams": 1, "max_length": context,
-                   "past_present_share_buffer": False}}

@@ -36,6 +36,21 @@ def _head_on_host(info: dict[str, Any], on_host: list[str]) -> None:
                           "after them; keep the head on the target (export.on_host=[embeddings])")
 
 
+def free_past_graphs(config: dict[str, Any], modality: str,
+                     graphs: dict[str, Any]) -> list[str]:
+    """The graphs over a cache that are exported with a free past: a causal LM's token graph on
+    a target that runs any shape (the CPU), traced whole (TorchScript, one part, no host
+    layers). It reads a past of any length and any number of new tokens, and gives back past
+    and new entries together, which is onnxruntime-genai's decoder layout: genai runs the
+    bundle on it at any prompt length (`export.shapes.dynamic=false` keeps it fixed)."""
+    ex = config["export"]
+    if modality != T.CAUSAL or of_config(config["target"]).compiles or \
+            ex["exporter"] != "torchscript" or ex["shapes"]["dynamic"] is False or \
+            ex["on_host"] or ex["parts"] not in (None, 1):
+        return []
+    return [g for g in graphs if roles.ROLES[g].reads_cache]
+
+
 def parts(config: dict[str, Any], info: dict[str, Any], modality: str) -> int | None:
     """A causal LM's parts per graph (planner/models/generation.py says how many); None for
     other models, which export.parts may not cut."""

@@ -24,6 +24,10 @@ from typing import Any
 from planner.errors import ConfigError
 from planner.models.roles import CACHE, CROSS, DECODE, DECODER, ENCODER, FIRST_PAST, PREFILL
 
+# onnxruntime-genai's model types a causal LM's bundle is written as: its plain decoder (one
+# graph of a free past, present = past + new) and its pipeline of graphs
+GENAI_DECODER, GENAI_PIPELINE = "decoder", "decoder-pipeline"
+GENAI_SECTION = "decoder"  # genai_config.json's model section that describes those graphs
 DEFAULT_PREFILL = 64
 DEFAULT_CONTEXT = 256
 PART_BYTES = int(1.8 * 2**30)  # a part's weights stay under one protobuf's (and one embedded

@@ -10,7 +10,9 @@ from typing import Any
 
 from planner.core.ops import OPS, Trait
 from planner.core.targets import of_config
+from planner.models.generation import GENAI_DECODER, GENAI_PIPELINE
 from planner.models.identity import display_name, model_id
+from planner.models.roles import ROLES, Kind, kind_of
 from planner.render import accuracy, module_error, modules
 from planner.render.run import note, results
 from planner.support.units import human_bytes
@@ -47,9 +49,21 @@ def facts(ir: dict[str, Any]) -> dict[str, Any]:
             "inputs": inputs, "dynamic": bool(exports and exports[0].get("dynamic")) and not any(
                 s["op"] == "fix_shapes" for s in ir["steps"]),
             "compiled": of_config(config["target"]).compiles,
+            "genai": genai_layout(exports),
             "provider_options": provider_options(ir),
             "rules": [f"{rw['rule']} ({rw['action']} {rw['step']}): {rw['conclusion']}"
                       for rw in ir.get("rewrites") or []]}
+
+
+def genai_layout(exports: list[dict[str, Any]]) -> str | None:
+    """The onnxruntime-genai model type a bundle's genai_config.json names: its plain decoder
+    where a causal LM's token graph has a free past, else its decoder pipeline; None for other
+    models (genai_config.json is written for causal LMs)."""
+    graphs = {e.get("graph"): e for e in exports if e.get("graph") in ROLES}
+    if kind_of(list(graphs)) is not Kind.DECODER_ONLY:
+        return None
+    free = any(ROLES[g].reads_cache and e.get("dynamic") for g, e in graphs.items())
+    return GENAI_DECODER if free else GENAI_PIPELINE
 
 
 def provider_options(ir: dict[str, Any]) -> dict[str, Any]:
@@ -190,10 +204,26 @@ def _bundle(model: dict[str, Any], files: dict[str, int]) -> list[str]:
     out = [("A bundle of graphs (`bundle.json` lists them with their inputs, outputs and cache "
            f"geometry) that runs {where} with modelplan's greedy loop:"), "", "```sh",
            'modelplan generate path/to/this/folder "a prompt"', "```"]
-    if "genai_config.json" in files:
-        out += ["", ("`genai_config.json` follows onnxruntime-genai's layout; onnxruntime-genai "
-                "0.18 cannot run these graphs as they are (it feeds the prompt unpadded and "
-                "wants a cache that grows), see modelplan's README.")]
+    if model.get("genai") == GENAI_DECODER and "genai_config.json" in files:
+        out += ["", ("onnxruntime-genai (0.18) runs the folder as it is (`genai_config.json`: "
+                     "its decoder over `decode_model.onnx`, whose cache grows with the prompt):"),
+                "", "```python", "import onnxruntime_genai as og", "",
+                'model = og.Model("path/to/this/folder")',
+                "tokenizer = og.Tokenizer(model)", "params = og.GeneratorParams(model)",
+                "params.set_search_options(do_sample=False, max_length=64)",
+                "generator = og.Generator(model, params)",
+                'generator.append_tokens(tokenizer.encode("a prompt"))',
+                "while not generator.is_done():", "    generator.generate_next_token()",
+                "print(tokenizer.decode(generator.get_sequence(0)))", "```"]
+    elif model.get("genai") == GENAI_PIPELINE:
+        out += ["", ("`genai_config.json` describes the graphs as onnxruntime-genai's decoder "
+                "pipeline, which onnxruntime-genai 0.18 does not run over graphs of fixed "
+                "shapes and a cache of new entries (docs/generation.md says why): run it with "
+                "`modelplan generate`.")]
+    else:
+        out += ["", ("onnxruntime-genai has no runner for this bundle's layout (its Whisper and "
+                "Marian runners read graphs of their own layout, and it runs no other "
+                "encoder-decoder): run it with `modelplan generate`.")]
     return out
 
 

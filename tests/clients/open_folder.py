@@ -7,6 +7,11 @@
     open_folder.py optimum TASK FOLDER FEEDS_NPZ
         Optimum's ORTModel class for the task, fed the arrays in FEEDS_NPZ by input name: its
         outputs by name
+    open_folder.py genai FOLDER PROMPTS_JSON NEW_TOKENS
+        onnxruntime-genai as its README runs a model folder (`og.Model(folder)`, a greedy
+        `Generator`): for each prompt (a list of token ids, or a text its tokenizer encodes)
+        the prompt's ids and the tokens it generated, at most NEW_TOKENS of them; or the
+        error genai raised, on one line, as `error`
 
 Nothing here imports modelplan: the folder must be enough on its own.
 """
@@ -49,14 +54,44 @@ def optimum(task: str, folder: str, feeds_path: str) -> dict:
     return {"class": cls_name, output: getattr(got, output).detach().numpy().tolist()}
 
 
+def genai(folder: str, prompts: list, new_tokens: int) -> dict:
+    import onnxruntime_genai as og
+
+    try:
+        return _genai(og, folder, prompts, new_tokens)
+    except RuntimeError as exc:
+        return {"version": og.__version__, "error": " ".join(str(exc).split())}
+
+
+def _genai(og: object, folder: str, prompts: list, new_tokens: int) -> dict:
+    model = og.Model(folder)
+    tokenizer = og.Tokenizer(model) if any(isinstance(p, str) for p in prompts) else None
+    runs = []
+    for prompt in prompts:
+        ids = [int(i) for i in tokenizer.encode(prompt)] if isinstance(prompt, str) else prompt
+        params = og.GeneratorParams(model)
+        params.set_search_options(do_sample=False, max_length=len(ids) + new_tokens)
+        generator = og.Generator(model, params)
+        generator.append_tokens(ids)
+        tokens = []
+        while not generator.is_done():
+            generator.generate_next_token()
+            tokens.append(int(generator.get_next_tokens()[0]))
+        runs.append({"prompt_ids": ids, "tokens": tokens,
+                     **({"text": tokenizer.decode(tokens)} if tokenizer else {})})
+    return {"version": og.__version__, "runs": runs}
+
+
 def main(argv: list[str]) -> None:
     if argv[0] == "st":
         result = sentence_transformers(argv[1], json.loads(argv[2]),
                                        argv[3] if len(argv) > 3 else None)
     elif argv[0] == "optimum":
         result = optimum(argv[1], argv[2], argv[3])
+    elif argv[0] == "genai":
+        result = genai(argv[1], json.loads(argv[2]), int(argv[3]))
     else:
-        raise SystemExit(f"open_folder.py: unknown client {argv[0]!r} (st or optimum)")
+        raise SystemExit(f"open_folder.py: unknown client {argv[0]!r} (st, optimum or genai)")
     print(json.dumps(result))
 
 

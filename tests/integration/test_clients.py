@@ -19,8 +19,9 @@ import onnxruntime as ort
 import pytest
 
 from planner.models.sources import packaged_dir
-from tests.conftest import ROOT
-from tests.integration.conftest import built
+from tests.checkpoints import bpe_tokenizer, text_checkpoint
+from tests.conftest import ROOT, run_cli
+from tests.integration.conftest import built, step
 
 CLIENTS_PYTHON = ROOT / ".venv-clients" / "bin" / "python"
 OPEN_FOLDER = ROOT / "tests" / "clients" / "open_folder.py"
@@ -130,3 +131,87 @@ def test_optimum_runs_an_image_classifier_folder(tmp_path_factory: pytest.TempPa
     got = client("optimum", "image-classification", str(folder), str(tmp_path / "feeds.npz"))
     np.testing.assert_allclose(np.asarray(got["logits"]), session.run(["logits"], feeds)[0],
                                atol=1e-5)
+
+
+def torch_greedy(checkpoint: Path, ids: list[int], new_tokens: int, eos: int | None) -> list[int]:
+    """The checkpoint's own greedy tokens after `ids` (through the first end token)."""
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(checkpoint)).eval()
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False,
+                             eos_token_id=eos, pad_token_id=0)
+    return out[0, len(ids):].tolist()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "phi3", "gpt2"])
+def test_onnxruntime_genai_runs_a_cpu_language_model_bundle_like_pytorch(
+        tmp_path_factory: pytest.TempPathFactory, family: str) -> None:
+    """onnxruntime-genai opens the published folder as its README shows and decodes greedily
+    PyTorch's tokens, for prompts shorter and longer than the prefill graph's 8 tokens and up
+    to the 32 of the context."""
+    build = built(tmp_path_factory, f"clients-genai-{family}", "model=tiny_random",
+                  f"model.random_init.model_type={family}", "export.shapes.prefill_length=8",
+                  "export.shapes.context_length=32", "target=cpu", "quant=none", "perf=none",
+                  "verify.samples=1", "verify.new_tokens=2")
+    record = build["record"]
+    folder = Path(record["published"]["genai_config.json"]).parent
+    config = json.loads((folder / "genai_config.json").read_text())["model"]
+    assert config["type"] == "decoder" and config["decoder"]["filename"] == "decode_model.onnx"
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(3, config["vocab_size"], n).tolist() for n in (1, 5, 13, 24)]
+    got = client("genai", str(folder), json.dumps(prompts), "8")
+    assert got["version"] == "0.18.0"
+    checkpoint = Path(next(p for k, p in step(record, "resolve")["outputs"].items()
+                           if k.endswith("config.json"))).parent
+    for prompt, run in zip(prompts, got["runs"], strict=True):
+        want = torch_greedy(checkpoint, prompt, 8, config["eos_token_id"])
+        assert run["prompt_ids"] == prompt and run["tokens"] == want, (len(prompt), run, want)
+        assert len(run["tokens"]) == 8 or run["tokens"][-1] == config["eos_token_id"]
+
+
+def test_onnxruntime_genai_reads_the_prompt_with_the_bundles_own_tokenizer(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A llama checkpoint with its own BPE tokenizer, as a user would build it: genai's
+    tokenizer reads the prompt into modelplan's ids, and genai's tokens are `modelplan
+    generate`'s and PyTorch's on the same bundle."""
+    checkpoint = bpe_tokenizer(text_checkpoint(
+        tmp_path_factory.mktemp("bpe") / "llama", cls="LlamaForCausalLM", model_type="llama",
+        num_key_value_heads=1, pad_token_id=0))
+    build = built(tmp_path_factory, "clients-genai-bpe", "model=local_hf",
+                  f"model.path={checkpoint}", "export.shapes.prefill_length=8",
+                  "export.shapes.context_length=32", "target=cpu", "quant=none", "perf=none",
+                  "verify.samples=1", "verify.new_tokens=2")
+    folder = Path(build["record"]["published"]["genai_config.json"]).parent
+    prompt = "the cat sat on the mat and looked at the dog"
+    got = client("genai", str(folder), json.dumps([prompt]), "6")["runs"][0]
+    result = run_cli("generate", str(folder), prompt, "--new-tokens", "6", "--json")
+    assert result.returncode == 0, result.stderr
+    mine = json.loads(result.stdout)
+    assert got["prompt_ids"] == mine["prompt_ids"] and len(mine["prompt_ids"]) > 8
+    eos = json.loads((folder / "genai_config.json").read_text())["model"]["eos_token_id"]
+    assert got["tokens"] == mine["tokens"] == torch_greedy(checkpoint, mine["prompt_ids"], 6,
+                                                           eos)
+
+
+def test_onnxruntime_genai_refuses_the_fixed_shape_pipeline_as_documented(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The pair of fixed shapes an HTP build compiles (here in fp32 on the CPU EP:
+    export.shapes.dynamic=false) is described as genai's decoder pipeline with a sliding window
+    of the prefill length; genai 0.18 feeds its prompt stage a mask over the whole context,
+    which the prefill graph does not take (docs/generation.md: genai's pipeline wants graphs
+    that give back the whole fixed-length cache). If genai ever runs it, this says so."""
+    build = built(tmp_path_factory, "clients-genai-fixed", "model=tiny_random",
+                  "model.random_init.model_type=llama", "export.shapes.prefill_length=8",
+                  "export.shapes.context_length=32", "export.shapes.dynamic=false",
+                  "target=cpu", "quant=none", "perf=none", "verify.samples=1",
+                  "verify.new_tokens=2")
+    folder = Path(build["record"]["published"]["genai_config.json"]).parent
+    model = json.loads((folder / "genai_config.json").read_text())["model"]
+    assert model["type"] == "decoder-pipeline"
+    assert list(model["decoder"]["pipeline"][0]) == ["prefill", "decode"]
+    assert model["decoder"]["sliding_window"]["window_size"] == 8
+    got = client("genai", str(folder), json.dumps([[5, 17, 300, 42, 9]]), "4")
+    assert "error" in got, got  # genai ran the pipeline: update docs/generation.md and the card
+    assert "attention_mask" in got["error"] and "Got: 32 Expected: 8" in got["error"], got

@@ -6,6 +6,7 @@ the CPU in fp32, the agreement rate on the HTP simulator, the published bundle r
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +56,21 @@ def test_fp32_generation_matches_pytorch_token_for_token(tmp_path: Path, family:
     bundle = step(record, "bundle")["metrics"]
     assert bundle["weight_blobs"] >= 1  # the embeddings at least: stored once for both graphs
     assert bundle["blobs_shared_by_graphs"] == bundle["weight_blobs"]
-    for graph, model in graphs(record).items():  # every shape fixed at build time
-        for value in [*model.graph.input, *model.graph.output]:
-            dims = value.type.tensor_type.shape.dim
-            assert all(d.dim_value > 0 and not d.dim_param for d in dims), (graph, value.name)
+    models = graphs(record)
+    for value in [*models["prefill"].graph.input, *models["prefill"].graph.output]:
+        dims = value.type.tensor_type.shape.dim  # the prompt graph: every shape fixed
+        assert all(d.dim_value > 0 and not d.dim_param for d in dims), value.name
+    free = {v.name: [d.dim_param for d in v.type.tensor_type.shape.dim if d.dim_param]
+            for v in [*models["decode"].graph.input, *models["decode"].graph.output]}
+    # the token graph on the CPU: a free past, and present = past + new (genai's decoder)
+    assert free["past_key_values.0.key"] == ["past_sequence_length"]
+    assert free["present.0.key"] == free["attention_mask"] == ["total_sequence_length"]
+    assert free["input_ids"] == ["sequence_length"] and "sequence_length" in free["logits"]
     # each graph holds the checkpoint's weights once: a tied head (gpt2's, gemma's) reads the
     # embedding table, not a transposed copy of it
     folder = Path(step(record, "bundle")["outputs"]["bundle.json"]).parent
     params, tied = checkpoint_params(folder)
-    for graph, model in graphs(record).items():
+    for graph, model in models.items():
         held = sum(int(np.prod(i.dims)) for i in model.graph.initializer
                    if i.data_type == onnx.TensorProto.FLOAT)
         assert held <= params + 4096, (graph, held, params)  # + masks, rotary tables
@@ -124,10 +131,25 @@ def test_generate_runs_the_published_bundle_like_pytorch(tmp_path: Path,
                               do_sample=False, eos_token_id=None, pad_token_id=0)
     assert got["tokens"] == want[0, len(got["prompt_ids"]):].tolist()
     assert got["ttft_ms"] > 0 and got["tokens_per_s"] > 0
-    genai = json.loads((folder / "genai_config.json").read_text())["model"]
-    assert genai["context_length"] == 32 and genai["decoder"]["num_hidden_layers"] == 2
+    genai = json.loads((folder / "genai_config.json").read_text())
+    assert genai["model"]["context_length"] == 32
+    assert genai["model"]["decoder"]["num_hidden_layers"] == 2
     bad = run_cli("generate", str(tmp_path), "x")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    # generate stops at the end token genai_config.json names (a copy: the folder's files are
+    # the store's), and refuses a config that names no graph of the bundle
+    copy = Path(shutil.copytree(folder, tmp_path / "copy"))
+    genai["model"]["eos_token_id"] = got["tokens"][2]
+    (copy / "genai_config.json").write_text(json.dumps(genai))
+    result = run_cli("generate", str(copy), "the cat sat on", "--new-tokens", "6", "--json")
+    stopped = json.loads(result.stdout)
+    assert stopped["tokens"] == got["tokens"][:got["tokens"].index(got["tokens"][2]) + 1]
+    assert stopped["stopped"] == "eos"
+    genai["model"]["decoder"]["filename"] = "model.onnx"
+    (copy / "genai_config.json").write_text(json.dumps(genai))
+    bad = run_cli("generate", str(copy), "the cat sat on")
+    assert bad.returncode == 2 and "'model.onnx', which is not one of its graphs" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
 
 
 def test_eval_scores_next_tokens_the_same_for_pytorch_and_the_export(

@@ -114,3 +114,19 @@ def test_the_card_says_which_runtime_the_graphs_need() -> None:
         in section
     assert "modelplan check path/to/this/folder" in section
     assert "(no runtime manifest)" in card(record(), FILES)
+
+
+BUNDLE = {"bundle.json": 10, "genai_config.json": 10, "decode_model.onnx": 100,
+          "prefill_model.onnx": 100}
+
+
+def test_a_language_model_card_says_how_onnxruntime_genai_runs_it_where_it_does() -> None:
+    rec = record(task="text-generation", genai="decoder")
+    text = card(rec, BUNDLE, None)
+    assert 'model = og.Model("path/to/this/folder")' in text
+    assert "generator.append_tokens(tokenizer.encode(\"a prompt\"))" in text
+    pipeline = card(record(task="text-generation", genai="decoder-pipeline", compiled=True,
+                           target="qnn_htp"), BUNDLE, None)
+    assert "og.Model" not in pipeline and "0.18 does not run" in pipeline
+    seq2seq = card(record(task="text2text-generation", genai=None), BUNDLE, None)
+    assert "og.Model" not in seq2seq and "no runner" in seq2seq

@@ -15,6 +15,7 @@ from planner.errors import ConfigError
 from planner.models import generation as lm
 from planner.models import tasks as T
 from planner.planning import plan_from_overrides
+from planner.render.card import facts
 from tests.conftest import run_cli
 
 LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 100,
@@ -199,3 +200,19 @@ def test_review_findings_are_plan_time_lines(tmp_path: Path) -> None:
         plan_from_overrides(["model=tiny_bert", "target=cpu", "export.parts=2"])
     with pytest.raises(ConfigError, match="has no num_hidden_layers"):
         lm.shape_of({k: v for k, v in LLAMA.items() if k != "num_hidden_layers"})
+
+
+@pytest.mark.parametrize(("overrides", "free"), [
+    ((), True),  # the CPU: genai's decoder reads the token graph at any length
+    (("export.shapes.dynamic=false",), False),
+    (("export.on_host=[embeddings]",), False),  # genai's decoder looks its tokens up itself
+    (("export.parts=2",), False),
+    (("export=dynamo",), False),
+    (("target=qnn_htp", "quant=w8a16_pc"), False),  # HTP compiles fixed shapes
+])
+def test_the_token_graph_has_a_free_past_where_genai_can_run_it(
+        tmp_path: Path, overrides: tuple[str, ...], free: bool) -> None:
+    ir = plan(checkpoint(tmp_path, LLAMA), *overrides)
+    assert params(ir, "decode.export").get("dynamic", False) is free
+    assert "dynamic" not in params(ir, "prefill.export")  # the prompt graph's stays fixed
+    assert facts(ir)["genai"] == ("decoder" if free else "decoder-pipeline")  # for its card

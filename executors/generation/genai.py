@@ -1,0 +1,171 @@
+"""onnxruntime-genai's `genai_config.json` for a causal LM's bundle, written by lm_bundle and
+read back by `modelplan generate`: one description of the bundle that both runners read.
+
+A bundle whose token graph has a free past (the CPU's: `past_key_values.{i}.*` of any length
+in, `present.{i}.*` = past + new out, any number of new tokens) is genai's plain decoder
+(`model.type: "decoder"`): genai feeds the whole prompt at once on an empty past, then one
+token at a time, and grows its cache itself. A bundle of fixed shapes (a target that compiles)
+is described as genai's decoder pipeline over its prompt and token graphs (and its host layers),
+which genai 0.18 reads but does not run (docs/generation.md says why)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from planner.core.targets import of_params
+from planner.models.generation import (
+    GENAI_DECODER,
+    GENAI_PIPELINE,
+    GENAI_SECTION,
+    HOST_LAYERS,
+    shape_of,
+)
+from planner.models.roles import CACHE, ROLES, Runs
+
+GENAI_CONFIG = "genai_config.json"
+
+
+def free_past(specs: list[dict[str, Any]], model: Path) -> bool:
+    """Whether a token graph's past axis is free (checked on the graph itself)."""
+    import onnx
+
+    past = next((s["name"] for s in specs if CACHE.is_past(s["name"])), None)
+    if past is None or model.suffix != ".onnx" or not model.is_file():
+        return False
+    graph = onnx.load(str(model), load_external_data=False).graph
+    value = next((v for v in graph.input if v.name == past), None)
+    dims = value.type.tensor_type.shape.dim if value is not None else ()
+    return len(dims) == 4 and bool(dims[2].dim_param)
+
+
+def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[str, Any],
+               folder: Path) -> dict[str, Any]:
+    """genai_config.json for a causal LM's bundle (`bundle`: its bundle.json) in `folder`:
+    the plain decoder over its token graph where that graph has a free past, else the decoder
+    pipeline over its graphs."""
+    graphs = bundle["graphs"]
+    key, value = CACHE.parts
+    token = next(g for g in graphs if ROLES[g].runs is Runs.TOKEN)
+    shape = shape_of(config) if config else None
+    layers = shape.layers if shape else CACHE.layers([s["name"] for s in graphs[token]["inputs"]])
+    eos = generation.get("eos_token_id", config.get("eos_token_id"))
+    context = bundle["context_length"]  # tokens at positions 0 .. context - 1
+    plain = free_past(graphs[token]["inputs"], folder / graphs[token]["model"])
+    decoder: dict[str, Any] = {
+        "num_hidden_layers": layers, "head_size": shape.head_dim if shape else None,
+        "num_key_value_heads": shape.kv_heads if shape else None,
+        "num_attention_heads": _heads(config), "hidden_size": _width(config),
+        "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask",
+                   "position_ids": "position_ids",
+                   "past_key_names": f"{CACHE.past}.%d.{key}",
+                   "past_value_names": f"{CACHE.past}.%d.{value}"},
+        "outputs": {"logits": "logits", "present_key_names": f"{CACHE.present}.%d.{key}",
+                    "present_value_names": f"{CACHE.present}.%d.{value}"},
+        "session_options": {"provider_options": _providers(bundle)}}
+    if plain:
+        decoder["filename"] = graphs[token]["model"]
+    else:
+        decoder["pipeline"] = [_stages(bundle, folder)]
+        # the prompt in chunks of the prefill graph's length, padded; a cache of fixed length
+        decoder["sliding_window"] = {"window_size": bundle["prefill_length"],
+                                     "pad_value": _pad(config, eos), "alignment": "right",
+                                     "slide_key_value_cache": False}
+    return {"model": {
+        "type": GENAI_DECODER if plain else GENAI_PIPELINE,
+        "bos_token_id": generation.get("bos_token_id", config.get("bos_token_id")),
+        "eos_token_id": eos, "pad_token_id": _pad(config, eos),
+        "context_length": context, "vocab_size": shape.vocab if shape else None,
+        "decoder": decoder},
+        "search": {"do_sample": False, "num_beams": 1, "max_length": context, "min_length": 0,
+                   "past_present_share_buffer": False}}
+
+
+def _pad(config: dict[str, Any], eos: Any) -> Any:
+    if config.get("pad_token_id") is not None:
+        return config["pad_token_id"]
+    return eos[0] if isinstance(eos, list) else eos
+
+
+def _stages(bundle: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The pipeline's stages in order: the host's layers that run before the graphs (the
+    embeddings), each graph (on the prompt, on each token), the host's layers after them (the
+    head, genai's lm_head); each with its file, inputs and outputs."""
+    import onnx
+
+    graphs = bundle["graphs"]
+    host = bundle.get("host", {})
+    before = [layer for layer in HOST_LAYERS[:1] if layer in host]
+    after = [layer for layer in HOST_LAYERS[1:] if layer in host]
+
+    def io(graph: str, key: str) -> list[str]:
+        return [s["name"] for s in graphs[graph][key]]
+
+    def layer(name: str) -> dict[str, Any]:
+        graph = onnx.load(str(folder / host[name]), load_external_data=False).graph
+        outputs = [v.name for v in graph.output]
+        return {"filename": host[name], "inputs": [v.name for v in graph.input],
+                "outputs": outputs, "run_on_prompt": True, "run_on_token_gen": True,
+                "is_lm_head": "logits" in outputs}
+
+    return {**{n: layer(n) for n in before},
+            **{g: {"filename": graphs[g]["model"], "inputs": io(g, "inputs"),
+                   "outputs": io(g, "outputs"), "run_on_prompt": ROLES[g].prompt_stage,
+                   "run_on_token_gen": ROLES[g].token_stage} for g in graphs},
+            **{n: layer(n) for n in after}}
+
+
+def _providers(bundle: dict[str, Any]) -> list[dict[str, Any]]:
+    """The EP the bundle was built for, as genai names it (none: the CPU)."""
+    runs = bundle["runs_on"]
+    target = of_params(runs)
+    if target.reference:
+        return []
+    return [{target.ep: {k: str(v) for k, v in (runs.get("provider_options") or {}).items()}}]
+
+
+def _heads(config: dict[str, Any]) -> int | None:
+    text = config.get("text_config") or config
+    return next((text[k] for k in ("num_attention_heads", "n_head") if k in text), None)
+
+
+def _width(config: dict[str, Any]) -> int | None:
+    text = config.get("text_config") or config
+    return next((text[k] for k in ("hidden_size", "n_embd") if k in text), None)
+
+
+def read(folder: Path, bundle: dict[str, Any]) -> dict[str, Any] | None:
+    """A causal LM bundle's genai_config.json (None when it has none), checked against its
+    bundle.json: the graph files it names are the bundle's, its context is the bundle's."""
+    from executors.generation.bundle import BundleError
+
+    path = folder / GENAI_CONFIG
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text())
+        model = config["model"]
+        decoder = model[GENAI_SECTION]
+        named = [decoder["filename"]] if "filename" in decoder else \
+            [stage["filename"] for stages in decoder["pipeline"] for stage in stages.values()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError,
+            AttributeError) as exc:
+        raise BundleError(f"{path} is not an onnxruntime-genai config of a language model "
+                          f"({type(exc).__name__}: {exc}); rebuild the bundle with modelplan "
+                          "run") from exc
+    files = {e["model"] for e in bundle["graphs"].values()} | set(bundle.get("host", {}).values())
+    unknown = [f for f in named if f not in files]
+    if unknown or model.get("context_length") != bundle["context_length"]:
+        said = f"names {unknown[0]!r}, which is not one of its graphs" if unknown else \
+            f"says context_length {model.get('context_length')!r}, and its graphs hold " \
+            f"{bundle['context_length']} tokens"
+        raise BundleError(f"{path} {said} (bundle.json); rebuild the bundle with modelplan run")
+    return config
+
+
+def eos_ids(config: dict[str, Any]) -> set[int]:
+    """The end-of-sequence ids genai_config.json names."""
+    eos = config["model"].get("eos_token_id")
+    return set() if eos is None else {int(e) for e in eos} if isinstance(eos, list) \
+        else {int(eos)}
