@@ -20,13 +20,16 @@ SENTENCES = [("a wonderful and moving film", 1), ("dull, slow and far too long",
              ("a triumph of a movie", 1), ("a waste of an evening", 0),
              ("funny, warm and clever", 1), ("nothing happens for two hours", 0)]
 LABELS = {"id2label": {0: "negative", 1: "positive"}, "label2id": {"negative": 0, "positive": 1}}
+# weights far from zero: this seed's predictions vary over the sentences (3 of 8 right), each
+# with a margin of 0.8 or more between its two logits, so a quantized build predicts the same
+CLASSIFIER = {"seed": 1, "initializer_range": 0.5, **LABELS}
 TEXT = ("export.shapes.sequence_length=32", "perf=none", "verify.samples=2", "eval=task")
 COLUMNS = ("+eval.dataset.columns.text=review", "+eval.dataset.columns.label=sentiment")
 
 
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return text_checkpoint(shared_dir(tmp_path_factory) / "eval-classifier", **LABELS)
+    return text_checkpoint(shared_dir(tmp_path_factory) / "eval-classifier", **CLASSIFIER)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +46,8 @@ def labelled(path: Path, named: bool = False) -> Path:
 
 
 def pytorch_accuracy(ckpt: Path) -> float:
-    """The baseline computed here, with transformers, as a user would."""
+    """The baseline computed here, with transformers, as a user would; predictions that vary
+    and an accuracy that is not 1/2, so that reading a label as the other class changes it."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -53,7 +57,9 @@ def pytorch_accuracy(ckpt: Path) -> float:
               return_tensors="pt")
     with torch.inference_mode():
         top1 = model(**enc).logits.argmax(-1).numpy()
-    return float(np.mean(top1 == np.array([y for _, y in SENTENCES])))
+    accuracy = float(np.mean(top1 == np.array([y for _, y in SENTENCES])))
+    assert len(set(top1.tolist())) == 2 and accuracy != 0.5, (top1, accuracy)
+    return accuracy
 
 
 def eval_metrics(record: dict[str, Any]) -> dict[str, Any]:
@@ -152,12 +158,12 @@ def test_labelled_classification_on_htp(classifier: Path, tmp_path: Path) -> Non
     data = labelled(tmp_path / "reviews.jsonl")
     code, record, err = run_json("model=local_hf", f"model.path={classifier}", *TEXT,
                                  "target=qnn_htp", "quant=w8a16_pc", f"eval.dataset.path={data}",
-                                 *COLUMNS, "eval.max_drop=0.5", store=tmp_path / "store",
+                                 *COLUMNS, "eval.max_drop=0.05", store=tmp_path / "store",
                                  outputs=tmp_path / "out")
     assert code == 0, err
     m = eval_metrics(record)
     assert m["ep"] == "qnn" and m["eval_pytorch"] == pytest.approx(pytorch_accuracy(classifier))
-    assert 0.0 <= m["eval_target"] <= 1.0 and m["eval_verdict"] == "PASS"
+    assert m["eval_verdict"] == "PASS" and m["max_drop"] == 0.05
     assert m["seconds"]["target"] > 0 and m["target_s_per_sample"] > 0
 
 
