@@ -113,9 +113,13 @@ def test_a_worse_candidate_is_a_regression_exit_1_and_stays_one_when_cached(
     assert "agreement with PyTorch" in m["data"]
     code, again, _ = run_json(*args, store=tmp_path / "store", outputs=tmp_path / "out")
     assert code == 1 and step(again, "eval")["action"] == "cached"
-    code, _, err = run_json(*args[:-1], "eval.max_drop=0.5", store=tmp_path / "store",
+    drop = m["eval_drop"]  # the gate holds at the drop measured, and not a hair below it
+    code, _, err = run_json(*args[:-1], f"eval.max_drop={drop!r}", store=tmp_path / "store",
                             outputs=tmp_path / "out")
     assert code == 0, err
+    code, _, err = run_json(*args[:-1], f"eval.max_drop={drop * 0.999!r}",
+                            store=tmp_path / "store", outputs=tmp_path / "out")
+    assert code == 1 and "REGRESSION" in err
 
 
 def plan_keys(*args: str) -> dict[str, str]:
