@@ -18,16 +18,28 @@ GOLDEN = Path(__file__).parent / "golden" / "default_plan.txt"
 HEX = re.compile(r"\b[0-9a-f]{12}\b")
 
 
-def mask(text: str) -> str:
-    return HEX.sub("<key>", text)
+def named(text: str, ir: dict) -> str:
+    """Each key and digest the text prints, named after what it is the key of in the plan's
+    JSON (keys hold tool versions, so their values differ from machine to machine; which step
+    each belongs to does not)."""
+    names = {ir["config_digest"][:12]: "<config>"}
+    for step in ir["steps"]:
+        names[step["key"][:12]] = f"<key of {step['id']}>"
+        if "digest" in step["params"]:
+            names[step["params"]["digest"][:12]] = f"<digest of {step['id']}>"
+    assert len(names) == 1 + len(ir["steps"]) + sum("digest" in s["params"] for s in ir["steps"])
+    return HEX.sub(lambda m: names.get(m.group(0), f"<unknown {m.group(0)}>"), text)
 
 
 def test_default_plan_text_matches_golden(session_store: Path) -> None:
+    from planner.planning import plan_from_overrides
+
     result = run_cli("plan", "--store", str(session_store))
     assert result.returncode == 0, result.stderr
-    got = mask(result.stdout)
+    got = named(result.stdout, plan_from_overrides([], store=str(session_store)).to_json())
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.write_text(got)
+        pytest.fail(f"{GOLDEN.name} rewritten: review its diff, then run without UPDATE_GOLDEN")
     assert got == GOLDEN.read_text()
     assert got.rstrip().splitlines()[-1] == "Plan: 10 to run, 0 cached, 1 elided."
 
