@@ -20,8 +20,10 @@ from tests.integration.conftest import QNN_RUN, run_json, step
 def test_pipeline_order_and_metrics(qnn_run: dict[str, Any]) -> None:
     record = qnn_run["record"]
     assert [s["id"] for s in record["steps"]] == [
-        "resolve", "export", "normalize", "optimize", "legalize", "quantize", "tag", "compile",
-        "verify", "perf"]
+        "resolve", "export", "fix_shapes", "normalize", "optimize", "legalize", "quantize",
+        "tag", "compile", "verify", "perf"]
+    # the export leaves the text axes free (the CPU's graph); fix_shapes fixes them for HTP
+    assert step(record, "fix_shapes")["metrics"]["axes_fixed"] == 6
     verify = step(record, "verify")["metrics"]
     assert verify["cosine_mean"] >= 0.99 and verify["passed"] is True
     assert {"cosine_min", "max_abs"} <= set(verify)
