@@ -33,7 +33,7 @@ from executors.onnx.artifacts import (
     set_meta,
 )
 from executors.run.step_api import StepContext, StepResult
-from executors.runtime import torchmodel
+from executors.runtime import torchmodel, torchops
 from executors.runtime.adapters import host_providers
 from executors.samples import Samples
 from planner.models.roles import role_of
@@ -200,6 +200,8 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
     dynamo = exporter == "dynamo"
     if not dynamo and opset >= COL2IM_OPSET:
         _register_col2im()
+    if not dynamo and opset >= torchops.OPSET:
+        torchops.register()
     # the dynamo exporter reports progress on stdout, and the TorchScript one its graph when an
     # operator fails, from native code: stdout belongs to `--json` output
     with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr), _fd1_to_stderr():
