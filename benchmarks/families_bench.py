@@ -78,9 +78,11 @@ def tiny_fields(config_cls: Any, vocab: int) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None or k == "layer_types"}
 
 
-def checkpoint(model_type: str, cls_name: str, dest: Path, dtype: str) -> tuple[Path, int]:
+def checkpoint(model_type: str, cls_name: str, kind: str, dest: Path,
+               dtype: str) -> tuple[Path, int]:
     """A tiny random-weight `cls_name` saved at `dest` in `dtype`, with MiniLM's tokenizer (and
-    its feature extractor for a speech model); its parameter count."""
+    its feature extractor for a speech model); its parameter count. An encoder type's causal
+    LM is saved as a decoder (is_decoder), as such checkpoints are."""
     import torch
     import transformers
 
@@ -92,6 +94,8 @@ def checkpoint(model_type: str, cls_name: str, dest: Path, dtype: str) -> tuple[
     config_cls = transformers.CONFIG_MAPPING[model_type]
     fields = tiny_fields(config_cls, vocab)
     config = config_cls(**fields)
+    if kind == "causal":
+        config.is_decoder = True
     for name in getattr(config_cls, "sub_configs", {}):  # text_config, audio_config, encoder...
         sub = getattr(config, name, None)
         if isinstance(sub, transformers.PretrainedConfig):
@@ -126,7 +130,7 @@ def row(model_type: str, cls_name: str, kind: str, ckpts: Path, store: Path, out
                          "cpu": "-", "htp": "-", "params": 0, "seconds": 0.0}
     t0 = time.perf_counter()
     try:
-        path, r["params"] = checkpoint(model_type, cls_name, ckpts / model_type, dtype)
+        path, r["params"] = checkpoint(model_type, cls_name, kind, ckpts / model_type, dtype)
     except Exception as e:  # noqa: BLE001 - a type this transformers cannot make tiny
         r["cpu"] = f"FAIL checkpoint: {type(e).__name__}: {first_line(str(e))}"[:200]
         return r
