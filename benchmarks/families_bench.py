@@ -39,7 +39,7 @@ TINY: dict[str, Any] = {
     "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
     "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "kv_lora_rank": 16, "q_lora_rank": 16,
     "qk_rope_head_dim": 16, "qk_nope_head_dim": 16, "v_head_dim": 32,
-    "num_mel_bins": 16, "max_source_positions": 64, "max_target_positions": 64,
+    "num_mel_bins": 16, "max_source_positions": 100, "max_target_positions": 64,
     "sliding_window": 64, "layer_types": None, "rotary_dim": 16,
     "pad_token_id": 0, "bos_token_id": 101, "eos_token_id": 102, "decoder_start_token_id": 101,
 }
