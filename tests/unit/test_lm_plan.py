@@ -68,6 +68,17 @@ def test_a_listed_encoder_type_saved_as_a_causal_lm_generates() -> None:
                                                                        "BertForMaskedLM")
 
 
+@pytest.mark.parametrize("fields", [
+    {"num_layers": 3, "attention_heads": 4, "d_model": 32},            # XGLM's names
+    {"decoder_layers": 3, "decoder_attention_heads": 4, "d_model": 32},  # TrOCR's
+    {"n_layers": 3, "n_heads": 4, "emb_dim": 32}])                      # XLM's
+def test_the_cache_geometry_under_other_field_names(fields: dict[str, int]) -> None:
+    config = {"model_type": "mystery", "architectures": ["MysteryForCausalLM"],
+              "vocab_size": 100, "max_position_embeddings": 64, **fields}
+    assert lm.shape_of(config) == lm.Shape(layers=3, kv_heads=4, head_dim=8, vocab=100,
+                                           positions=64)
+
+
 def test_two_graphs_over_a_static_cache(tmp_path: Path) -> None:
     ir = plan(checkpoint(tmp_path, LLAMA), "export.shapes.prefill_length=8",
               "export.shapes.context_length=40")
