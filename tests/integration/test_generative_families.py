@@ -25,6 +25,8 @@ CASES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     ("apertus", "ApertusForCausalLM", "float16", {"num_key_value_heads": 1}),  # xIELU: expm1
     ("bloom", "BloomForCausalLM", "bfloat16", {}),  # no position ids: ALiBi from the mask
     ("bert", "BertLMHeadModel", "float16", {"is_decoder": True}),  # an encoder type's LM
+    # no position ids, its positions counted from the cache; its fields named decoder_*
+    ("trocr", "TrOCRForCausalLM", "bfloat16", {}),
 )
 
 
