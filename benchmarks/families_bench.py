@@ -8,7 +8,7 @@ build, and the first line of each failure.
 
     python benchmarks/families_bench.py [--only llama,phi3] [--kinds causal,seq2seq,speech]
                                         [--htp] [--dtype bfloat16] [--json FILE]
-                                        [--from-json FILE]
+                                        [--from-json FILE ...]
 """
 
 from __future__ import annotations
@@ -173,10 +173,13 @@ def main() -> int:
     p.add_argument("--ckpt", help="where the checkpoints go (default: a temporary directory)")
     p.add_argument("--store", help="store to use (default: a fresh temporary one)")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
-    p.add_argument("--from-json", metavar="FILE", help="render rows measured before")
+    p.add_argument("--from-json", metavar="FILE", nargs="+",
+                   help="render rows measured before (a later file's row of a type wins)")
     a = p.parse_args()
     if a.from_json:
-        sys.stdout.write(table(json.loads(Path(a.from_json).read_text())))
+        merged = {r["model_type"]: r for f in a.from_json
+                  for r in json.loads(Path(f).read_text())}
+        sys.stdout.write(table(sorted(merged.values(), key=lambda r: r["model_type"])))
         return 0
     wanted = set(a.only.split(",")) if a.only else None
     rows = []
