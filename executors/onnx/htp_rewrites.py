@@ -145,7 +145,7 @@ def fuse_erf_gelu(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
         return model, 0
     wrapped = OnnxModel(model)
     FusionGelu(wrapped).apply()
-    wrapped.prune_graph()
+    wrapped.prune_graph(allow_remove_graph_inputs=False)  # an unread input stays: it is fed
     wrapped.topological_sort()
     return wrapped.model, before - sum(n.op_type == "Erf" for n in wrapped.model.graph.node)
 
