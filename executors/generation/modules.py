@@ -24,6 +24,7 @@ decoder on the image's (BLIP)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -103,12 +104,29 @@ def lm_step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
     layers = layer_count(model)
     cache = _dynamic_cache(model, past)
     kwargs = {"inputs_embeds" if embedded else "input_ids": tokens,
-              "attention_mask": attention_mask, "position_ids": position_ids,
-              "past_key_values": cache, "use_cache": True, "return_dict": True}
-    out = model.base_model(**kwargs) if headless else model(**kwargs)
+              "attention_mask": attention_mask, "past_key_values": cache, "use_cache": True,
+              "return_dict": True}
+    takes = "position_ids" in inspect.signature(model.forward).parameters
+    if takes:
+        kwargs["position_ids"] = position_ids
+    with contextlib.nullcontext() if takes or not past else _lm_positions_at(model,
+                                                                             position_ids):
+        out = model.base_model(**kwargs) if headless else model(**kwargs)
     new = tokens.shape[1] if past and not whole else None
     first = out.last_hidden_state if headless else out.logits
     return (first, *_presents(out.past_key_values, layers, new))
+
+
+def _lm_positions_at(model: Any, position_ids: Any) -> contextlib.AbstractContextManager:
+    """A causal LM whose forward takes no position ids counts a token's position from its
+    cache's length, which over the static cache is every slot: its position embedding is given
+    the token's own (TrOCR); one with none reads positions from the attention mask (BLOOM's
+    ALiBi), which hides the empty slots."""
+    try:
+        _position_module(decoder_of(model))
+    except ValueError:
+        return contextlib.nullcontext()
+    return positions_at(model, position_ids)
 
 
 def lm_module(model: Any, input_names: list[str], output_names: list[str],

@@ -19,7 +19,13 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from executors.onnx import col2im_lowering, einsum_lowering, htp_pooling, index_chains
+from executors.onnx import (
+    col2im_lowering,
+    einsum_lowering,
+    empty_tensors,
+    htp_pooling,
+    index_chains,
+)
 from executors.onnx.graph_edit import constants, drop_dead, elem_types, replace, shapes
 from executors.onnx.htp_ops import fix, lacks, scope
 
@@ -139,7 +145,7 @@ def fuse_erf_gelu(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
         return model, 0
     wrapped = OnnxModel(model)
     FusionGelu(wrapped).apply()
-    wrapped.prune_graph()
+    wrapped.prune_graph(allow_remove_graph_inputs=False)  # an unread input stays: it is fed
     wrapped.topological_sort()
     return wrapped.model, before - sum(n.op_type == "Erf" for n in wrapped.model.graph.node)
 
@@ -287,6 +293,7 @@ REWRITES: tuple[tuple[str, Rewrite], ...] = (
     ("einsum", einsum_to_matmul), ("einsum_general", einsum_lowering.lower_einsums),
     ("col2im", col2im_lowering.lower_col2ims), ("index_chains", index_chains.fold_index_chains),
     ("max_pool_pads", htp_pooling.pad_max_pools),
+    ("empty_concat_inputs", empty_tensors.drop_empty_concat_inputs),
     ("covering_average_pools", htp_pooling.global_average_pools),
     ("unshare_weights", unshare_weights),
     ("batch_constants", tile_batch_constants),
@@ -302,6 +309,8 @@ def violations(model: onnx.ModelProto) -> list[str]:
     found += [f"mask constant {name!r} at or below {HUGE:g}"
               for name, a in constants(model).items() if is_sentinel(a)]
     found += htp_pooling.declined(model)
+    found += [f"empty tensor {name!r} concatenated" for name in
+              empty_tensors.empty_concat_inputs(model)]
     types = elem_types(model)
     found += [f"float Where {n.name!r}" for n in model.graph.node if n.op_type == "Where"
               and types.get(n.input[1], types.get(n.input[2])) == TensorProto.FLOAT]
@@ -312,6 +321,9 @@ def remedy(model: onnx.ModelProto) -> str:
     """How to fix the first thing violations() names."""
     left = next((n for n in model.graph.node if lacks(n.op_type)), None)
     if left is None:
+        if empty_tensors.empty_concat_inputs(model):
+            return "legalize could not drop an empty Concat input (all of the Concat's " \
+                   "inputs are empty); set target.cpu_fallback=true to run it on the CPU"
         if htp_pooling.declined(model):
             return "HTP has no dilated pooling: replace the module's dilation, or set " \
                    "target.cpu_fallback=true to run it on the CPU"

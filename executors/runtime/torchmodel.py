@@ -45,6 +45,8 @@ def load(source: Path) -> tuple[Any, dict[str, Any]]:
     cls = model_class(info)
     kwargs = {"local_files_only": True, "trust_remote_code": bool(info.get("trust_remote_code")),
               "dtype": torch.float32}
+    if _chooses_experts(cls):
+        kwargs["experts_implementation"] = TRACEABLE_EXPERTS
     try:
         model = cls.from_pretrained(str(info["checkpoint_dir"]), attn_implementation="eager",
                                     **kwargs)
@@ -53,6 +55,19 @@ def load(source: Path) -> tuple[Any, dict[str, Any]]:
             raise
         model = cls.from_pretrained(str(info["checkpoint_dir"]), **kwargs)  # no attention
     return model.eval(), info
+
+
+# A mixture-of-experts block run as a graph of fixed shapes: each token's top-k experts' weights
+# gathered and applied by batched MatMuls. transformers' loop over the experts a batch hits
+# traces only the experts the example input chose, and its grouped kernel counts tokens per
+# expert with histc, which no ONNX exporter writes.
+TRACEABLE_EXPERTS = "batched_mm"
+
+
+def _chooses_experts(cls: Any) -> bool:
+    """Whether the class's experts blocks take `experts_implementation` (transformers 5)."""
+    can = getattr(cls, "_can_set_experts_implementation", None)
+    return bool(can()) if callable(can) else False
 
 
 def pick(out: Any, name: str, feed: dict[str, Any]) -> Any:

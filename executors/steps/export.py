@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from executors.generation.modules import graph_module
 from executors.onnx import hierarchy
@@ -33,7 +34,7 @@ from executors.onnx.artifacts import (
     set_meta,
 )
 from executors.run.step_api import StepContext, StepResult
-from executors.runtime import torchmodel
+from executors.runtime import torchmodel, torchops
 from executors.runtime.adapters import host_providers
 from executors.samples import Samples
 from planner.models.roles import CACHE, role_of
@@ -80,6 +81,7 @@ def run(ctx: StepContext) -> StepResult:
         gc.collect()
     onnx_model = load(path, external=False)  # metadata only: the weights are read once, by save
     clear_node_meta(onnx_model)  # node metadata is written by tag, after every rewrite
+    _keep_unread_inputs(onnx_model, names, args)
     out_specs = [{"name": n, "dtype": "float32"} for n in outputs]
     set_meta(onnx_model, "winml.io.inputs", json.dumps(specs, sort_keys=True))
     set_meta(onnx_model, "winml.io.outputs", json.dumps(out_specs, sort_keys=True))
@@ -100,6 +102,24 @@ def run(ctx: StepContext) -> StepResult:
         metrics.update(coverage=meta["coverage"], traced_modules=len(meta["traced_modules"]))
     metrics["max_abs_vs_torch"] = _check_against_torch(ctx, path, feed, expected)
     return StepResult(metrics=metrics)
+
+
+def _keep_unread_inputs(model: onnx.ModelProto, names: list[str], args: tuple) -> None:
+    """Put back the inputs the exporter dropped because the model never reads them (a causal
+    LM whose forward takes no position ids derives them from the attention mask: BLOOM's
+    ALiBi), in their declared place: every graph of a role takes the role's inputs, as the
+    host feeds them."""
+    kept = {i.name for i in model.graph.input}
+    if all(n in kept for n in names):
+        return
+    made = {n: onnx.helper.make_tensor_value_info(
+        n, onnx.helper.np_dtype_to_tensor_dtype(a.numpy().dtype), list(a.shape))
+        for n, a in zip(names, args, strict=True) if n not in kept}
+    ordered = [made[n] if n in made else next(i for i in model.graph.input if i.name == n)
+               for n in names]
+    rest = [i for i in model.graph.input if i.name not in names]
+    del model.graph.input[:]
+    model.graph.input.extend([*ordered, *rest])
 
 
 def _kept_classes(ctx: StepContext, model: Any) -> frozenset[str]:
@@ -216,6 +236,8 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
     dynamo = exporter == "dynamo"
     if not dynamo and opset >= COL2IM_OPSET:
         _register_col2im()
+    if not dynamo and opset >= torchops.OPSET:
+        torchops.register()
     # the dynamo exporter reports progress on stdout, and the TorchScript one its graph when an
     # operator fails, from native code: stdout belongs to `--json` output
     with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr), _fd1_to_stderr():

@@ -189,15 +189,20 @@ def model_type_of(info: dict[str, Any]) -> ModelType | None:
     """The catalogue's entry for a checkpoint's model_type, or a generic entry for a model type
     it does not list but whose config says its modality (other BERT-likes, ViT-likes...)."""
     name = str(info.get("model_type", ""))
-    if name in MODEL_TYPES:
-        return MODEL_TYPES[name]
-    modality = guess_modality(info)
+    listed = MODEL_TYPES.get(name)
+    if listed is not None and (listed.modality == CAUSAL or not _names_causal_lm(info)):
+        return listed
+    modality = guess_modality(info)  # an encoder type saved as a causal LM is a causal LM
     if modality is None:
         return None
     tasks = tuple(t.name for t in TASKS.values() if modality in t.modalities)
     inputs = _TYPES_IDS if (info.get("type_vocab_size") or 0) >= 2 else ("input_ids",
                                                                           "attention_mask")
     return ModelType(name or "unknown", modality, tasks, inputs)
+
+
+def _names_causal_lm(info: dict[str, Any]) -> bool:
+    return any(str(a).endswith(CAUSAL_LM) for a in info.get("architectures") or ())
 
 
 def guess_modality(info: dict[str, Any]) -> str | None:
@@ -210,7 +215,7 @@ def guess_modality(info: dict[str, Any]) -> str | None:
         return IMAGE2TEXT if "image_size" in (info.get("encoder") or {}) else TEXT2TEXT
     if any(k in info for k in ("num_mel_bins", "conv_dim", "feat_extract_norm")):
         return AUDIO
-    if any(str(a).endswith(CAUSAL_LM) for a in info.get("architectures") or ()):
+    if _names_causal_lm(info):
         return CAUSAL
     if "image_size" in info or "num_channels" in info:
         return IMAGE

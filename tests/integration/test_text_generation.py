@@ -80,7 +80,7 @@ def test_fp32_generation_matches_pytorch_token_for_token(tmp_path: Path, family:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("family", "quant"), [("llama", "w8a16_pc"), ("gpt2", "w8a16_pc"),
-                                               ("qwen3", "w4a16")])
+                                               ("qwen3", "w4a16"), ("phi3", "w8a16_pc")])
 def test_htp_generation_agrees_with_pytorch(tmp_path: Path, family: str, quant: str) -> None:
     record = build(tmp_path, family, "target=qnn_htp", f"quant={quant}")
     for graph in ("prefill", "decode"):

@@ -56,6 +56,30 @@ def test_an_unlisted_model_type_whose_class_is_a_causal_lm_generates() -> None:
     assert T.detect({"task": None, "model_class": None}, config)[0] == "text-generation"
 
 
+def test_a_listed_encoder_type_saved_as_a_causal_lm_generates() -> None:
+    """BERT's catalogue entry lists encoder tasks; a BertLMHeadModel checkpoint is a causal LM,
+    as its class says; the same type saved as an encoder keeps its encoder tasks."""
+    config = {"model_type": "bert", "architectures": ["BertLMHeadModel"], "vocab_size": 100,
+              "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "max_position_embeddings": 64, "is_decoder": True}
+    assert T.detect({"task": None, "model_class": None}, config) == \
+        ("text-generation", "BertLMHeadModel")
+    encoder = {**config, "architectures": ["BertForMaskedLM"]}
+    assert T.detect({"task": None, "model_class": None}, encoder) == ("fill-mask",
+                                                                       "BertForMaskedLM")
+
+
+@pytest.mark.parametrize("fields", [
+    {"num_layers": 3, "attention_heads": 4, "d_model": 32},            # XGLM's names
+    {"decoder_layers": 3, "decoder_attention_heads": 4, "d_model": 32},  # TrOCR's
+    {"n_layers": 3, "n_heads": 4, "emb_dim": 32}])                      # XLM's
+def test_the_cache_geometry_under_other_field_names(fields: dict[str, int]) -> None:
+    config = {"model_type": "mystery", "architectures": ["MysteryForCausalLM"],
+              "vocab_size": 100, "max_position_embeddings": 64, **fields}
+    assert lm.shape_of(config) == lm.Shape(layers=3, kv_heads=4, head_dim=8, vocab=100,
+                                           positions=64)
+
+
 def test_two_graphs_over_a_static_cache(tmp_path: Path) -> None:
     ir = plan(checkpoint(tmp_path, LLAMA), "export.shapes.prefill_length=8",
               "export.shapes.context_length=40")

@@ -1,0 +1,84 @@
+"""Generative families no catalogue entry names, each built from its own config.json and
+forward (benchmarks/families_bench.py builds all of the installed transformers'): tiny
+random-weight checkpoints saved in bf16 or fp16 as downloaded ones are, built for the CPU in
+fp32 through `model=local_hf`, whose greedy generation matches PyTorch token for token."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+
+from tests.checkpoints import text_checkpoint
+from tests.integration.conftest import run_json, step
+
+SHAPES = ("export.shapes.prefill_length=8", "export.shapes.context_length=32")
+IDS = {"pad_token_id": 0, "bos_token_id": 101, "eos_token_id": 102}
+MOE = {"num_local_experts": 4, "num_experts_per_tok": 2}
+
+# (model type, class, dtype saved in, config fields beyond tests/checkpoints.py's TINY)
+CASES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
+    ("mixtral", "MixtralForCausalLM", "bfloat16", {**MOE, "num_key_value_heads": 1}),
+    ("apertus", "ApertusForCausalLM", "float16", {"num_key_value_heads": 1}),  # xIELU: expm1
+    ("bloom", "BloomForCausalLM", "bfloat16", {}),  # no position ids: ALiBi from the mask
+    ("bert", "BertLMHeadModel", "float16", {"is_decoder": True}),  # an encoder type's LM
+    # no position ids, its positions counted from the cache; its fields named decoder_*
+    ("trocr", "TrOCRForCausalLM", "bfloat16", {}),
+)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, Any]]:
+    """model type -> the run record of its build (each built once per module)."""
+    records: dict[str, dict[str, Any]] = {}
+
+    def record(model_type: str) -> dict[str, Any]:
+        if model_type not in records:
+            _, cls, dtype, fields = next(c for c in CASES if c[0] == model_type)
+            tmp = tmp_path_factory.mktemp(model_type)
+            ckpt = text_checkpoint(tmp / "ckpt", cls=cls, model_type=model_type, dtype=dtype,
+                                   **IDS, **fields)
+            code, rec, err = run_json("model=local_hf", f"model.path={ckpt}", *SHAPES,
+                                      "perf=none", "target=cpu", "quant=none",
+                                      store=tmp / "store", outputs=tmp / "out")
+            assert code == 0, err
+            records[model_type] = rec
+        return records[model_type]
+
+    return record
+
+
+@pytest.mark.parametrize("model_type", [c[0] for c in CASES])
+def test_generation_matches_pytorch_token_for_token(
+        built: Callable[[str], dict[str, Any]], model_type: str) -> None:
+    gen = step(built(model_type), "verify_generation")["metrics"]
+    assert gen["token_agreement"] == 1.0 and gen["exact_prompts"] == gen["prompts"], gen
+    assert gen["cosine_min"] > 0.9999, gen
+
+
+def test_every_expert_is_in_both_graphs(built: Callable[[str], dict[str, Any]]) -> None:
+    """A mixture-of-experts block holds all its experts in each graph (the decode graph's one
+    token picks 2 of 4; the graph must serve any 2), and no graph counts tokens per expert."""
+    record = built("mixtral")
+    for graph in ("prefill", "decode"):
+        path = Path(step(record, f"{graph}.export")["outputs"]["model.onnx"])
+        model = onnx.load(str(path), load_external_data=False)
+        experts = [i for i in model.graph.initializer if "experts" in i.name]
+        assert experts and all(i.dims[0] == MOE["num_local_experts"] for i in experts), graph
+        assert not {"NonZero", "Loop", "If"} & {n.op_type for n in model.graph.node}, graph
+
+
+def test_a_model_without_position_ids_takes_them_unread(
+        built: Callable[[str], dict[str, Any]]) -> None:
+    """BLOOM's forward reads no position ids; each graph still takes them, in their place,
+    as the host feeds every graph of a role the same inputs."""
+    record = built("bloom")
+    for graph, first in (("prefill", ["input_ids", "attention_mask", "position_ids"]),
+                         ("decode", ["input_ids", "position_ids", "attention_mask"])):
+        path = Path(step(record, f"{graph}.export")["outputs"]["model.onnx"])
+        model = onnx.load(str(path), load_external_data=False)
+        assert [i.name for i in model.graph.input][:3] == first, graph
+        assert not any("position_ids" in n.input for n in model.graph.node), graph
