@@ -2,7 +2,8 @@
 the model (`Op.memory`, planner/core/ops.py) applied to the checkpoint's weights
 (planner/models/footprint.py), the build's precision and its parts; the run's peak; and the
 refusal, before anything runs, of a build whose largest step cannot fit `run.max_memory`
-(default: the memory this machine has available when the plan is made or run).
+(default: the memory this machine has available when the plan is made or run), naming what
+makes it fit.
 
 The limit itself is never written into the plan, so a plan stays the same on every machine: a
 plan holds the estimates, and the limit they are held to is resolved where they are checked
@@ -82,23 +83,18 @@ def check(plan: Plan) -> None:
     worst = plan.step(plan.memory["step"])
     raise PlanError(f"step {worst.id} needs about {human_bytes(plan.memory['peak'])} at its "
                     f"peak ({human_bytes(weights.fp32)} of weights as fp32), over the "
-                    f"{human_bytes(cap)} of {said}; {_fix(plan, worst, weights, cap)}; "
+                    f"{human_bytes(cap)} of {said}; {_fix(plan, worst, cap)}; "
                     "nothing was run")
 
 
-def _fix(plan: Plan, worst: Step, weights: Weights, cap: int) -> str:
-    """The setting that brings the largest step under `cap`: a 4-bit quant, more parts (for a
-    step that handles a cut graph part by part), else a larger run.max_memory."""
-    wbits, cut = weight_bits(plan.config), parts(plan)
-    others = [s for s in plan.live() if s.action == "run" and s.id != worst.id]
+def _fix(plan: Plan, worst: Step, cap: int) -> str:
+    """The setting that brings the run under `cap`: leaving out the checks that need the most
+    (verify=none, eval=none) when every other step fits, else a larger run.max_memory."""
+    running = [s for s in plan.live() if s.action == "run"]
     fixes = []
-    if 4 < wbits <= 16 and all(step_peak(s, weights, 4, cut) <= cap for s in [worst, *others]):
-        fixes.append("quant=w4a16")
-    if worst.decl.memory.per_part and plan.cuttable:
-        for more in range(cut + 1, 257):
-            if all(step_peak(s, weights, wbits, more) <= cap for s in [worst, *others]):
-                fixes.append(f"export.parts={more}")
-                break
-    needed = -(-max(s.memory or 0 for s in [worst, *others]) // 2**30)
+    drop = worst.decl.dropped_by
+    if drop and all((s.memory or 0) <= cap for s in running if s.decl.dropped_by != drop):
+        fixes.append(f"{drop} (the deliverable is then built but not checked)")
+    needed = -(-max(s.memory or 0 for s in running) // 2**30)
     fixes.append(f"run.max_memory={needed}GB on a machine that has that much free")
     return "set " + ", or ".join(fixes)

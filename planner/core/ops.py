@@ -138,6 +138,7 @@ class Op:
     # step moved onto their chain is read here too
     delivers: tuple[str, ...] = ()
     memory: Memory = Memory()      # how its peak memory scales with the model
+    dropped_by: str = ""           # the override that leaves its steps out of a plan
 
     def has(self, trait: Trait) -> bool:
         return trait in self.traits
@@ -254,7 +255,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.SINK, T.NEEDS_EP, T.HEAVY, T.GATE}),
        tools=("onnxruntime", "onnxruntime-qnn", "transformers"),
        outputs=("metrics",), chain_role="candidate", headline=("cosine_mean", "cosine_min"),
-       memory=Memory(weights=2.4)),
+       memory=Memory(weights=2.4), dropped_by="verify=none"),
     Op("eval", 2, "the task's metric for PyTorch, the fp32 export and the deliverable on its "
        "target, with a verdict against the largest drop allowed",
        params=("task", "metric", "max_drop", "dataset", "dataset_kind", "dataset_name", "split",
@@ -267,7 +268,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
               "scikit-learn", "scipy", "seqeval", "jiwer", "sacrebleu", "faster-coco-eval"),
        unkeyed=("dataset",), outputs=("metrics",), chain_role="candidate",
        headline=("eval_target", "eval_drop", "eval_verdict"), gate="regression",
-       memory=Memory(weights=2.4, checkpoint=1.0)),
+       memory=Memory(weights=2.4, checkpoint=1.0), dropped_by="eval=none"),
     Op("extract", 1, "cut out the subgraph of each module the name or tag path matches",
        params=("module",), inputs=("model", "hierarchy"),
        requires=(Require(N.FORMAT, "eq", "onnx"),
@@ -283,7 +284,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        requires=(Require(N.FORMAT, "eq", "onnx"),),
        traits=frozenset({T.SINK, T.NEEDS_EP, T.NOT_CACHEABLE, T.HEAVY}),
        tools=("onnxruntime", "onnxruntime-qnn"), outputs=("metrics",),
-       headline=("latency_ms_median", "latency_ms_p90", "ep"), memory=Memory(weights=1.5)),
+       headline=("latency_ms_median", "latency_ms_p90", "ep"), memory=Memory(weights=1.5),
+       dropped_by="perf=none"),
     Op("bundle", 1, "deliver the graphs of an encoder-decoder model together",
        params=("graphs", "ep", "backend", "provider_options"),
        inputs=("encoder", "decoder", "cross", "source"),
@@ -336,7 +338,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("torch", "transformers", "onnxruntime", "onnxruntime-qnn"),
        outputs=("metrics",), chain_role="candidate",
        headline=("token_agreement", "first_divergence", "cosine_mean"),
-       memory=Memory(weights=2.0, checkpoint=1.0)),
+       memory=Memory(weights=2.0, checkpoint=1.0), dropped_by="verify=none"),
     Op("generate_loop", 1, "export an encoder-decoder's greedy decoding as one ONNX graph (the "
        "decoder in a Loop) and open it through the session cache, cold and warm",
        params=("encoder_inputs", "decoder_length", "start", "pad", "masked", "opset"),
