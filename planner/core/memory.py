@@ -22,6 +22,7 @@ from planner.support.machine import available_memory
 from planner.support.units import human_bytes, parse_bytes
 
 RUNTIME = int(0.3 * 2**30)  # a step's process before it reads the model (Python, torch, ORT)
+COORDINATOR = int(0.15 * 2**30)  # the process that runs the plan and its idle workers (PSS)
 
 
 def weight_bits(config: dict[str, Any]) -> int:
@@ -40,13 +41,14 @@ def parts(plan: Plan) -> int:
 def step_peak(s: Step, weights: Weights, wbits: int, cut: int) -> int:
     """The expected peak of one step's process, in bytes."""
     scale = s.decl.memory
-    grows = scale.factor(wbits) * weights.fp32 + scale.checkpoint * weights.stored
+    grows = scale.factor(wbits, weights.fp32) * weights.fp32 + scale.checkpoint * weights.stored
     return RUNTIME + int(grows / (cut if scale.per_part else 1))
 
 
 def estimate(plan: Plan) -> None:
-    """Set each live step's expected peak and the run's (`plan.memory`); nothing when the
-    checkpoint's size is unknown (a symbolic source, a config that names no widths)."""
+    """Set each live step's expected peak and the run's (`plan.memory`: its largest step to
+    run, and the process that runs the plan); nothing when the checkpoint's size is unknown
+    (a symbolic source, a config that names no widths)."""
     weights = plan.weights
     if weights is None:
         return
@@ -55,7 +57,8 @@ def estimate(plan: Plan) -> None:
         s.memory = step_peak(s, weights, wbits, cut)
     running = [s for s in plan.live() if s.action == "run"]
     top = max(running, key=lambda s: s.memory or 0, default=None)
-    plan.memory = {"peak": top.memory if top else 0, "step": top.id if top else None,
+    peak = COORDINATOR + (top.memory or 0) if top else 0
+    plan.memory = {"peak": peak, "step": top.id if top else None,
                    "weights": weights.to_json()}
 
 
@@ -81,8 +84,8 @@ def check(plan: Plan) -> None:
     if cap is None or plan.memory["peak"] <= cap:
         return
     worst = plan.step(plan.memory["step"])
-    raise PlanError(f"step {worst.id} needs about {human_bytes(plan.memory['peak'])} at its "
-                    f"peak ({human_bytes(weights.fp32)} of weights as fp32), over the "
+    raise PlanError(f"the run needs about {human_bytes(plan.memory['peak'])} at its peak, in "
+                    f"step {worst.id} ({human_bytes(weights.fp32)} of weights as fp32), over the "
                     f"{human_bytes(cap)} of {said}; {_fix(plan, worst, cap)}; "
                     "nothing was run")
 
@@ -93,8 +96,9 @@ def _fix(plan: Plan, worst: Step, cap: int) -> str:
     running = [s for s in plan.live() if s.action == "run"]
     fixes = []
     drop = worst.decl.dropped_by
-    if drop and all((s.memory or 0) <= cap for s in running if s.decl.dropped_by != drop):
-        fixes.append(f"{drop} (the deliverable is then built but not checked)")
-    needed = -(-max(s.memory or 0 for s in running) // 2**30)
+    if drop and all(COORDINATOR + (s.memory or 0) <= cap for s in running
+                    if s.decl.dropped_by != drop):
+        fixes.append(f"{drop} (which leaves out {worst.id})")
+    needed = -(-(COORDINATOR + max(s.memory or 0 for s in running)) // 2**30)
     fixes.append(f"run.max_memory={needed}GB on a machine that has that much free")
     return "set " + ", or ".join(fixes)

@@ -100,14 +100,17 @@ class Memory:
     own): `weights` times the graph's weights as fp32 bytes, `by_bits` instead at the build's
     weight bits where measured apart, `checkpoint` times the checkpoint as stored (a step that
     loads the torch model), each per part when `per_part` (a cut graph handled part by part).
-    Calibrated on this machine (benchmarks/REPORT.md, the llm_bench section)."""
+    Calibrated on this machine (benchmarks/REPORT.md: the llm_bench and scale_bench sections)."""
 
     weights: float = 0.0
     by_bits: tuple[tuple[int, float], ...] = ()
     checkpoint: float = 0.0
     per_part: bool = False
+    inline: float | None = None  # instead of `weights` under 2 GiB: the graph serialized whole
 
-    def factor(self, weight_bits: int) -> float:
+    def factor(self, weight_bits: int, fp32_bytes: int) -> float:
+        if self.inline is not None and fp32_bytes < 2**31:
+            return self.inline
         return dict(self.by_bits).get(weight_bits, self.weights)
 
 
@@ -195,13 +198,13 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.HEAVY}),
        tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy"),
        publish=("hierarchy",), headline=("opset_used",),
-       memory=Memory(weights=2.0, checkpoint=0.7)),
+       memory=Memory(weights=2.0, checkpoint=0.7, inline=4.4)),
     Op("normalize", 3, "shape inference and ONNX Runtime basic optimizations",
        params=(), inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),
        # measured: ORT's basic level includes MatMulAddFusion
        ensures=(Ensure(N.NORMALIZED), Ensure(N.FUSED, ("matmul_add",))),
-       traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime"), memory=Memory(weights=1.35)),
+       traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime"), memory=Memory(weights=1.5)),
     Op("optimize", 4, "normalize, ONNX Runtime fusions named by flags, normalize again "
        "(optimize{} is normalize)",
        params=("flags",), inputs=("model",),
@@ -328,8 +331,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
            Require(N.LEGAL_FOR, "eq", Param("target"), role=role, config_path="target"))),
        traits=frozenset({T.NEEDS_EP, T.HEAVY}),
        tools=("onnx", "onnxruntime", "onnxruntime-qnn"), outputs=("models",),
-       chain_role="decode", delivers=("prefill",),
-       memory=Memory(weights=3.3, by_bits=((4, 1.9),))),
+       chain_role="decode", delivers=("prefill",), memory=Memory(weights=4.1)),
     Op("verify_generation", 1, "the deliverable's greedy generation against PyTorch's on real "
        "prompts: token agreement, first divergence, logits cosine per step",
        params=("prompts", "new_tokens", "threshold", "ep", "backend", "provider_options"),

@@ -55,8 +55,9 @@ def test_every_step_of_a_causal_lm_is_estimated_in_both_graphs(tmp_path: Path) -
     for op in ("export", "normalize"):  # each graph handles every weight
         assert got[f"prefill.{op}"] == got[f"decode.{op}"] > memory.RUNTIME
     running = {s["id"] for s in ir["steps"] if s["action"] == "run"}
-    assert ir["memory"]["peak"] == max(got[s] for s in running)
-    assert ir["memory"]["step"] in running and got[ir["memory"]["step"]] == ir["memory"]["peak"]
+    assert ir["memory"]["peak"] == memory.COORDINATOR + max(got[s] for s in running)
+    assert ir["memory"]["step"] in running
+    assert got[ir["memory"]["step"]] == ir["memory"]["peak"] - memory.COORDINATOR
     assert ir["memory"]["weights"] == {"params": 100 * MB, "stored": 400 * MB,
                                        "dtype": "float32", "basis": "weight files"}
 
@@ -68,6 +69,15 @@ def test_the_estimate_grows_with_the_weights(tmp_path: Path) -> None:
     for sid, peak in small.items():
         grows = peak - memory.RUNTIME
         assert big[sid] - memory.RUNTIME == pytest.approx(10 * grows, rel=1e-6, abs=10), sid
+
+
+def test_an_export_over_2_gib_writes_its_weights_as_it_goes(tmp_path: Path) -> None:
+    under = peaks(plan(checkpoint(tmp_path, "under", 1024 * MB)))
+    over = peaks(plan(checkpoint(tmp_path, "over", 3072 * MB)))
+    # under 2 GiB the exporter holds the serialized model whole: a larger multiple
+    assert (over["prefill.export"] - memory.RUNTIME) < 3 * (under["prefill.export"] - memory.RUNTIME)
+    assert over["prefill.normalize"] - memory.RUNTIME == \
+        pytest.approx(3 * (under["prefill.normalize"] - memory.RUNTIME), abs=4)
 
 
 def test_a_bf16_checkpoint_counts_its_parameters_as_an_fp32_one_of_twice_its_bytes(
@@ -122,14 +132,19 @@ def test_a_plan_over_run_max_memory_is_refused_naming_the_step_and_the_fix(
     (line,) = got.value.lines
     fits = peaks(plan(ckpt))
     worst = max(fits, key=fits.get)
-    assert line.startswith(f"step {worst} needs about ")
+    run_peak = memory.COORDINATOR + fits[worst]
+    assert line.startswith("the run needs about ") and f"in step {worst} " in line
     assert "run.max_memory=1GB" in line and "nothing was run" in line
-    assert f"run.max_memory={-(-fits[worst] // 2**30)}GB" in line
-    # a CPU LM's largest step is its generation check: leaving it out is named when the rest fit
-    second = max(v for k, v in fits.items() if not k.startswith("verify"))
+    assert f"run.max_memory={-(-run_peak // 2**30)}GB" in line
+    plan(ckpt, f"run.max_memory={run_peak}")  # exactly enough: planned
+    # over 2 GiB a CPU LM's largest step is its generation check: leaving it out is named when
+    # the rest fit
+    big = checkpoint(tmp_path, "big", 2560 * MB)
+    fits = peaks(plan(big))
+    assert max(fits, key=fits.get) == "verify_generation"
+    second = memory.COORDINATOR + max(v for k, v in fits.items() if not k.startswith("verify"))
     with pytest.raises(PlanError, match="set verify=none"):
-        plan(ckpt, f"run.max_memory={second + 1}")
-    plan(ckpt, f"run.max_memory={max(fits.values())}")  # exactly enough: planned
+        plan(big, f"run.max_memory={second + 1}")
 
 
 def test_the_limit_is_not_written_into_the_plan(tmp_path: Path, monkeypatch: Any) -> None:
@@ -163,7 +178,7 @@ def test_the_cli_refuses_in_one_line_and_writes_nothing(tmp_path: Path) -> None:
         got = run_cli(*argv)
         assert got.returncode == 2, got.stderr
         lines = got.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("modelplan: error: step "), lines
+        assert len(lines) == 1 and lines[0].startswith("modelplan: error: the run needs "), lines
         assert "run.max_memory=600MB" in lines[0] and "Traceback" not in got.stderr
     assert not out.exists() and not (tmp_path / "outputs").exists()
     assert not [p for p in store.glob("*/*") if p.is_dir()]  # no store entry
