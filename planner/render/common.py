@@ -142,14 +142,15 @@ def memory_line(ir: dict[str, Any]) -> str | None:
         return None
     w = mem["weights"]
     asked = ir["config"].get("run", {}).get("max_memory")
-    held = f"run.max_memory={asked}" if asked is not None else \
-        "this machine's available memory (run.max_memory=null)"
+    held = f"held to run.max_memory={asked}" if asked is not None else \
+        "held to this machine's available memory (run.max_memory=null)" \
+        if ir["config"]["executor"]["name"] == "local" else "no limit set (run.max_memory=null)"
     where = f"at {mem['step']}" if mem["step"] else "nothing to run"
     how = "one step at a time" if ir["config"]["executor"]["name"] == "local" else \
         "per step, on its node"
     return (f"Memory: peak ~{human_bytes(mem['peak'])} {where}, {how} "
             f"(weights: {w['params'] / 1e6:.1f} M parameters, {human_bytes(w['stored'])} "
-            f"{w['dtype']}, from {w['basis']}); held to {held}.")
+            f"{w['dtype']}, from {w['basis']}); {held}.")
 
 
 SYMBOLIC = "Symbolic source keys: for review only, `apply` refuses this plan."

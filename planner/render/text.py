@@ -45,10 +45,10 @@ def render(ir: dict[str, Any]) -> str:
             lines.append(f"    so {rw['conclusion']}")
     imported = origin.summary(ir)
     lines += ["", f"Deliverable: {ir['deliverable']}", *([imported] if imported else [])]
-    if on_ray and (where := resources.footer(ir)):
-        lines.append(where)
     if memory := memory_line(ir):
         lines.append(memory)
+    if on_ray and (where := resources.footer(ir)):
+        lines.append(where)
     lines.append(summary_line(ir))
     return "\n".join(lines) + "\n"
 
