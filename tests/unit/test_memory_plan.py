@@ -231,3 +231,19 @@ def test_a_step_over_the_budget_starts_when_nothing_else_runs() -> None:
     assert scheduler.fits(step)  # nothing runs
     scheduler.running[object()] = ("k", Work(step, "k", {}, None, "[1/1]"))  # type: ignore
     assert not scheduler.fits(step)
+
+
+def test_a_saved_plan_with_an_edited_estimate_is_refused(tmp_path: Path) -> None:
+    from tests.unit.test_bad_input import one_error
+
+    path = tmp_path / "plan.json"
+    got = run_cli("plan", "model=tiny_bert", "target=cpu", "quant=w8a8", "--format", "json",
+                  "-o", str(path), "--store", str(tmp_path / "store"))
+    assert got.returncode == 0, got.stderr
+    ir = json.loads(path.read_text())
+    quantize = next(s for s in ir["steps"] if s["id"] == "quantize")
+    quantize["memory"]["peak"] = 1  # would let the scheduler start anything beside it
+    path.write_text(json.dumps(ir))
+    one_error(run_cli("apply", str(path), "--store", str(tmp_path / "store"), "--outputs",
+                      str(tmp_path / "out")),
+              "step quantize is not what the plan's config plans here (memory differs)")
