@@ -13,7 +13,7 @@ from planner.models.specs import weights_dtype
 
 BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1}
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.pt", "*.pth")
-ONNX_DATA = ("*.data", "*.onnx_data", "*.onnx.data", "*.bin")
+NOT_WEIGHTS = (".json", ".txt", ".md", ".py")  # beside an ONNX file: not its external data
 
 _WIDTH = ("hidden_size", "n_embd", "d_model", "dim")
 _LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
@@ -47,9 +47,10 @@ def read(info: dict[str, Any], where: Path | None) -> Weights | None:
     `info`; None when neither its files nor its config say how many there are."""
     dtype = weights_dtype(info) or "float32"
     width = BYTES.get(dtype, 4)
-    if where is not None and where.is_file():  # an ONNX file and its external data
-        size = where.stat().st_size + _sizes(where.parent, ONNX_DATA)
-        return Weights(size // 4, size, "float32", f"{where.name} and its data files")
+    if where is not None and where.is_file():  # an ONNX file: its folder holds its data
+        size = sum(p.stat().st_size for p in where.parent.rglob("*")
+                   if p.is_file() and p.suffix not in NOT_WEIGHTS)
+        return Weights(size // 4, size, "float32", f"{where.name} and the files beside it")
     stored = _sizes(where, WEIGHT_FILES) if where is not None else 0
     if stored:
         return Weights(stored // width, stored, dtype, "weight files")

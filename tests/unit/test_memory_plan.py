@@ -247,3 +247,12 @@ def test_a_saved_plan_with_an_edited_estimate_is_refused(tmp_path: Path) -> None
     one_error(run_cli("apply", str(path), "--store", str(tmp_path / "store"), "--outputs",
                       str(tmp_path / "out")),
               "step quantize is not what the plan's config plans here (memory differs)")
+
+
+def test_an_onnx_file_counts_the_data_beside_it(tmp_path: Path) -> None:
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "model.onnx").write_bytes(b"\0" * 1000)
+    (tmp_path / "weights" / "blob").write_bytes(b"\0" * 4000)
+    (tmp_path / "manifest.json").write_text("{}")  # not weights
+    got = read({}, tmp_path / "model.onnx")
+    assert got is not None and (got.stored, got.params, got.dtype) == (5000, 1250, "float32")
