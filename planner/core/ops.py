@@ -248,7 +248,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        ensures=(Ensure(N.COMPILED, Param("target")),),
        traits=frozenset({T.NEEDS_EP, T.ENCAPSULATES, T.HEAVY}),
        tools=("onnx", "onnxruntime", "onnxruntime-qnn"),
-       memory=Memory(weights=3.3, by_bits=((4, 1.9),), per_part=True)),
+       memory=Memory(weights=3.3, by_bits=((4, 2.1),), per_part=True)),
     Op("verify", 1, "compare the candidate with the fp32 reference on real inputs",
        params=("metric", "reference", "threshold", "samples", "ep", "backend",
                "provider_options"),
@@ -331,7 +331,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
            Require(N.LEGAL_FOR, "eq", Param("target"), role=role, config_path="target"))),
        traits=frozenset({T.NEEDS_EP, T.HEAVY}),
        tools=("onnx", "onnxruntime", "onnxruntime-qnn"), outputs=("models",),
-       chain_role="decode", delivers=("prefill",), memory=Memory(weights=4.1)),
+       chain_role="decode", delivers=("prefill",),
+       memory=Memory(weights=4.1, by_bits=((4, 2.9),))),
     Op("verify_generation", 1, "the deliverable's greedy generation against PyTorch's on real "
        "prompts: token agreement, first divergence, logits cosine per step",
        params=("prompts", "new_tokens", "threshold", "ep", "backend", "provider_options"),
