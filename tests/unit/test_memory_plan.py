@@ -256,3 +256,27 @@ def test_an_onnx_file_counts_the_data_beside_it(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text("{}")  # not weights
     got = read({}, tmp_path / "model.onnx")
     assert got is not None and (got.stored, got.params, got.dtype) == (5000, 1250, "float32")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_saved_half_precision_checkpoint_has_the_parameters_of_its_fp32_twin(
+        tmp_path: Path, dtype: str) -> None:
+    from tests.checkpoints import text_checkpoint
+
+    fp32 = text_checkpoint(tmp_path / "fp32", "LlamaForCausalLM", "llama")
+    half = text_checkpoint(tmp_path / dtype, "LlamaForCausalLM", "llama", dtype=dtype)
+    a = read(json.loads((fp32 / "config.json").read_text()), fp32)
+    b = read(json.loads((half / "config.json").read_text()), half)
+    assert a is not None and b is not None and b.dtype == dtype
+    assert b.stored == pytest.approx(a.stored / 2, rel=0.01)
+    assert b.params == pytest.approx(a.params, rel=0.01)  # the files' headers differ a little
+    counted = count_params(json.loads((fp32 / "config.json").read_text()))
+    assert counted == pytest.approx(a.params, rel=0.02)  # config.json alone, norms left out
+
+
+def test_a_sweeps_budget_is_the_smallest_of_its_jobs_limits() -> None:
+    from executors.execution import _budget
+
+    irs = [plan_from_overrides(["model=tiny_bert", "target=cpu", f"run.max_memory={m}"])
+           .to_json() for m in ("8GB", "4GB")]
+    assert _budget(irs) == 4 * 2**30
