@@ -280,3 +280,14 @@ def test_a_sweeps_budget_is_the_smallest_of_its_jobs_limits() -> None:
     irs = [plan_from_overrides(["model=tiny_bert", "target=cpu", f"run.max_memory={m}"])
            .to_json() for m in ("8GB", "4GB")]
     assert _budget(irs) == 4 * 2**30
+
+
+def test_a_run_record_holds_the_plans_estimate_beside_the_measured_peak() -> None:
+    from executors.run.records import step_record
+    from planner.render.run import _cost
+
+    ir = plan_from_overrides(["model=tiny_bert", "target=cpu", "quant=none"]).to_json()
+    export = next(s for s in ir["steps"] if s["id"] == "export")
+    rec = step_record(export, export["key"], wall_s=1.0, peak_rss_mb=400.0)
+    assert rec["planned_peak_mb"] == round(export["memory"]["peak"] / 2**20, 1)
+    assert _cost(rec) == ("1.00 s", f"400 MB (plan ~{rec['planned_peak_mb']:.0f})")
