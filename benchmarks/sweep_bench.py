@@ -8,12 +8,18 @@
 2. re-running the merged sweep with everything cached (goal <= 3 s; perf always runs);
 3. planning a 1,000-job sweep with `modelplan plan -m` (goal <= 20 s).
 
+With `--exports`: the 4-job sweep quant=w8a8,w8a16 x target=cpu,qnn_htp run merged by the
+local and the Ray executor, each from a fresh store: how many export steps each ran (goal: one,
+the HTP graphs fixed from the CPU's free-axes export by fix_shapes), and each HTP job's
+normalized node count and verify cosine beside a direct fixed-shape export's
+(export.shapes.dynamic=false; goal: the same).
+
 With `--executor ray`: the same 6-job sweep run merged by the local executor, by the Ray
 executor on a Ray of its own (started and stopped by the run), and on a local Ray cluster
 already running (`ray start --head`, joined with executor.address), each from a fresh store
 (goal: Ray overhead <= 15 % on a running cluster; its second sweep finds warm workers).
 
-Run: python benchmarks/sweep_bench.py [--executor ray]
+Run: python benchmarks/sweep_bench.py [--executor ray | --exports]
 """
 
 from __future__ import annotations
@@ -156,10 +162,66 @@ def print_timeline(sweep_dir: Path, command_s: float) -> None:
         print(f"    {s['id']:<10} job {s['job']}  {s['start']:5.2f}-{s['end']:5.2f}  {s['worker']}")
 
 
+def run_json(*args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "planner.cli.main", *args, "--json", "--quiet"],
+                         capture_output=True, text=True, cwd=ROOT, check=False,
+                         env={**os.environ, **RAY_ENV})
+    if out.returncode != 0:
+        sys.exit(f"modelplan {' '.join(args)} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout)
+
+
+def htp_figures(record: dict) -> tuple[int, float, float]:
+    """A job's normalized node count and verify cosine (mean, min)."""
+    steps = {s["id"]: s.get("metrics") or {} for s in record["steps"]}
+    return (steps["normalize"]["nodes_after"], steps["verify"]["cosine_mean"],
+            steps["verify"]["cosine_min"])
+
+
+def exports_main() -> None:
+    grid = {"quant": ["w8a8", "w8a16"], "target": ["cpu", "qnn_htp"]}
+    sweep = [*BASE, "perf=none", *(f"{k}={','.join(v)}" for k, v in grid.items())]
+    rows = []
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="mpbench-") as d:
+        tmp = Path(d)
+        for executor in ("local", "ray"):
+            t0 = time.perf_counter()
+            summary = run_json("run", "-m", *sweep, f"executor={executor}", "--store",
+                               str(tmp / executor), "--sweep-dir", str(tmp / f"sweep-{executor}"))
+            wall = time.perf_counter() - t0
+            built = {s["key"] for j in summary["jobs"] for s in j["record"]["steps"]
+                     if s["op"] == "export" and s.get("action") == "run"}
+            rows.append((executor, len(summary["jobs"]), len(built), wall))
+            if executor == "local":
+                derived = {tuple(j["overrides"]): htp_figures(j["record"]) for j in summary["jobs"]
+                           if "target=qnn_htp" in " ".join(j["overrides"])}
+        direct = {}
+        for quant in grid["quant"]:
+            record = run_json("run", *BASE, "perf=none", f"quant={quant}", "target=qnn_htp",
+                              "export.shapes.dynamic=false", "--store", str(tmp / "direct"),
+                              "--outputs", str(tmp / "out"), "--name", quant)
+            direct[quant] = htp_figures(record)
+    print("tiny_bert, 4-job sweep quant=w8a8,w8a16 x target=cpu,qnn_htp, fresh stores")
+    for executor, jobs, exports, wall in rows:
+        print(f"  {executor:<5} {jobs} jobs: {exports} export step(s) run (goal 1), {wall:.1f} s")
+    print("  qnn_htp graphs: fixed from the free-axes export | exported with fixed shapes")
+    for overrides, (nodes, mean, low) in derived.items():
+        quant = next(o.split("=", 1)[1] for o in overrides if o.startswith("quant="))
+        d_nodes, d_mean, d_low = direct[quant]
+        print(f"    {quant:<6} nodes {nodes} | {d_nodes}   verify cosine mean {mean:.6f} | "
+              f"{d_mean:.6f}   min {low:.6f} | {d_low:.6f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--executor", choices=["local", "ray"], default="local")
-    if parser.parse_args().executor == "ray":
+    parser.add_argument("--exports", action="store_true",
+                        help="one export across targets: local and Ray, derived vs direct")
+    args = parser.parse_args()
+    if args.exports:
+        exports_main()
+        return
+    if args.executor == "ray":
         ray_main()
         return
     with tempfile.TemporaryDirectory() as d:

@@ -9,6 +9,7 @@ import json
 
 from executors.onnx.artifacts import MODEL
 from executors.onnx.iospecs import io_specs
+from executors.onnx.tied_head import tie_file
 from executors.run.step_api import StepContext, StepResult
 from executors.samples import checkpoint_dir
 from executors.steps.lm_bundle import CHECKPOINT_FILES
@@ -25,7 +26,10 @@ def run(ctx: StepContext) -> StepResult:
         for f in sorted(src_dir.iterdir()):
             if f.name == MODEL or f.name.startswith(f"{MODEL}."):  # the model and its weights
                 link_or_copy(f, ctx.out / f"{graph}_{f.name}")
+        untied = tie_file(ctx.out / f"{graph}_{MODEL}", src_dir)  # the head reads the shared table
         for blob in sorted((src_dir / WEIGHTS).glob("*")):  # named by content: graphs share them
+            if f"{WEIGHTS}/{blob.name}" in untied:
+                continue
             (ctx.out / WEIGHTS).mkdir(exist_ok=True)
             if not (ctx.out / WEIGHTS / blob.name).exists():
                 link_or_copy(blob, ctx.out / WEIGHTS / blob.name)

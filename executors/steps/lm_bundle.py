@@ -1,7 +1,8 @@
 """lm_bundle: a causal LM's deliverable folder. Its prefill and decode graphs as
 `prefill_model.onnx` and `decode_model.onnx` (with whatever their step wrote beside them, such
 as an EPContext binary), one `weights/` folder whose blobs are named by content so that the
-weights both graphs read are stored once, the checkpoint's config, generation config and
+weights both graphs read are stored once (a tied head reads the embedding table itself:
+executors/onnx/tied_head.py), the checkpoint's config, generation config and
 tokenizer files, `bundle.json` (each graph's source step and I/O, the cache geometry) and a
 `genai_config.json` in onnxruntime-genai's layout. Files are hard links to the store entries
 where the file system allows."""
@@ -16,6 +17,7 @@ from executors.generation.bundle import BUNDLE
 from executors.onnx import pieces
 from executors.onnx.artifacts import MODEL
 from executors.onnx.iospecs import io_specs
+from executors.onnx.tied_head import tie_file
 from executors.run.step_api import StepContext, StepResult
 from executors.samples import checkpoint_dir
 from executors.store.weights import WEIGHTS, link_or_copy
@@ -42,7 +44,10 @@ def run(ctx: StepContext) -> StepResult:
         split = pieces.index(src_dir)
         if split is not None:  # a split graph: its parts beside the others, weights shared
             _copy_parts(src_dir, ctx.out, graph, split)
+        untied = set() if split is not None else tie_file(ctx.out / f"{graph}_{MODEL}", src_dir)
         for blob in sorted((src_dir / WEIGHTS).glob("*")):
+            if f"{WEIGHTS}/{blob.name}" in untied:  # the head's copy of the table: not needed
+                continue
             blobs += 1
             (ctx.out / WEIGHTS).mkdir(exist_ok=True)
             if (ctx.out / WEIGHTS / blob.name).exists():

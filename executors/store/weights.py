@@ -212,6 +212,12 @@ def _contained(base: Path, location: str) -> Path:
     return base / rel
 
 
+def data_file(tensor: onnx.TensorProto, base: Path) -> tuple[Path, int]:
+    """The file (inside `base`) and offset of an external tensor's bytes."""
+    info = _external(tensor)
+    return _contained(base, info["location"]), int(info.get("offset", 0))
+
+
 def internalize(model: onnx.ModelProto, base: Path, skip: frozenset[str] = frozenset()) -> None:
     """Read every external tensor of `model` (saved in `base`) but those named in `skip`."""
     for tensor in tensors(model):

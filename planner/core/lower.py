@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.core import lower_generation, mixed_precision, module_perf
+from planner.core import axes, lower_generation, mixed_precision, module_perf
 from planner.core.keys import config_digest
 from planner.core.plan import Plan, Step, graph_step_id
 from planner.core.storelayout import store_root
@@ -37,9 +37,9 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
         out["dataset"] = datasets.read(config["eval"], memo, symbolic)
     memo.save()
     ex = config["export"]
-    if src.symbolic and model["source"] != "onnx_file":
-        out["graphs"] = {"model": {"inputs": ex["inputs"] or SYMBOLIC,
-                                   "outputs": ex["outputs"] or SYMBOLIC}}
+    if src.symbolic and model["source"] != "onnx_file":  # axes as a text model's: most are
+        out["graphs"] = axes.free_or_fixed(config, T.TEXT, {"model": {"inputs": ex["inputs"] or SYMBOLIC,
+                                                         "outputs": ex["outputs"] or SYMBOLIC}})
     elif model["source"] != "onnx_file":
         task, model_class = T.detect(model, info, sources.checkpoint_files(where))
         modality = T.task_modality(task, info, model_class)
@@ -53,10 +53,8 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
                                        lower_generation.check_on_host(ex, modality, info))
         if ex["outputs"]:
             graphs["model"]["outputs"] = list(ex["outputs"])
-        dynamic = _dynamic(config, modality, graphs)
         saved = specs.weights_dtype(info)
-        for spec in graphs.values():
-            spec["dynamic"] = dynamic
+        for spec in axes.free_or_fixed(config, modality, graphs).values():
             if saved not in (None, "float32"):  # export upcasts: said in the plan and the key
                 spec["upcast"] = saved
         count = lower_generation.parts(config, info, modality)
@@ -65,32 +63,6 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
                 spec["parts"] = count
         out.update(task=task, model_class=model_class, modality=modality, graphs=graphs)
     return out
-
-
-def _dynamic(config: dict[str, Any], modality: str, graphs: dict[str, Any]) -> bool:
-    """export.shapes.dynamic: whether a text model's batch and sequence axes stay free in its
-    graph (null: where the target runs any shape, i.e. does not compile)."""
-    from planner.errors import ConfigError
-
-    wanted = config["export"]["shapes"]["dynamic"]
-    target = of_config(config["target"])
-    free_here = modality == T.TEXT and len(graphs) == 1
-    dynamo = config["export"]["exporter"] == "dynamo"
-    if wanted is None:
-        return free_here and not target.compiles and not dynamo
-    if wanted and dynamo:
-        raise ConfigError("export.shapes.dynamic=true: free axes are exported with the "
-                          "TorchScript exporter (the dynamo exporter wants torch.export's "
-                          "dynamic shapes, which are not built); use export=torchscript")
-    if wanted and target.compiles:
-        raise ConfigError(f"export.shapes.dynamic=true: target {target.name} compiles graphs "
-                          "of fixed shapes; set export.shapes.dynamic=null or false")
-    if wanted and not free_here:
-        raise ConfigError(f"export.shapes.dynamic=true: free axes are built for text models of "
-                          f"one graph, and this is a {modality} model"
-                          f"{' of several graphs' if len(graphs) > 1 else ''}; set "
-                          "export.shapes.dynamic=null or false")
-    return bool(wanted)
 
 
 def _custom_io_for_pair(modality: str, which: str) -> Exception:
@@ -163,6 +135,10 @@ def _chain(config: dict[str, Any], graph: str,
         if ex["hierarchy"]:
             steps.append(Step(sid("tag"), "tag", {}, {"model": chain, "hierarchy": chain}))
             chain = sid("tag")
+        if spec.get("fixed"):
+            steps.append(Step(sid("fix_shapes"), "fix_shapes", {"inputs": spec["inputs"]},
+                              {"model": chain}))
+            chain = sid("fix_shapes")
     steps.append(Step(sid("normalize"), "normalize", {}, {"model": chain}))
     steps.append(Step(sid("optimize"), "optimize", {"flags": sorted(config["optim"]["flags"])},
                       {"model": sid("normalize")}))

@@ -199,6 +199,12 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy"),
        publish=("hierarchy",), headline=("opset_used",),
        memory=Memory(weights=2.0, checkpoint=0.7, inline=4.4)),
+    Op("fix_shapes", 1, "fix the free axes of an exported graph to the target's static "
+       "shapes (normalize then folds what became constant): one export for every target",
+       params=("inputs",), inputs=("model",),
+       requires=(Require(N.FORMAT, "eq", "onnx"),),
+       ensures=(Ensure(N.IO_SPECS),),
+       tools=("onnx",), memory=Memory(weights=0.7)),
     Op("normalize", 3, "shape inference and ONNX Runtime basic optimizations",
        params=(), inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),
@@ -289,7 +295,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("onnxruntime", "onnxruntime-qnn"), outputs=("metrics",),
        headline=("latency_ms_median", "latency_ms_p90", "ep"), memory=Memory(weights=1.5),
        dropped_by="perf=none"),
-    Op("bundle", 1, "deliver the graphs of an encoder-decoder model together",
+    Op("bundle", 2, "deliver the graphs of an encoder-decoder model together (a tied head "
+       "reads the embedding table)",
        params=("graphs", "ep", "backend", "provider_options"),
        inputs=("encoder", "decoder", "cross", "source"),
        optional=("cross", "source", "ep", "backend", "provider_options"),
@@ -297,8 +304,9 @@ OPS: dict[str, Op] = {op.name: op for op in (
                  Require(N.FORMAT, "eq", "onnx", role="decoder")),
        tools=("onnx",), outputs=("models",), chain_role="decoder",
        delivers=("encoder", "cross"), memory=Memory(weights=0.7)),
-    Op("lm_bundle", 1, "deliver a causal LM's prefill and decode graphs in one folder, weights "
-       "stored once, with its tokenizer, generation config and genai_config.json",
+    Op("lm_bundle", 2, "deliver a causal LM's prefill and decode graphs in one folder, weights "
+       "stored once (a tied head reads the embedding table), with its tokenizer, generation "
+       "config and genai_config.json",
        params=("graphs", "prefill_length", "context_length", "ep", "backend",
                "provider_options"),
        inputs=("prefill", "decode", "source", "shared", "host"), optional=("shared", "host"),

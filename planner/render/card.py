@@ -44,7 +44,8 @@ def facts(ir: dict[str, Any]) -> dict[str, Any]:
     return {"id": model_id(config["model"]), "name": display_name(config["model"]),
             "task": task, "target": str(config["target"]["name"]),
             "precision": str(config["quant"]["name"]), "tools": dict(ir.get("tools") or {}),
-            "inputs": inputs, "dynamic": bool(exports and exports[0].get("dynamic")),
+            "inputs": inputs, "dynamic": bool(exports and exports[0].get("dynamic")) and not any(
+                s["op"] == "fix_shapes" for s in ir["steps"]),
             "compiled": of_config(config["target"]).compiles,
             "provider_options": provider_options(ir),
             "rules": [f"{rw['rule']} ({rw['action']} {rw['step']}): {rw['conclusion']}"

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import pytest
 
@@ -26,6 +27,16 @@ def build(tmp: Path, family: str, *args: str) -> dict[str, Any]:
                                  outputs=tmp / "out")
     assert code == 0, err
     return record
+
+
+def checkpoint_params(folder: Path) -> tuple[int, bool]:
+    """The parameters of the checkpoint a bundle was built from (a tied table counted once),
+    and whether its head is tied."""
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(str(folder))
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters()), bool(config.tie_word_embeddings)
 
 
 def graphs(record: dict[str, Any]) -> dict[str, onnx.ModelProto]:
@@ -48,6 +59,16 @@ def test_fp32_generation_matches_pytorch_token_for_token(tmp_path: Path, family:
         for value in [*model.graph.input, *model.graph.output]:
             dims = value.type.tensor_type.shape.dim
             assert all(d.dim_value > 0 and not d.dim_param for d in dims), (graph, value.name)
+    # each graph holds the checkpoint's weights once: a tied head (gpt2's, gemma's) reads the
+    # embedding table, not a transposed copy of it
+    folder = Path(step(record, "bundle")["outputs"]["bundle.json"]).parent
+    params, tied = checkpoint_params(folder)
+    for graph, model in graphs(record).items():
+        held = sum(int(np.prod(i.dims)) for i in model.graph.initializer
+                   if i.data_type == onnx.TensorProto.FLOAT)
+        assert held <= params + 4096, (graph, held, params)  # + masks, rotary tables
+        transposes = [n for n in model.graph.node if n.name.endswith("/tied_table")]
+        assert len(transposes) == (1 if tied else 0), graph
 
 
 @pytest.mark.slow
@@ -125,6 +146,28 @@ def test_eval_scores_next_tokens_the_same_for_pytorch_and_the_export(
     assert scores["target"]["perplexity"] == pytest.approx(scores["pytorch"]["perplexity"],
                                                            rel=0.05)
     assert metrics["eval_verdict"] == "PASS"
+    # one quantized weight set: prefill and decode dequantize the same weights with the same
+    # scales (only their activation encodings differ), and a blob is stored once
+    weights = {g: quantized_weights(m) for g, m in graphs(record).items()}
+    assert len(weights["prefill"]) >= 14 and weights["prefill"] == weights["decode"]
+    bundle = step(record, "bundle")["metrics"]
+    assert bundle["blobs_shared_by_graphs"] == bundle["weight_blobs"]
+
+
+def quantized_weights(model: onnx.ModelProto) -> set[tuple[str, str]]:
+    """The digests of each constant a DequantizeLinear reads as its data, with its scale's."""
+    import hashlib
+
+    inits = {i.name: i for i in model.graph.initializer}
+
+    def digest(name: str) -> str:
+        t = inits[name]
+        where = [e.value for e in t.external_data if e.key == "location"]
+        return where[0] if where else hashlib.sha256(t.raw_data).hexdigest()
+
+    return {(digest(n.input[0]), digest(n.input[1])) for n in model.graph.node
+            if n.op_type == "DequantizeLinear" and n.input[0] in inits
+            and len(inits[n.input[0]].dims) >= 2}
 
 
 @pytest.mark.parametrize("target", ["cpu", pytest.param("qnn_htp", marks=pytest.mark.slow)])

@@ -55,7 +55,8 @@ def test_sweep_mistakes(tmp_path: Path) -> None:
 def test_edited_plans_are_refused_by_apply_and_diff(saved_plan: Path, tmp_path: Path) -> None:
     ir = json.loads(saved_plan.read_text())
     edited = json.loads(saved_plan.read_text())
-    edited["steps"][5]["params"]["activation_type"] = "uint8"
+    quantize = next(s for s in edited["steps"] if s["op"] == "quantize")
+    quantize["params"]["activation_type"] = "uint8"
     bad = tmp_path / "edited.json"
     bad.write_text(json.dumps(edited))
     one_error(run_cli("diff", str(saved_plan), str(bad)), "key does not match its content")

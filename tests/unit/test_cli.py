@@ -42,7 +42,7 @@ def test_formats_and_output_file(fmt: str, first: str, tmp_path: Path) -> None:
     result = run_cli("plan", "model=tiny_bert", "--format", fmt, "-o", str(out),
                      "--store", str(tmp_path))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("Plan: 9 to run, 0 cached, 1 elided. Written to")
+    assert result.stdout.startswith("Plan: 10 to run, 0 cached, 1 elided. Written to")
     assert out.read_text().startswith(first)
     if fmt == "json":
         assert json.loads(out.read_text())["summary"]["elided"] == 1

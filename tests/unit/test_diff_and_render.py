@@ -20,11 +20,12 @@ def test_diff_added_removed_changed(tmp_path: Path) -> None:
     cpu = ir(tmp_path, "target=cpu", "quant=none")
     htp = ir(tmp_path, "target=qnn_htp", "quant=w8a8")
     d = diff(cpu, htp)
-    assert {s["id"] for s in d["added"]} == {"legalize", "quantize", "compile"}
+    assert {s["id"] for s in d["added"]} == {"fix_shapes", "legalize", "quantize", "compile"}
     legalize = next(s for s in d["added"] if s["id"] == "legalize")
     assert legalize["why"].startswith("inserted by target-legalize")
     back = diff(htp, cpu)
-    assert {s["id"] for s in back["removed"]} == {"legalize", "quantize", "compile"}
+    assert {s["id"] for s in back["removed"]} == {"fix_shapes", "legalize", "quantize",
+                                                  "compile"}
     changed = {s["id"]: s["changes"] for s in d["changed"]}
     assert "reads model: normalize -> quantize" in changed["tag"]
     assert any(c.startswith("ep: cpu -> qnn") for c in changed["perf"])
@@ -41,7 +42,7 @@ def test_diff_names_the_rule_when_an_elision_goes_away(tmp_path: Path) -> None:
 def test_diff_of_equal_plans_is_empty(tmp_path: Path) -> None:
     a = ir(tmp_path)
     d = diff(a, a)
-    assert d["summary"] == {"added": 0, "removed": 0, "changed": 0, "unchanged": 10}
+    assert d["summary"] == {"added": 0, "removed": 0, "changed": 0, "unchanged": 11}
     assert render_text(d).strip() == "Diff: 0 added, 0 removed, 0 changed, 10 unchanged."
 
 

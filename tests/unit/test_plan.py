@@ -29,7 +29,7 @@ def test_default_plan_text_matches_golden(session_store: Path) -> None:
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.write_text(got)
     assert got == GOLDEN.read_text()
-    assert got.rstrip().splitlines()[-1] == "Plan: 9 to run, 0 cached, 1 elided."
+    assert got.rstrip().splitlines()[-1] == "Plan: 10 to run, 0 cached, 1 elided."
 
 
 def test_plan_json_is_byte_identical_across_processes(session_store: Path) -> None:

@@ -70,14 +70,25 @@ def test_merged_plan_has_each_key_once_and_shares_the_prefix(tmp_path: Path) -> 
     assert all(rw["action"] == "merge" and rw["premises"] for rw in merges)
 
 
-def test_cpu_and_htp_export_their_own_graphs_of_text_by_default(tmp_path: Path) -> None:
+def test_cpu_and_htp_share_one_export_of_text_by_default(tmp_path: Path) -> None:
+    """The text graph is exported with free axes once; HTP fixes them in a step of its own."""
     sweep = plan_sweep(["model=tiny_bert", "quant=w8a16", "target=cpu,qnn_htp"],
                        store=str(tmp_path))
-    exports = {j.overrides[-1]: next(s for s in j.ir["steps"] if s["id"] == "export")
-               for j in sweep.jobs}
-    assert exports["target=cpu"]["params"]["dynamic"] is True
-    assert "dynamic" not in exports["target=qnn_htp"]["params"]
-    assert exports["target=cpu"]["key"] != exports["target=qnn_htp"]["key"]
+    steps = {j.overrides[-1]: {s["id"]: s for s in j.ir["steps"]} for j in sweep.jobs}
+    cpu, htp = steps["target=cpu"], steps["target=qnn_htp"]
+    assert cpu["export"]["params"]["dynamic"] is True
+    assert cpu["export"]["key"] == htp["export"]["key"]
+    assert "fix_shapes" not in cpu
+    fixed = htp["fix_shapes"]
+    assert fixed["inputs"] == {"model": "export"}
+    assert [i["shape"] for i in fixed["params"]["inputs"]] == [[1, 128]] * 3
+    assert htp["normalize"]["inputs"] == {"model": "fix_shapes"}
+    exports = [v for v in sweep.unique.values() if v["step"]["op"] == "export"]
+    assert len(exports) == 1 and exports[0]["jobs"] == [0, 1]
+    # asked for fixed shapes, each target exports them directly: no step fixes them
+    direct = plan_sweep(["model=tiny_bert", "quant=w8a16", "target=qnn_htp",
+                         "export.shapes.dynamic=false"], store=str(tmp_path)).jobs[0].ir["steps"]
+    assert "fix_shapes" not in {s["id"] for s in direct}
 
 
 def test_a_step_one_job_elides_and_another_runs_is_run(tmp_path: Path) -> None:
