@@ -21,12 +21,24 @@ def render(sweep: dict[str, Any]) -> str:
     if shared:
         lines += ["", "Shared steps (sweep-CSE: one step for every job that has its key):"]
         lines += [f"  {st['id']:<10} {short(st['key'])}  {st['action']:<6}  jobs "
-                  f"{', '.join(map(str, st['jobs']))}" for st in shared]
+                  f"{spans(st['jobs'])}" for st in shared]
     lines += ["", (f"Sweep plan: {s['jobs']} jobs, {s['total_steps']} steps, "
                    f"{s['unique_steps']} unique ({s['run']} to run, {s['cached']} cached, "
                    f"{s['elided']} elided), {s['shared_steps']} shared, "
                    f"{s['failed_jobs']} job(s) with config errors.")]
     return "\n".join(lines) + "\n"
+
+
+def spans(jobs: list[int]) -> str:
+    """Job numbers with each run of consecutive ones as a range: `0-499, 501, 503-999`."""
+    out: list[tuple[int, int]] = []
+    for n in sorted(jobs):
+        if out and out[-1][1] == n - 1:
+            out[-1] = (out[-1][0], n)
+        else:
+            out.append((n, n))
+    return ", ".join(f"{a}" if a == b else f"{a}, {b}" if b == a + 1 else f"{a}-{b}"
+                     for a, b in out)
 
 
 def report_text(summary: dict[str, Any]) -> str:

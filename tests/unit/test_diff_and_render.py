@@ -43,7 +43,7 @@ def test_diff_of_equal_plans_is_empty(tmp_path: Path) -> None:
     a = ir(tmp_path)
     d = diff(a, a)
     assert d["summary"] == {"added": 0, "removed": 0, "changed": 0, "unchanged": 11}
-    assert render_text(d).strip() == "Diff: 0 added, 0 removed, 0 changed, 10 unchanged."
+    assert render_text(d).strip() == "Diff: 0 added, 0 removed, 0 changed, 11 unchanged."
 
 
 def test_diff_markdown_is_a_table(tmp_path: Path) -> None:

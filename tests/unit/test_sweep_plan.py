@@ -115,6 +115,17 @@ def test_plan_m_cli_text_and_json(tmp_path: Path) -> None:
     assert "Shared steps" in result.stdout
     assert result.stdout.strip().splitlines()[-1].startswith(
         "Sweep plan: 4 jobs, 38 steps, 24 unique")
+    # a step shared by consecutive jobs names them as a range, one line per step
+    shared = {line.split()[0]: line.split("jobs ", 1)[1] for line in
+              result.stdout.split("Shared steps", 1)[1].splitlines()[1:] if "jobs " in line}
+    assert shared["resolve"] == shared["export"] == "0-3"
+
+
+def test_job_spans() -> None:
+    from planner.render.sweep import spans
+
+    assert spans([3]) == "3" and spans([1, 0]) == "0, 1"
+    assert spans([0, 1, 2, 3, 5, 7, 8, 9, 12]) == "0-3, 5, 7-9, 12"
 
 
 def test_ready_steps_start_longest_remaining_path_first(tmp_path: Path) -> None:
