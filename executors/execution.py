@@ -18,7 +18,7 @@ from executors.run.outcome import Runner, StepOutcome
 from executors.run.stepdag import Job, Scheduler, StepDag
 from executors.store.content import Store
 from executors.store.lease import Lease
-from planner.core import module_perf
+from planner.core import memory, module_perf
 from planner.core.sweep import SweepPlan
 from planner.errors import PlanError, RunInterrupted
 from planner.render.results import csv_text, rows
@@ -75,6 +75,13 @@ def _module_trees(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
         return {}
 
 
+def _budget(irs: list[dict[str, Any]]) -> int | None:
+    """The memory the steps of a merged sweep may expect to use side by side: the smallest of
+    its jobs' limits (run.max_memory, else this machine's available memory now)."""
+    limits = [got for ir in irs if (got := memory.limit(ir["config"])[0]) is not None]
+    return min(limits, default=None)
+
+
 def run_plan(executor: str, store: Store, runner: Runner, ir: dict[str, Any],
              outputs_dir: Path | None, overrides: list[str], say: Any) -> dict[str, Any]:
     """One plan (a DAG of one job): its run record, published to `outputs_dir` and saved."""
@@ -85,7 +92,8 @@ def run_plan(executor: str, store: Store, runner: Runner, ir: dict[str, Any],
     with interrupts.handling(forkserver.kill_all), Lease(store.root) as lease:
         lease.hold(dag.nodes)  # store gc keeps them
         stage = publish.staging_dir(outputs_dir) if outputs_dir else None
-        scheduler = Scheduler(dag, runner, say, lambda _key, _step: stage, lease.hold)
+        scheduler = Scheduler(dag, runner, say, lambda _key, _step: stage, lease.hold,
+                              budget=memory.limit(ir["config"])[0])
         signal_name = None
         try:
             scheduler.run()
@@ -110,7 +118,8 @@ def run_sweep(executor: str, store: Store, runner: Runner, sweep: SweepPlan, swe
     with interrupts.handling(forkserver.kill_all), Lease(store.root) as lease:
         lease.hold(dag.nodes)  # store gc keeps every key of the sweep while it runs
         scheduler = Scheduler(dag, runner, say,
-                              lambda key, _step: sweep_dir / ".shared" / key[:12], lease.hold)
+                              lambda key, _step: sweep_dir / ".shared" / key[:12], lease.hold,
+                              budget=_budget([j.ir for j in sweep.jobs if j.ir is not None]))
         try:
             outcomes = scheduler.run()
         except interrupts.Interrupted as stop:

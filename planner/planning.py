@@ -11,7 +11,7 @@ from planner import rules
 from planner.config.compose import compose_timed
 from planner.config.conftree import PACKAGED, ConfigTree
 from planner.config.validate import check_config
-from planner.core import module_perf
+from planner.core import memory, module_perf
 from planner.core.keys import assign_keys
 from planner.core.lower import lower
 from planner.core.ops import Trait
@@ -41,6 +41,8 @@ def plan_for(config: dict[str, Any], symbolic: bool = False,
     assign_keys(plan)
     module_perf.check_known_modules(plan, store_root(config))
     mark_actions(plan, store_root(config))
+    memory.estimate(plan)
+    memory.check(plan)
     if timings is not None:
         timings["plan_s"] = time.perf_counter() - t0
     return plan

@@ -42,6 +42,8 @@ def step_record(step: dict[str, Any], key: str, **fields: Any) -> dict[str, Any]
     if unknown:
         raise KeyError(f"step record has no field(s) {sorted(unknown)}")
     rec.update(fields)
+    if "memory" in step:  # the plan's estimate, beside what was measured
+        rec["planned_peak_mb"] = round(step["memory"]["peak"] / 2**20, 1)
     return rec
 
 

@@ -4,7 +4,8 @@ single run (a sweep of one job), a merged sweep and Ray alike.
 A `StepDag` holds each unique key once (`nodes`: key -> {step, jobs}), what it reads (`deps`:
 key -> role -> key) and each job's plan. `Scheduler.run` starts ready steps on a runner
 (executors/run/outcome.py: the local warm workers, or Ray tasks), longest remaining path first,
-and measurements (perf) last, when nothing else runs. Here and nowhere else: a step whose input
+and measurements (perf) last, when nothing else runs; a step does not start beside others when
+their expected peaks and its own would pass the run's memory budget. Here and nowhere else: a step whose input
 failed is skipped, and so is a measurement of a job whose gate (verify, eval) failed; an elided step is re-checked on its real input (the proof's premises), and
 if they do not hold the step runs after all and the jobs that read it are re-keyed
 (`StepDag.unelide`); an interrupt ends the running steps through the runner (`Scheduler.run`).
@@ -166,6 +167,12 @@ class StepDag:
             self._add(job, s)
 
 
+def expected_peak(step: dict[str, Any]) -> int:
+    """The bytes a step is expected to use at its peak when it runs (0: the plan has no
+    estimate, or it only re-checks an elision)."""
+    return (step.get("memory") or {}).get("peak", 0) if step["action"] != "elided" else 0
+
+
 def s_key(ir: dict[str, Any], step_id: str) -> str:
     return next(s["key"] for s in ir["steps"] if s["id"] == step_id)
 
@@ -178,9 +185,11 @@ class Scheduler:
 
     def __init__(self, dag: StepDag, runner: Runner, say: Callable[[str], None],
                  out_dir: Callable[[str, dict[str, Any]], Path | None],
-                 hold: Callable[[Any], None] = lambda _keys: None) -> None:
+                 hold: Callable[[Any], None] = lambda _keys: None,
+                 budget: int | None = None) -> None:
         self.dag, self.runner, self.say, self.out_dir = dag, runner, say, out_dir
         self.hold = hold  # keys the store's gc must keep (a re-keyed job's new ones)
+        self.budget = budget  # bytes the steps running side by side may expect to use
         self.outcomes: dict[str, StepOutcome] = {}
         self.running: dict[Future[StepOutcome], tuple[str, Work]] = {}
         self.pending = set(dag.nodes)
@@ -241,6 +250,8 @@ class Scheduler:
             inputs = {role: Path(outcomes[d].path or "") for role, d in deps.items()}
             if len(self.running) >= slots:
                 break
+            if not self.fits(step):
+                continue  # a smaller ready step may fit beside the running ones
             self.pending.discard(key)
             turn, self._turns = self._turns, self._turns + measures(step)
             work = Work(step, key, inputs, self.out_dir(key, step), dag.label(key), turn)
@@ -248,6 +259,14 @@ class Scheduler:
             self.running[self.runner.start(work)] = (key, work)
             self._starting = None
         return settled
+
+    def fits(self, step: dict[str, Any]) -> bool:
+        """Whether `step` may start now: nothing runs, or the running steps' expected peaks
+        and its own stay within the budget (the plan's estimates, planner/core/memory.py)."""
+        if self.budget is None or not self.running:
+            return True
+        in_use = sum(expected_peak(w.step) for _k, w in self.running.values())
+        return in_use + expected_peak(step) <= self.budget
 
     def _failed_gate(self, key: str) -> str | None:
         """Why a measurement is not worth running: every job it measures had a gate step fail,

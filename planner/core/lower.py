@@ -14,7 +14,7 @@ from planner.core.plan import Plan, Step, graph_step_id
 from planner.core.storelayout import store_root
 from planner.core.targets import of_config
 from planner.core.targets import reference as reference_target
-from planner.models import datasets, evaldata, evaluation, sources, specs
+from planner.models import datasets, evaldata, evaluation, footprint, sources, specs
 from planner.models import tasks as T
 
 SYMBOLIC = "<from the checkpoint>"  # specs of a source that could not be read here
@@ -107,8 +107,10 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
     if known.get("dataset") is not None and known["dataset"].kind == "symbolic":
         symbolic_sources.append({"step": "eval", "reason": f"eval.dataset.path "
                                  f"{known['dataset'].where!r} is not on this machine"})
+    weights = None if known["symbolic"] else footprint.read(known["info"], known["where"])
     return Plan(config=config, config_digest=config_digest(config), steps=steps,
-                deliverable=deliverable_id, symbolic_sources=symbolic_sources)
+                deliverable=deliverable_id, symbolic_sources=symbolic_sources,
+                weights=weights, cuttable=known["modality"] == T.CAUSAL)
 
 
 def _chain(config: dict[str, Any], graph: str,

@@ -95,6 +95,26 @@ class Require:
 
 
 @dataclass(frozen=True)
+class Memory:
+    """How a step's peak memory scales with its graph (planner/core/memory.py adds the runtime's
+    own): `weights` times the graph's weights as fp32 bytes, `by_bits` instead at the build's
+    weight bits where measured apart, `checkpoint` times the checkpoint as stored (a step that
+    loads the torch model), each per part when `per_part` (a cut graph handled part by part).
+    Calibrated on this machine (benchmarks/REPORT.md: the llm_bench and scale_bench sections)."""
+
+    weights: float = 0.0
+    by_bits: tuple[tuple[int, float], ...] = ()
+    checkpoint: float = 0.0
+    per_part: bool = False
+    inline: float | None = None  # instead of `weights` under 2 GiB: the graph serialized whole
+
+    def factor(self, weight_bits: int, fp32_bytes: int) -> float:
+        if self.inline is not None and fp32_bytes < 2**31:
+            return self.inline
+        return dict(self.by_bits).get(weight_bits, self.weights)
+
+
+@dataclass(frozen=True)
 class Op:
     name: str
     version: int
@@ -120,6 +140,8 @@ class Op:
     # inputs besides the chain's that it delivers as they are (a bundle's other graphs): a
     # step moved onto their chain is read here too
     delivers: tuple[str, ...] = ()
+    memory: Memory = Memory()      # how its peak memory scales with the model
+    dropped_by: str = ""           # the override that leaves its steps out of a plan
 
     def has(self, trait: Trait) -> bool:
         return trait in self.traits
@@ -164,7 +186,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                 Ensure(N.SOURCE_DIGEST, Param("digest")), Ensure(N.TASK, Param("task")),
                 Ensure(N.MODEL_CLASS, Param("model_class"))),
        traits=frozenset({T.SOURCE, T.HEAVY}),
-       tools=("torch", "transformers"), unkeyed=("path",), outputs=("source",)),
+       tools=("torch", "transformers"), unkeyed=("path",), outputs=("source",), memory=Memory(checkpoint=0.1)),
     Op("export", 5, "export one graph to ONNX and record the module hierarchy",
        params=("exporter", "opset", "graph", "inputs", "outputs", "hierarchy", "report",
                "torch_modules", "dynamic", "upcast"), optional=("dynamic", "upcast"),
@@ -175,19 +197,20 @@ OPS: dict[str, Op] = {op.name: op for op in (
                 Ensure(N.IO_SPECS), Ensure(N.HIERARCHY_MAP, Param("hierarchy"))),
        traits=frozenset({T.HEAVY}),
        tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy"),
-       publish=("hierarchy",), headline=("opset_used",)),
+       publish=("hierarchy",), headline=("opset_used",),
+       memory=Memory(weights=2.0, checkpoint=0.7, inline=4.4)),
     Op("fix_shapes", 1, "fix the free axes of an exported graph to the target's static "
        "shapes (normalize then folds what became constant): one export for every target",
        params=("inputs",), inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),
        ensures=(Ensure(N.IO_SPECS),),
-       tools=("onnx",)),
+       tools=("onnx",), memory=Memory(weights=0.7)),
     Op("normalize", 3, "shape inference and ONNX Runtime basic optimizations",
        params=(), inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),
        # measured: ORT's basic level includes MatMulAddFusion
        ensures=(Ensure(N.NORMALIZED), Ensure(N.FUSED, ("matmul_add",))),
-       traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime")),
+       traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime"), memory=Memory(weights=1.5)),
     Op("optimize", 4, "normalize, ONNX Runtime fusions named by flags, normalize again "
        "(optimize{} is normalize)",
        params=("flags",), inputs=("model",),
@@ -195,20 +218,20 @@ OPS: dict[str, Op] = {op.name: op for op in (
        requires=(Require(N.FORMAT, "eq", "onnx"),),
        ensures=(Ensure(N.NORMALIZED), Ensure(N.FUSED, Param("flags"))),
        prepares=(Ensure(N.NORMALIZED), Ensure(N.FUSED, ("matmul_add",))),
-       traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime")),
+       traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime"), memory=Memory(weights=1.5)),
     Op("legalize", 5, "rewrite what the target rejects (mask constants and Where, Erf GELU, "
        "Einsum, Col2Im, pooling forms) and check no op outside its table is left",
        params=("target",), inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),
        ensures=(Ensure(N.LEGAL_FOR, Param("target")),),
        traits=frozenset({T.IDEMPOTENT, T.HEAVY}),
-       tools=("onnx", "onnxruntime")),
+       tools=("onnx", "onnxruntime"), memory=Memory(weights=4.0)),
     Op("tag", 2, "write hierarchy tags into every node's metadata",
        params=(), inputs=("model", "hierarchy"),
        requires=(Require(N.FORMAT, "eq", "onnx"), Require(N.HIERARCHY_MAP, role="hierarchy")),
        ensures=(Ensure(N.TAGGED),),
        traits=frozenset({T.IDEMPOTENT, T.WRITES_NODE_METADATA}),
-       tools=("onnx",)),
+       tools=("onnx",), memory=Memory(weights=0.7)),
     Op("quantize", 2, "QDQ static quantization (or float16 conversion)",
        params=("kind", "weight_type", "activation_type", "per_channel", "symmetric",
                "calibration", "profile", "overrides", "search", "block_size"),
@@ -220,7 +243,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                  Require(N.LEGAL_FOR, "eq", Param("profile"), config_path="quant")),
        ensures=(Ensure(N.PRECISION, Derived("w<bits>a<bits>[+mixed], or fp16", precision)),),
        traits=frozenset({T.DROPS_NODE_METADATA, T.CHANGES_OPSET, T.HEAVY}),
-       tools=("onnx", "onnxruntime", "transformers")),
+       tools=("onnx", "onnxruntime", "transformers"), memory=Memory(weights=4.0)),
     Op("compile", 3, "compile to an EPContext model on the target's execution provider",
        params=("target", "ep", "backend", "embed_context", "cpu_fallback", "provider_options"),
        inputs=("model",),
@@ -230,7 +253,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
                  Require(N.LEGAL_FOR, "eq", Param("target"), config_path="target")),
        ensures=(Ensure(N.COMPILED, Param("target")),),
        traits=frozenset({T.NEEDS_EP, T.ENCAPSULATES, T.HEAVY}),
-       tools=("onnx", "onnxruntime", "onnxruntime-qnn")),
+       tools=("onnx", "onnxruntime", "onnxruntime-qnn"),
+       memory=Memory(weights=3.3, by_bits=((4, 2.1),), per_part=True)),
     Op("verify", 1, "compare the candidate with the fp32 reference on real inputs",
        params=("metric", "reference", "threshold", "samples", "ep", "backend",
                "provider_options"),
@@ -239,7 +263,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
                  Require(N.FORMAT, "eq", "onnx", role="reference")),
        traits=frozenset({T.SINK, T.NEEDS_EP, T.HEAVY, T.GATE}),
        tools=("onnxruntime", "onnxruntime-qnn", "transformers"),
-       outputs=("metrics",), chain_role="candidate", headline=("cosine_mean", "cosine_min")),
+       outputs=("metrics",), chain_role="candidate", headline=("cosine_mean", "cosine_min"),
+       memory=Memory(weights=2.4), dropped_by="verify=none"),
     Op("eval", 2, "the task's metric for PyTorch, the fp32 export and the deliverable on its "
        "target, with a verdict against the largest drop allowed",
        params=("task", "metric", "max_drop", "dataset", "dataset_kind", "dataset_name", "split",
@@ -251,7 +276,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("torch", "transformers", "onnxruntime", "onnxruntime-qnn", "datasets",
               "scikit-learn", "scipy", "seqeval", "jiwer", "sacrebleu", "faster-coco-eval"),
        unkeyed=("dataset",), outputs=("metrics",), chain_role="candidate",
-       headline=("eval_target", "eval_drop", "eval_verdict"), gate="regression"),
+       headline=("eval_target", "eval_drop", "eval_verdict"), gate="regression",
+       memory=Memory(weights=2.4, checkpoint=1.0), dropped_by="eval=none"),
     Op("extract", 1, "cut out the subgraph of each module the name or tag path matches",
        params=("module",), inputs=("model", "hierarchy"),
        requires=(Require(N.FORMAT, "eq", "onnx"),
@@ -259,7 +285,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                          fix="perf.module needs a model exported with hierarchy tags"),
                  Require(N.HIERARCHY_MAP, role="hierarchy")),
        traits=frozenset({T.CUTS_GRAPH}),
-       tools=("onnx", "onnxruntime")),
+       tools=("onnx", "onnxruntime"), memory=Memory(weights=1.5)),
     Op("perf", 2, "session time, latency and where the time goes, per module, on the target's "
        "execution provider",
        params=("ep", "backend", "iterations", "warmup", "profile_runs", "provider_options"),
@@ -267,7 +293,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        requires=(Require(N.FORMAT, "eq", "onnx"),),
        traits=frozenset({T.SINK, T.NEEDS_EP, T.NOT_CACHEABLE, T.HEAVY}),
        tools=("onnxruntime", "onnxruntime-qnn"), outputs=("metrics",),
-       headline=("latency_ms_median", "latency_ms_p90", "ep")),
+       headline=("latency_ms_median", "latency_ms_p90", "ep"), memory=Memory(weights=1.5),
+       dropped_by="perf=none"),
     Op("bundle", 2, "deliver the graphs of an encoder-decoder model together (a tied head "
        "reads the embedding table)",
        params=("graphs", "ep", "backend", "provider_options"),
@@ -276,7 +303,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        requires=(Require(N.FORMAT, "eq", "onnx", role="encoder"),
                  Require(N.FORMAT, "eq", "onnx", role="decoder")),
        tools=("onnx",), outputs=("models",), chain_role="decoder",
-       delivers=("encoder", "cross")),
+       delivers=("encoder", "cross"), memory=Memory(weights=0.7)),
     Op("lm_bundle", 2, "deliver a causal LM's prefill and decode graphs in one folder, weights "
        "stored once (a tied head reads the embedding table), with its tokenizer, generation "
        "config and genai_config.json",
@@ -285,7 +312,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        inputs=("prefill", "decode", "source", "shared", "host"), optional=("shared", "host"),
        requires=(Require(N.FORMAT, "eq", "onnx", role="prefill"),
                  Require(N.FORMAT, "eq", "onnx", role="decode")),
-       tools=("onnx",), outputs=("models",), chain_role="decode", delivers=("prefill",)),
+       tools=("onnx",), outputs=("models",), chain_role="decode", delivers=("prefill",),
+       memory=Memory(weights=0.7)),
     Op("split", 1, "cut a tagged graph into parts by its repeated block (decoder layers), "
        "each part's weights under what one model may hold",
        params=("parts",), inputs=("model",),
@@ -294,12 +322,13 @@ OPS: dict[str, Op] = {op.name: op for op in (
                          fix="export.parts needs a model exported with hierarchy tags "
                              "(export.hierarchy=true)")),
        traits=frozenset({T.CUTS_GRAPH, T.HEAVY}),
-       tools=("onnx", "onnxruntime")),
+       tools=("onnx", "onnxruntime"), memory=Memory(weights=1.5)),
     Op("host_layers", 1, "export a causal LM's embeddings and/or head (export.on_host) as "
        "small fp32 graphs the host CPU runs beside the target's",
        params=("layers",), inputs=("source",),
        traits=frozenset({T.HEAVY}),
-       tools=("torch", "transformers", "onnx"), outputs=("models",), chain_role="source"),
+       tools=("torch", "transformers", "onnx"), outputs=("models",), chain_role="source",
+       memory=Memory(weights=0.5, checkpoint=1.0)),
     Op("share_context", 1, "compile a causal LM's two graphs into EPContext models sharing "
        "one context binary (the weights once on the device), and try loading it here",
        params=("target", "ep", "backend", "provider_options"), inputs=("prefill", "decode"),
@@ -310,7 +339,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
            Require(N.LEGAL_FOR, "eq", Param("target"), role=role, config_path="target"))),
        traits=frozenset({T.NEEDS_EP, T.HEAVY}),
        tools=("onnx", "onnxruntime", "onnxruntime-qnn"), outputs=("models",),
-       chain_role="decode", delivers=("prefill",)),
+       chain_role="decode", delivers=("prefill",),
+       memory=Memory(weights=4.1, by_bits=((4, 2.9),))),
     Op("verify_generation", 1, "the deliverable's greedy generation against PyTorch's on real "
        "prompts: token agreement, first divergence, logits cosine per step",
        params=("prompts", "new_tokens", "threshold", "ep", "backend", "provider_options"),
@@ -318,7 +348,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.SINK, T.NEEDS_EP, T.HEAVY}),
        tools=("torch", "transformers", "onnxruntime", "onnxruntime-qnn"),
        outputs=("metrics",), chain_role="candidate",
-       headline=("token_agreement", "first_divergence", "cosine_mean")),
+       headline=("token_agreement", "first_divergence", "cosine_mean"),
+       memory=Memory(weights=2.3, checkpoint=1.0), dropped_by="verify=none"),
     Op("generate_loop", 1, "export an encoder-decoder's greedy decoding as one ONNX graph (the "
        "decoder in a Loop) and open it through the session cache, cold and warm",
        params=("encoder_inputs", "decoder_length", "start", "pad", "masked", "opset"),
@@ -327,5 +358,6 @@ OPS: dict[str, Op] = {op.name: op for op in (
                          fix="the loop is exported from the torch model"),),
        traits=frozenset({T.SINK, T.HEAVY}),
        tools=("torch", "transformers", "onnx", "onnxruntime"), outputs=("loop",),
-       publish=("loop",), headline=("cache_warm", "session_warm_s")),
+       publish=("loop",), headline=("cache_warm", "session_warm_s"),
+       memory=Memory(weights=1.0, checkpoint=1.0)),
 )}

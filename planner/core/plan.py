@@ -7,6 +7,7 @@ from typing import Any
 
 from planner.core import facts as F
 from planner.core.ops import OPS, Op, Trait
+from planner.models.footprint import Weights
 
 FORMAT_VERSION = 1
 ACTIONS = ("run", "cached", "elided")
@@ -57,6 +58,7 @@ class Step:
     inserted_by: dict[str, Any] | None = None
     moved_by: dict[str, Any] | None = None
     via: dict[str, str] = field(default_factory=dict)  # role -> elided step it stands in for
+    memory: int | None = None  # its expected peak in bytes (planner/core/memory.py)
 
     @property
     def decl(self) -> Op:
@@ -76,6 +78,9 @@ class Plan:
     rewrites: list[Rewrite] = field(default_factory=list)
     tools: dict[str, str] = field(default_factory=dict)
     symbolic_sources: list[dict[str, str]] = field(default_factory=list)  # {step, reason}
+    weights: Weights | None = None    # the checkpoint's, as read before any step
+    cuttable: bool = False            # export.parts may cut its graphs into more parts
+    memory: dict[str, Any] | None = None  # the run's expected peak (planner/core/memory.py)
 
     # -- lookups -------------------------------------------------------------------------
     def step(self, step_id: str) -> Step:
@@ -221,6 +226,7 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         known = self.facts()
         symbolic = {"symbolic_sources": self.symbolic_sources} if self.symbolic_sources else {}
+        memory = {"memory": self.memory} if self.memory else {}
         return {
             "format_version": FORMAT_VERSION,
             "planner_version": _version(),
@@ -231,6 +237,7 @@ class Plan:
             "rewrites": [rw.record() for rw in self.rewrites],
             "summary": self.summary(),
             **symbolic,
+            **memory,
             "config": self.config,
         }
 
@@ -246,6 +253,8 @@ def _step_json(s: Step, facts: F.Facts) -> dict[str, Any]:
             out[name] = getattr(s, name)
     if s.via:
         out["via"] = dict(sorted(s.via.items()))
+    if s.memory is not None:
+        out["memory"] = {"peak": s.memory}
     return out
 
 

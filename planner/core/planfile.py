@@ -218,7 +218,7 @@ def check_derivation(ir: dict[str, Any], where: str, store: Path | None) -> None
 def _difference(theirs: dict[str, Any], ours: dict[str, Any] | None) -> str:
     if ours is None:
         return "its config plans no such step"
-    for field in ("op", "inputs", "via"):
+    for field in ("op", "inputs", "via", "memory"):
         if theirs.get(field) != ours.get(field):
             return f"{field} differs"
     for name in sorted(set(theirs["params"]) | set(ours["params"])):

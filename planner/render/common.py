@@ -7,6 +7,7 @@ from typing import Any
 
 from planner.core.plan import ACTIONS
 from planner.models import evaluation
+from planner.support.units import human_bytes
 
 MARK = dict(zip(ACTIONS, "+=-", strict=True))  # run, cached, elided
 GROUP_KEYS = ("model", "optim", "quant", "target", "verify", "eval", "perf")
@@ -126,6 +127,30 @@ def counts_line(summary: dict[str, int]) -> str:
 
 def summary_line(ir: dict[str, Any]) -> str:
     return counts_line(ir["summary"]) + (" " + SYMBOLIC if ir.get("symbolic_sources") else "")
+
+
+def peak_text(s: dict[str, Any]) -> str:
+    """`; peak ~1.2 GB`: a step's expected peak memory, when the plan has one."""
+    return f"; peak ~{human_bytes(s['memory']['peak'])}" if "memory" in s else ""
+
+
+def memory_line(ir: dict[str, Any]) -> str | None:
+    """The run's expected peak, the weights it is estimated from, and the limit it is held to
+    (named, not measured: a plan reads the same on every machine)."""
+    mem = ir.get("memory")
+    if not mem:
+        return None
+    w = mem["weights"]
+    asked = ir["config"].get("run", {}).get("max_memory")
+    held = f"held to run.max_memory={asked}" if asked is not None else \
+        "held to this machine's available memory (run.max_memory=null)" \
+        if ir["config"]["executor"]["name"] == "local" else "no limit set (run.max_memory=null)"
+    where = f"at {mem['step']}" if mem["step"] else "nothing to run"
+    how = "one step at a time" if ir["config"]["executor"]["name"] == "local" else \
+        "per step, on its node"
+    return (f"Memory: peak ~{human_bytes(mem['peak'])} {where}, {how} "
+            f"(weights: {w['params'] / 1e6:.1f} M parameters, {human_bytes(w['stored'])} "
+            f"{w['dtype']}, from {w['basis']}); {held}.")
 
 
 SYMBOLIC = "Symbolic source keys: for review only, `apply` refuses this plan."

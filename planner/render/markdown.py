@@ -10,7 +10,9 @@ from planner.render import origin
 from planner.render.common import (
     details,
     headline,
+    memory_line,
     params_line,
+    peak_text,
     premise_text,
     short,
     summary_line,
@@ -36,7 +38,7 @@ def render(ir: dict[str, Any]) -> str:
         ask = f" {cell(resources.request(s, ir['config']['executor']).describe())} |" \
             if on_ray else ""
         lines.append(f"| `{s['id']}` | {s['op']} | {action} | `{short(s['key'])}` | "
-                     f"{cell(params_line(s['params']))} | {cell(why(s))} |{ask}")
+                     f"{cell(params_line(s['params']))} | {cell(why(s) + peak_text(s))} |{ask}")
     said = [f"- `{s['id']}` {label}: {cell(text)}" for s in ir["steps"]
             for label, text in details(s)]
     lines += ["", *said] if said else []
@@ -50,5 +52,7 @@ def render(ir: dict[str, Any]) -> str:
     lines += ["", "<details><summary>Ops</summary>", "", "| op | what it does |", "|---|---|"]
     lines += [f"| {name} | {cell(OPS[name].summary)} |"
               for name in dict.fromkeys(s["op"] for s in ir["steps"]) if name in OPS]
-    lines += ["", "</details>", "", f"**{summary_line(ir)}**"]
+    memory = memory_line(ir)
+    lines += ["", "</details>", *(["", cell(memory)] if memory else []), "",
+              f"**{summary_line(ir)}**"]
     return "\n".join(lines) + "\n"

@@ -160,10 +160,11 @@ def _counts(record: dict[str, Any]) -> dict[str, int]:
 
 
 def _cost(step: dict[str, Any]) -> tuple[str, str]:
-    """Wall time and peak RSS of a step that ran (blank otherwise)."""
+    """Wall time and peak RSS of a step that ran (blank otherwise), with the plan's estimate."""
     if step["action"] != "run" or step["status"] != "ok":
         return "", ""
-    return f"{step['wall_s']:.2f} s", f"{step['peak_rss_mb']:.0f} MB"
+    planned = f" (plan ~{step['planned_peak_mb']:.0f})" if "planned_peak_mb" in step else ""
+    return f"{step['wall_s']:.2f} s", f"{step['peak_rss_mb']:.0f} MB{planned}"
 
 
 def table(record: dict[str, Any], limit: int | None = modules.TOP) -> str:

@@ -11,7 +11,9 @@ from planner.render.common import (
     MARK,
     details,
     headline,
+    memory_line,
     params_line,
+    peak_text,
     premise_text,
     short,
     summary_line,
@@ -30,7 +32,7 @@ def render(ir: dict[str, Any]) -> str:
         lines.append(f"  {MARK[s['action']]} {s['id']:<{width}}  {s['action']:<6}  "
                      f"{short(s['key'])}  {params_line(s['params'])}".rstrip())
         reads = f"reads {inputs}; " if inputs else ""
-        lines.append(f"  {'':<{width + 2}}  {'':<6}  {reads}{why(s, brief=True)}")
+        lines.append(f"  {'':<{width + 2}}  {'':<6}  {reads}{why(s, brief=True)}{peak_text(s)}")
         lines += [f"  {'':<{width + 2}}  {'':<6}  {label}: {said}" for label, said in details(s)]
         if on_ray:
             ask = resources.request(s, ir["config"]["executor"]).describe()
@@ -43,6 +45,8 @@ def render(ir: dict[str, Any]) -> str:
             lines.append(f"    so {rw['conclusion']}")
     imported = origin.summary(ir)
     lines += ["", f"Deliverable: {ir['deliverable']}", *([imported] if imported else [])]
+    if memory := memory_line(ir):
+        lines.append(memory)
     if on_ray and (where := resources.footer(ir)):
         lines.append(where)
     lines.append(summary_line(ir))
