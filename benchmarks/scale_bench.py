@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memory import tree  # benchmarks/memory.py: a process and its descendants
+
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = {  # name -> BertConfig fields
     "large": {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
@@ -88,30 +90,13 @@ class TreeRss:
 
     def _poll(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, sum(_rss(p) for p in _tree(self.pid)))
+            self.peak = max(self.peak, sum(_rss(p) for p in tree(self.pid)))
             time.sleep(0.1)
 
     def stop(self) -> float:
         self._stop.set()
         self._thread.join()
         return self.peak / 2**20
-
-
-def _tree(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
 
 
 def _rss(pid: int) -> int:
