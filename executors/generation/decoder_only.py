@@ -82,24 +82,31 @@ class LMGraphs:
 
 
 class TorchLM:
-    """PyTorch's side: the checkpoint stepped with its own (dynamic) cache."""
+    """PyTorch's side: the checkpoint stepped with its own (dynamic) cache, at the positions
+    transformers' generate gives (0, 1, ... from the first token, for a forward that takes
+    position ids: a model that would count from its padding index, as RoBERTa's, gets them
+    too, so the prompt and the steps agree)."""
 
     def __init__(self, model: Any) -> None:
+        import inspect
+
         self.model, self.cache, self.seen = model, None, 0
+        self.positions = "position_ids" in inspect.signature(model.forward).parameters
 
     def prompt(self, ids: list[int]) -> np.ndarray:
         import torch
 
-        out = self.model(input_ids=torch.tensor([ids]), use_cache=True, return_dict=True)
+        at = {"position_ids": torch.arange(len(ids))[None]} if self.positions else {}
+        out = self.model(input_ids=torch.tensor([ids]), use_cache=True, return_dict=True, **at)
         self.cache, self.seen = out.past_key_values, len(ids)
         return out.logits[0, -1].float().numpy()
 
     def step(self, token: int) -> np.ndarray:
         import torch
 
+        at = {"position_ids": torch.tensor([[self.seen]])} if self.positions else {}
         out = self.model(input_ids=torch.tensor([[token]]), past_key_values=self.cache,
-                         position_ids=torch.tensor([[self.seen]]), use_cache=True,
-                         return_dict=True)
+                         use_cache=True, return_dict=True, **at)
         self.cache, self.seen = out.past_key_values, self.seen + 1
         return out.logits[0, -1].float().numpy()
 

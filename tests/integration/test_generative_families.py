@@ -27,6 +27,9 @@ CASES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     ("bert", "BertLMHeadModel", "float16", {"is_decoder": True}),  # an encoder type's LM
     # no position ids, its positions counted from the cache; its fields named decoder_*
     ("trocr", "TrOCRForCausalLM", "bfloat16", {}),
+    # positions counted from the padding index when none are given: PyTorch's reference is
+    # stepped at generate's 0, 1, ... as the graphs are
+    ("roberta", "RobertaForCausalLM", "bfloat16", {"is_decoder": True}),
 )
 
 
