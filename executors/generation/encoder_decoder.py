@@ -55,6 +55,13 @@ class Decoding:
     forced: tuple[int, ...] = ()  # tokens after the start one (Whisper: language, task)
     most: int | None = None       # stop after this many new tokens (None: the graph's length)
     follow: tuple[int, ...] | None = None  # feed these tokens, not the argmax (teacher forcing)
+    suppressed: tuple[int, ...] = ()        # never chosen (generation config: suppress_tokens,
+    begin_suppressed: tuple[int, ...] = ()  # single-token bad_words_ids; and, as the first new
+                                            # token, begin_suppress_tokens)
+
+    def banned(self, i: int) -> tuple[int, ...]:
+        """The tokens not chosen as the i-th new token."""
+        return self.begin_suppressed + self.suppressed if i == 0 else self.suppressed
 
 
 def _roles(d: Described) -> dict[str, Role]:
@@ -94,7 +101,23 @@ def decoding(d: Described) -> Decoding:
     mt = model_type_of(d.info)
     end = special_token(d.info, mt.end_token if mt is not None else "eos_token_id")
     return Decoding(start, end, 0 if pad is None else pad,
-                    int(ids["shape"][1]), forced_tokens(d.checkpoint))
+                    int(ids["shape"][1]), forced_tokens(d.checkpoint),
+                    **suppressed_tokens(d.checkpoint))
+
+
+def suppressed_tokens(checkpoint: Path | None) -> dict[str, tuple[int, ...]]:
+    """The tokens the checkpoint's generation config never lets greedy decoding choose, as
+    transformers' generate applies them: `suppress_tokens` and single-token `bad_words_ids`
+    at every step, `begin_suppress_tokens` also at the first new token (Whisper's blank and
+    end token)."""
+    path = None if checkpoint is None else checkpoint / "generation_config.json"
+    if path is None or not path.is_file():
+        return {}
+    gen = json.loads(path.read_text())
+    always = [*(gen.get("suppress_tokens") or []),
+              *(w[0] for w in gen.get("bad_words_ids") or [] if len(w) == 1)]
+    return {"suppressed": tuple(sorted({int(t) for t in always})),
+            "begin_suppressed": tuple(int(t) for t in gen.get("begin_suppress_tokens") or [])}
 
 
 def forced_tokens(checkpoint: Path | None) -> tuple[int, ...]:
@@ -217,4 +240,4 @@ def generate(graphs: dict[str, Forward], encoder: Feed, d: Described,
     else:
         stepper = _PrefixDecoder(graphs[dec], d.specs[dec], logits, states, encoder, how)
     eos = set() if how.eos is None else {how.eos}
-    return loop.greedy(stepper.first, stepper.step, how.most, eos, how.follow)
+    return loop.greedy(stepper.first, stepper.step, how.most, eos, how.follow, how.banned)

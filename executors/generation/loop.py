@@ -37,10 +37,13 @@ class Generated:
 
 def greedy(first: Callable[[], Logits | None], step: Callable[[int], Logits | None],
            new_tokens: int | None, eos: set[int] | frozenset[int] = frozenset(),
-           follow: Sequence[int] | None = None) -> Generated:
+           follow: Sequence[int] | None = None,
+           banned: Callable[[int], Sequence[int]] | None = None) -> Generated:
     """Greedy decoding: at most `new_tokens` tokens (None: until an end token or a full
     stepper), the end token kept in `tokens`; `follow` feeds its tokens instead of the argmax
-    (teacher forcing: each step's logits then compare with the run that chose them)."""
+    (teacher forcing: each step's logits then compare with the run that chose them); `banned`
+    names the tokens never chosen as the i-th new one (a generation config's suppressed
+    tokens; the logits kept are the stepper's own)."""
     cap = new_tokens
     if follow is not None:
         cap = len(follow) if cap is None else min(cap, len(follow))
@@ -53,7 +56,7 @@ def greedy(first: Callable[[], Logits | None], step: Callable[[int], Logits | No
     i = 0
     while cap is None or i < cap:
         got.logits.append(logits)
-        token = int(np.argmax(logits))
+        token = _choice(logits, banned(i) if banned is not None else ())
         got.tokens.append(token)
         if token in eos:
             got.stopped = "eos"
@@ -69,3 +72,11 @@ def greedy(first: Callable[[], Logits | None], step: Callable[[int], Logits | No
         logits = following
         i += 1
     return got
+
+
+def _choice(logits: Logits, banned: Sequence[int]) -> int:
+    if not len(banned):
+        return int(np.argmax(logits))
+    scores = np.array(logits, dtype=np.float64)
+    scores[[t for t in banned if 0 <= t < scores.shape[-1]]] = -np.inf
+    return int(np.argmax(scores))

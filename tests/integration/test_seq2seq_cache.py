@@ -84,20 +84,24 @@ def transformers_generate(record: dict[str, Any], rows: list[dict[str, Any]], ta
     folder = Path(step(record, "bundle")["outputs"]["bundle.json"]).parent
     cx = runner.context(task, source, runner.graph_files(folder))
     model, _ = torchmodel.load(source)
-    # one token more than compared: a forced end token (Marian's) lands after them
+    # one token more than compared: a forced end token (Marian's) lands after them; greedy,
+    # with the tokens the checkpoint's generation config suppresses (no other processors)
+    own = model.generation_config
     plain = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=length + 1,
                              decoder_start_token_id=modules.start(model),
-                             pad_token_id=encoder_decoder.decoding(cx).pad)  # no other processors
+                             pad_token_id=encoder_decoder.decoding(cx).pad,
+                             suppress_tokens=own.suppress_tokens,
+                             begin_suppress_tokens=own.begin_suppress_tokens,
+                             bad_words_ids=own.bad_words_ids)
     out = []
     for row in rows:
         enc = {k: torch.from_numpy(v) for k, v in feed(cx, row).items()}
         with torch.no_grad():
             if task == "automatic-speech-recognition":
                 # Whisper's own generate: its start and forced tokens as it sets them (it
-                # returns the tokens after them); greedy, with no token suppressed
+                # returns the tokens after them), the tokens its config suppresses; greedy
                 ids = model.generate(**enc, max_new_tokens=length + 1, do_sample=False,
-                                     num_beams=1, suppress_tokens=None,
-                                     begin_suppress_tokens=None)[0].tolist()
+                                     num_beams=1)[0].tolist()
                 out.append(ids[:length])
                 continue
             ids = model.generate(**enc, generation_config=plain)[0].tolist()
