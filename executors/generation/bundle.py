@@ -125,5 +125,12 @@ def eos_ids(folder: Path) -> set[int]:
         if path.is_file():
             eos = json.loads(path.read_text()).get("eos_token_id")
             if eos is not None:
-                return set(eos) if isinstance(eos, list) else {int(eos)}
+                return token_ids(eos)
     return set()
+
+
+def token_ids(value: int | list[int] | None) -> set[int]:
+    """A config's token id field (one id or a list of them) as a set of ids."""
+    if value is None:
+        return set()
+    return {int(t) for t in value} if isinstance(value, list) else {int(value)}

@@ -88,10 +88,10 @@ class TorchLM:
     too, so the prompt and the steps agree)."""
 
     def __init__(self, model: Any) -> None:
-        import inspect
+        from executors.generation.modules import takes_positions
 
         self.model, self.cache, self.seen = model, None, 0
-        self.positions = "position_ids" in inspect.signature(model.forward).parameters
+        self.positions = takes_positions(model)
 
     def prompt(self, ids: list[int]) -> np.ndarray:
         import torch

@@ -20,6 +20,7 @@ from planner.models.generation import (
     GENAI_PIPELINE,
     GENAI_SECTION,
     HOST_LAYERS,
+    heads_and_width,
     shape_of,
 )
 from planner.models.roles import CACHE, ROLES, Runs
@@ -53,10 +54,11 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
     eos = generation.get("eos_token_id", config.get("eos_token_id"))
     context = bundle["context_length"]  # tokens at positions 0 .. context - 1
     plain = free_past(graphs[token]["inputs"], folder / graphs[token]["model"])
+    heads, width = heads_and_width(config)
     decoder: dict[str, Any] = {
         "num_hidden_layers": layers, "head_size": shape.head_dim if shape else None,
         "num_key_value_heads": shape.kv_heads if shape else None,
-        "num_attention_heads": _heads(config), "hidden_size": _width(config),
+        "num_attention_heads": heads, "hidden_size": width,
         "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask",
                    "position_ids": "position_ids",
                    "past_key_names": f"{CACHE.past}.%d.{key}",
@@ -125,16 +127,6 @@ def _providers(bundle: dict[str, Any]) -> list[dict[str, Any]]:
     return [{target.ep: {k: str(v) for k, v in (runs.get("provider_options") or {}).items()}}]
 
 
-def _heads(config: dict[str, Any]) -> int | None:
-    text = config.get("text_config") or config
-    return next((text[k] for k in ("num_attention_heads", "n_head") if k in text), None)
-
-
-def _width(config: dict[str, Any]) -> int | None:
-    text = config.get("text_config") or config
-    return next((text[k] for k in ("hidden_size", "n_embd") if k in text), None)
-
-
 def read(folder: Path, bundle: dict[str, Any]) -> dict[str, Any] | None:
     """A causal LM bundle's genai_config.json (None when it has none), checked against its
     bundle.json: the graph files it names are the bundle's, its context is the bundle's."""
@@ -166,6 +158,6 @@ def read(folder: Path, bundle: dict[str, Any]) -> dict[str, Any] | None:
 
 def eos_ids(config: dict[str, Any]) -> set[int]:
     """The end-of-sequence ids genai_config.json names."""
-    eos = config["model"].get("eos_token_id")
-    return set() if eos is None else {int(e) for e in eos} if isinstance(eos, list) \
-        else {int(eos)}
+    from executors.generation.bundle import token_ids
+
+    return token_ids(config["model"].get("eos_token_id"))

@@ -106,7 +106,7 @@ def lm_step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
     kwargs = {"inputs_embeds" if embedded else "input_ids": tokens,
               "attention_mask": attention_mask, "past_key_values": cache, "use_cache": True,
               "return_dict": True}
-    takes = "position_ids" in inspect.signature(model.forward).parameters
+    takes = takes_positions(model)
     if takes:
         kwargs["position_ids"] = position_ids
     with contextlib.nullcontext() if takes or not past else _lm_positions_at(model,
@@ -115,6 +115,12 @@ def lm_step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
     new = tokens.shape[1] if past and not whole else None
     first = out.last_hidden_state if headless else out.logits
     return (first, *_presents(out.past_key_values, layers, new))
+
+
+def takes_positions(model: Any) -> bool:
+    """Whether a model's forward takes position ids (else it counts them itself: from its
+    cache's length, its padding index or its attention mask)."""
+    return "position_ids" in inspect.signature(model.forward).parameters
 
 
 def _lm_positions_at(model: Any, position_ids: Any) -> contextlib.AbstractContextManager:

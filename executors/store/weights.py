@@ -222,10 +222,9 @@ def internalize(model: onnx.ModelProto, base: Path, skip: frozenset[str] = froze
     """Read every external tensor of `model` (saved in `base`) but those named in `skip`."""
     for tensor in tensors(model):
         if tensor.data_location == EXTERNAL and tensor.name not in skip:
-            info = _external(tensor)
-            tensor.raw_data = _read(_contained(base, info["location"]),
-                                    int(info.get("offset", 0)),
-                                    int(info["length"]) if "length" in info else None)
+            length = _external(tensor).get("length")
+            tensor.raw_data = _read(*data_file(tensor, base),
+                                    int(length) if length is not None else None)
             del tensor.external_data[:]
             tensor.data_location = 0
 

@@ -53,6 +53,12 @@ def _first(info: dict[str, Any], keys: tuple[str, ...]) -> Any:
     return next((info[k] for k in keys if isinstance(info.get(k), int)), None)
 
 
+def heads_and_width(info: dict[str, Any]) -> tuple[int | None, int | None]:
+    """A causal LM's attention heads and hidden width, under the names configs give them."""
+    text = info.get("text_config") or info
+    return _first(text, _HEADS), _first(text, _WIDTH)
+
+
 def shape_of(info: dict[str, Any]) -> Shape:
     """Layers, key/value heads, head width, vocabulary and position limit of a causal LM."""
     text = info.get("text_config") or info
