@@ -27,3 +27,8 @@ def test_make_test_builds_the_docs_strictly_before_the_tests() -> None:
     docs = next(i for i, s in enumerate(steps) if "mkdocs build --strict" in s)
     tests = next(i for i, s in enumerate(steps) if "pytest" in s)
     assert docs < tests
+
+
+def test_make_test_lists_the_slowest_tests() -> None:
+    [pytest_line] = [s for s in recipe("test") if "pytest" in s]
+    assert "--durations=25" in pytest_line.split(), pytest_line
