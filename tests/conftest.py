@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import budget
+
 try:
     from _pytest.nodeid import NodeId  # pytest >= 9
 except ImportError:  # pytest 8: pytest-xdist's own suffix works
@@ -23,6 +25,10 @@ def shared_dir(factory: pytest.TempPathFactory) -> Path:
     worker's own base temp dir under xdist (`popen-gwN`), the base temp dir itself without."""
     base = factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    budget.register(config)
 
 
 @pytest.hookimpl(trylast=True)
