@@ -1,11 +1,14 @@
 """Shared fixtures: an isolated store per test session, a directory every xdist worker of the
-session sees, and a CLI helper."""
+session sees, and CLI helpers: one in a fresh process, one in the test's own."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import traceback
+from contextlib import chdir, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -65,3 +68,23 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "planner.cli.main", *args], capture_output=True, check=False,
                           text=True, env=full_env, cwd=cwd or ROOT, timeout=timeout)
+
+
+def run_cli_here(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`modelplan ARGS` in this process, for a test that is about what a command does and not
+    about its process: what `run_cli` returns, without a new interpreter importing the planner
+    and starting a fork server that imports torch. Runs in one test process share its fork
+    server, so torch is imported once per process; their steps still run in other processes.
+    An exception the CLI lets escape is printed with its traceback and exits 1, as Python does."""
+    from planner.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with chdir(cwd or ROOT), redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        except Exception:  # noqa: BLE001 - what the interpreter would print and exit with
+            traceback.print_exc()
+            code = 1
+    return subprocess.CompletedProcess(["modelplan", *args], code, out.getvalue(), err.getvalue())
