@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_cli_here
 
 TINY = ("model=tiny_bert", "export.shapes.sequence_length=32", "quant=w8a8", "target=cpu")
 
 
-def diagnose(store: Path, *args: str, timeout: float = 900) -> tuple[int, Any, str, str]:
-    result = run_cli("diagnose", *args, "--store", str(store), "--quiet", timeout=timeout)
+def diagnose(store: Path, *args: str) -> tuple[int, Any, str, str]:
+    result = run_cli_here("diagnose", *args, "--store", str(store), "--quiet")
     data = json.loads(result.stdout) if result.stdout.startswith("{") else None
     return result.returncode, data, result.stdout, result.stderr
 
@@ -133,8 +133,8 @@ def test_a_failed_verify_puts_the_modules_in_the_record_and_the_report(
     from planner.review import rundiff
 
     store = str(tiny["store"])
-    failed = run_cli("run", *TINY, "verify.threshold=0.99999", "perf=none", "--store", store,
-                     "--outputs", str(tmp_path / "failed"), timeout=900)
+    failed = run_cli_here("run", *TINY, "verify.threshold=0.99999", "perf=none", "--store", store,
+                          "--outputs", str(tmp_path / "failed"))
     assert failed.returncode == 1, failed.stderr
     assert "Where the accuracy goes" in failed.stdout and "Traceback" not in failed.stderr
     rec = record_of(tmp_path / "failed")
@@ -144,8 +144,8 @@ def test_a_failed_verify_puts_the_modules_in_the_record_and_the_report(
     md = run_cli("report", str(record_file(tmp_path / "failed")), "--format", "md")
     worst = min(rec["accuracy"], key=lambda r: r["own_sqnr_db"])
     assert "Where the accuracy goes (5 worst of" in md.stdout and f"`{worst['tag']}`" in md.stdout
-    passed = run_cli("run", *TINY, "perf=none", "--store", store, "--outputs",
-                     str(tmp_path / "passed"), timeout=900)
+    passed = run_cli_here("run", *TINY, "perf=none", "--store", store, "--outputs",
+                          str(tmp_path / "passed"))
     assert passed.returncode == 0, passed.stderr
     assert "accuracy" not in record_of(tmp_path / "passed")
     assert "Where the accuracy goes" not in passed.stdout

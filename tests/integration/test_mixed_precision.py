@@ -14,7 +14,7 @@ import onnx
 import pytest
 
 from executors.onnx.artifacts import TAG_KEY
-from tests.conftest import run_cli
+from tests.conftest import run_cli_here
 
 TINY = ("model=tiny_bert", "export.shapes.sequence_length=32", "quant=w8a8", "perf=none")
 ENCODER = "/BertModel/BertEncoder"
@@ -22,8 +22,8 @@ ENCODER = "/BertModel/BertEncoder"
 
 def build(tmp: Path, *overrides: str) -> tuple[dict[str, Any], str]:
     target = () if any(o.startswith("target=") for o in overrides) else ("target=cpu",)
-    result = run_cli("run", *TINY, *target, *overrides, "--store", str(tmp / "store"), "--outputs",
-                     str(tmp / "out"), "--json", "--quiet", timeout=900)
+    result = run_cli_here("run", *TINY, *target, *overrides, "--store", str(tmp / "store"),
+                          "--outputs", str(tmp / "out"), "--json", "--quiet")
     record = json.loads(result.stdout) if result.stdout.startswith("{") else {}
     return record, result.stderr
 

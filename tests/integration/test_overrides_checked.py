@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_cli_here
 
 BUILD = ("model=tiny_bert", "target=cpu", "quant=w8a8", "verify=none", "perf=none")
 
@@ -33,9 +33,9 @@ def test_a_selector_that_selects_nothing_is_refused_before_the_build(tmp_path: P
 
 def test_a_module_is_checked_on_the_export_in_the_store_at_plan_time(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    ok = run_cli("run", *BUILD, "quant.overrides=[{modules: [BertSelfAttention], "
-                 "activation_type: uint16}]", "--store", str(store), "--outputs",
-                 str(tmp_path / "out"))
+    ok = run_cli_here("run", *BUILD, "quant.overrides=[{modules: [BertSelfAttention], "
+                      "activation_type: uint16}]", "--store", str(store), "--outputs",
+                      str(tmp_path / "out"))
     assert ok.returncode == 0, ok.stderr
     planned = run_cli("plan", *BUILD, "quant.overrides=[{modules: [BertSelfAttentio], "
                       "activation_type: uint16}]", "--store", str(store))

@@ -13,7 +13,7 @@ import pytest
 
 from executors.store.content import Store
 from planner.core.planfile import load_plan
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_cli_here
 
 HINT = re.compile(r"`(modelplan [^`]*)`")
 PLACEHOLDER = re.compile(r"\b[A-Z]{2,}\b|\.\.\.|[<\[]")
@@ -87,20 +87,20 @@ def test_diagnose_of_an_unquantized_build_hints_a_diagnose_that_runs(tmp_path: P
     assert refused.returncode == 2 and "target=cpu" not in refused.stderr
     (command,) = hinted(refused.stderr)
     assert "quant=w8a16_pc" in command and "quant=none" not in command
-    ran = run_cli(*command, "target=cpu", *store, "--quiet", "--top", "1")
+    ran = run_cli_here(*command, "target=cpu", *store, "--quiet", "--top", "1")
     assert ran.returncode == 0, ran.stderr
     assert "quant=w8a16_pc, target=cpu" in ran.stdout.splitlines()[0]
 
 
 def test_a_failed_gate_hints_the_diagnose_of_the_build_that_failed(tmp_path: Path) -> None:
     """The `modelplan diagnose` a w8a8 verify failure prints diagnoses that w8a8 build."""
-    failed = run_cli("run", "model=tiny_bert", "quant=w8a8", "target=cpu", "perf=none",
-                     "verify.threshold=1.0", "--store", str(tmp_path / "store"),
-                     "--outputs", str(tmp_path / "out"))
+    failed = run_cli_here("run", "model=tiny_bert", "quant=w8a8", "target=cpu", "perf=none",
+                          "verify.threshold=1.0", "--store", str(tmp_path / "store"),
+                          "--outputs", str(tmp_path / "out"))
     assert failed.returncode == 1, failed.stderr
     (command,) = [c for c in hinted(failed.stdout) if c[0] == "diagnose"]
     assert "quant=w8a8" in command and "target=cpu" in command
-    ran = run_cli(*command, "--quiet", "--top", "1")
+    ran = run_cli_here(*command, "--quiet", "--top", "1")
     assert ran.returncode == 0, ran.stderr
     assert "quant=w8a8, target=cpu" in ran.stdout.splitlines()[0]
 
