@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import traceback
+from collections.abc import Iterator
 from contextlib import chdir, redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -54,12 +55,14 @@ def session_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("store")
 
 
-@pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
-    # Never touch the user's real cache from tests.
-    cache = tmp_path_factory.getbasetemp() / "xdg-cache"
-    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    # Never touch the user's real cache from tests; for the whole session, so that the builds
+    # session fixtures make and the fork server they start see it too.
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg-cache"))
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        yield
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
@@ -70,14 +73,23 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
                           text=True, env=full_env, cwd=cwd or ROOT, timeout=timeout)
 
 
+_forkserver_env: dict[int, dict[str, str]] = {}  # the fork server's pid -> its environment
+
+
 def run_cli_here(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """`modelplan ARGS` in this process, for a test that is about what a command does and not
     about its process: what `run_cli` returns, without a new interpreter importing the planner
     and starting a fork server that imports torch. Runs in one test process share its fork
     server, so torch is imported once per process; their steps still run in other processes.
+    A server started in another environment (a test that set a variable) is started afresh.
     An exception the CLI lets escape is printed with its traceback and exits 1, as Python does."""
+    from executors.run import forkserver
     from planner.cli.main import main
 
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    server = forkserver._server_pid()
+    if server is not None and _forkserver_env.get(server) != env:
+        forkserver.stop_server()  # its workers would see another environment than the test's
     out, err = io.StringIO(), io.StringIO()
     with chdir(cwd or ROOT), redirect_stdout(out), redirect_stderr(err):
         try:
@@ -87,4 +99,7 @@ def run_cli_here(*args: str, cwd: Path | None = None) -> subprocess.CompletedPro
         except Exception:  # noqa: BLE001 - what the interpreter would print and exit with
             traceback.print_exc()
             code = 1
+    if (server := forkserver._server_pid()) is not None:  # started in `env`, or checked above
+        _forkserver_env.clear()
+        _forkserver_env[server] = env
     return subprocess.CompletedProcess(["modelplan", *args], code, out.getvalue(), err.getvalue())
