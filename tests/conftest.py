@@ -76,6 +76,12 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
 _forkserver_env: dict[int, dict[str, str]] = {}  # the fork server's pid -> its environment
 
 
+def environment() -> dict[str, str]:
+    """This process's environment as a fork server started now would have it (pytest's
+    per-test variable aside)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+
+
 def run_cli_here(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """`modelplan ARGS` in this process, for a test that is about what a command does and not
     about its process: what `run_cli` returns, without a new interpreter importing the planner
@@ -86,7 +92,7 @@ def run_cli_here(*args: str, cwd: Path | None = None) -> subprocess.CompletedPro
     from executors.run import forkserver
     from planner.cli.main import main
 
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    env = environment()
     server = forkserver._server_pid()
     if server is not None and _forkserver_env.get(server) != env:
         forkserver.stop_server()  # its workers would see another environment than the test's
