@@ -173,7 +173,7 @@ def test_an_eval_regression_puts_the_modules_in_the_record(
 @pytest.mark.slow
 def test_minilm_w8a8_names_the_modules_that_lose_accuracy(tmp_path: Path) -> None:
     code, data, _out, err = diagnose(tmp_path, "model=minilm", "quant=w8a8", "target=cpu",
-                                     "--json", timeout=1800)
+                                     "--json")
     assert code == 0, err
     rows = sorted(data["modules"], key=lambda r: r["sqnr_db"])
     assert data["graph"]["cosine"] < 0.99  # the known drop of the whole model
