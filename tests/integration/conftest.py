@@ -11,16 +11,20 @@ from typing import Any
 import pytest
 from filelock import FileLock
 
-from tests.conftest import run_cli_here, shared_dir
+from tests.conftest import run_cli, run_cli_here, shared_dir
 
 CPU_RUN = ("model=tiny_bert", "quant=none", "target=cpu", "verify=none", "perf=none")
 QNN_RUN = ("model=tiny_bert", "export.shapes.sequence_length=32", "verify.samples=2",
            "perf.iterations=3")
 
 
-def run_json(*args: str, store: Path, outputs: Path) -> tuple[int, Any, str]:
-    """`modelplan run ARGS --json` in this process: (exit code, run record or None, stderr)."""
-    result = run_cli_here("run", *args, "--store", str(store), "--outputs", str(outputs), "--json")
+def run_json(*args: str, store: Path, outputs: Path, fresh: bool = False,
+             timeout: float = 900) -> tuple[int, Any, str]:
+    """`modelplan run ARGS --json`: (exit code, run record or None, stderr). In this process
+    (`run_cli_here`), or with `fresh` in a new one, which a build of gigabytes needs so that its
+    verify's memory goes with it."""
+    cli = ("run", *args, "--store", str(store), "--outputs", str(outputs), "--json")
+    result = run_cli(*cli, timeout=timeout) if fresh else run_cli_here(*cli)
     record = json.loads(result.stdout) if result.stdout.strip().startswith("{") else None
     return result.returncode, record, result.stderr
 

@@ -39,7 +39,8 @@ def test_a_bert_over_2gb_builds_with_its_weights_stored_once(tmp_path: Path) -> 
     store, outputs = tmp_path / "store", tmp_path / "out"
     code, record, err = run_json("model=local_hf", f"model.path={ckpt}", "quant=none",
                                  "target=cpu", "optim=transformer", "verify.samples=2",
-                                 "perf=none", store=store, outputs=outputs, timeout=1800)
+                                 "perf=none", store=store, outputs=outputs, fresh=True,
+                                 timeout=1800)
     assert code == 0, err
     assert step(record, "verify")["metrics"]["cosine_mean"] > 0.999
     graphs = {s["id"]: Path(s["outputs"]["model.onnx"]).parent for s in record["steps"]
