@@ -172,11 +172,16 @@ def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any,
         steps.append(Step(sid("split"), "split", {"parts": parts}, {"model": chain}))
         chain = sid("split")
     if declared.compiles:
-        steps.append(Step(sid("compile"), "compile", {
+        compile_params = {
             "target": declared.name, "ep": target["ep"], "backend": target["backend"],
             "embed_context": target["embed_context"], "cpu_fallback": target["cpu_fallback"],
-            "provider_options": provider_options(config)},
-            {"model": chain}))
+            "provider_options": provider_options(config)}
+        if parts == 1:
+            return [*steps, Step(sid("compile"), "compile", compile_params, {"model": chain})]
+        for part in range(parts):  # one step and key per part: a failed part re-runs alone
+            steps.append(Step(f"{sid('compile')}.{part}", "compile",
+                              {**compile_params, "part": part}, {"model": chain}))
+            chain = steps[-1].id
     return steps
 
 

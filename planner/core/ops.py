@@ -245,8 +245,9 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.DROPS_NODE_METADATA, T.CHANGES_OPSET, T.HEAVY}),
        tools=("onnx", "onnxruntime", "transformers"), memory=Memory(weights=4.0)),
     Op("compile", 3, "compile to an EPContext model on the target's execution provider",
-       params=("target", "ep", "backend", "embed_context", "cpu_fallback", "provider_options"),
-       inputs=("model",),
+       params=("target", "ep", "backend", "embed_context", "cpu_fallback", "provider_options",
+               "part"),
+       inputs=("model",), optional=("part",),  # part: the one part of a cut graph it compiles
        requires=(Require(N.PRECISION, "not_in", ["fp32"], config_path="quant",
                          fix="set quant=w8a16_pc (or quant=fp16), or target=cpu",
                          need="compile for {target} needs a quantized or fp16 model"),
