@@ -225,7 +225,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        requires=(Require(N.FORMAT, "eq", "onnx"),),
        ensures=(Ensure(N.LEGAL_FOR, Param("target")),),
        traits=frozenset({T.IDEMPOTENT, T.HEAVY}),
-       tools=("onnx", "onnxruntime"), memory=Memory(weights=4.0)),
+       # the graph and its weights once, then one check session at a time (4.0 with two)
+       tools=("onnx", "onnxruntime"), memory=Memory(weights=1.8)),
     Op("tag", 2, "write hierarchy tags into every node's metadata",
        params=(), inputs=("model", "hierarchy"),
        requires=(Require(N.FORMAT, "eq", "onnx"), Require(N.HIERARCHY_MAP, role="hierarchy")),
