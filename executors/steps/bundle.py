@@ -13,7 +13,7 @@ from executors.onnx.tied_head import tie_file
 from executors.run.step_api import StepContext, StepResult
 from executors.samples import checkpoint_dir
 from executors.steps.lm_bundle import CHECKPOINT_FILES
-from executors.store.weights import WEIGHTS, link_or_copy
+from executors.store.weights import link_blobs, link_or_copy
 
 CLIENT_FILES = (*CHECKPOINT_FILES, "preprocessor_config.json", "source.spm", "target.spm",
                 "spiece.model", "sentencepiece.bpe.model")
@@ -27,12 +27,7 @@ def run(ctx: StepContext) -> StepResult:
             if f.name == MODEL or f.name.startswith(f"{MODEL}."):  # the model and its weights
                 link_or_copy(f, ctx.out / f"{graph}_{f.name}")
         untied = tie_file(ctx.out / f"{graph}_{MODEL}", src_dir)  # the head reads the shared table
-        for blob in sorted((src_dir / WEIGHTS).glob("*")):  # named by content: graphs share them
-            if f"{WEIGHTS}/{blob.name}" in untied:
-                continue
-            (ctx.out / WEIGHTS).mkdir(exist_ok=True)
-            if not (ctx.out / WEIGHTS / blob.name).exists():
-                link_or_copy(blob, ctx.out / WEIGHTS / blob.name)
+        link_blobs(src_dir, ctx.out, untied)  # named by content: the graphs share them
         inputs, outputs = io_specs(src_dir / MODEL)
         described[graph] = {"model": f"{graph}_{MODEL}", "from": ctx.step["inputs"][graph],
                             "inputs": inputs, "outputs": outputs}

@@ -185,6 +185,24 @@ def link_or_copy(src: Path, dst: Path) -> None:
         tmp.replace(dst)
 
 
+def link_blobs(src: Path, out: Path, skip: frozenset[str] | set[str] = frozenset()
+               ) -> tuple[int, int]:
+    """Link each blob of `src`/weights/ into `out`/weights/ unless one of its name is there (a
+    blob is named by its content: a weight two graphs share is stored once) or it is in `skip`
+    (as "weights/<name>"). Returns how many it took and how many of those were there already."""
+    taken = there = 0
+    for blob in sorted((src / WEIGHTS).glob("*")):
+        if f"{WEIGHTS}/{blob.name}" in skip:
+            continue
+        taken += 1
+        (out / WEIGHTS).mkdir(exist_ok=True)
+        if (out / WEIGHTS / blob.name).exists():
+            there += 1
+        else:
+            link_or_copy(blob, out / WEIGHTS / blob.name)
+    return taken, there
+
+
 def same_file(a: Path, b: Path) -> bool:
     try:
         return os.path.samefile(a, b)
