@@ -16,6 +16,7 @@ from planner.core.targets import of_config
 from planner.core.targets import reference as reference_target
 from planner.models import datasets, evaldata, evaluation, footprint, sources, specs
 from planner.models import tasks as T
+from planner.support.memo import frozen, remembered
 
 SYMBOLIC = "<from the checkpoint>"  # specs of a source that could not be read here
 
@@ -26,15 +27,18 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
     symbolic: a source that cannot be read here gets a symbolic digest and symbolic specs
     (see sources.read_source)."""
     model = config["model"]
-    memo = sources.DigestMemo(store_root(config) / "digests.json")
-    src = sources.read_source(model, memo, symbolic)
+    index = store_root(config) / "digests.json"
+    memo = remembered("digest-memo", index, lambda: sources.DigestMemo(index))
+    src = remembered("source", (frozen(model), index, symbolic),
+                     lambda: sources.read_source(model, memo, symbolic))
     where, info = src.where, src.info
     out: dict[str, Any] = {"where": where, "info": info, "task": model["task"],
                            "model_class": model["model_class"], "modality": None,
                            "graphs": {"model": None}, "digest": src.digest,
                            "symbolic": src.symbolic}
     if config["eval"]["kind"] != "none":
-        out["dataset"] = datasets.read(config["eval"], memo, symbolic)
+        out["dataset"] = remembered("dataset", (frozen(config["eval"]), index, symbolic),
+                                    lambda: datasets.read(config["eval"], memo, symbolic))
     memo.save()
     ex = config["export"]
     if src.symbolic and model["source"] != "onnx_file":  # axes as a text model's: most are
