@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ def mark_actions(plan: Plan, root: Path) -> None:
             s.reason = (s.proof or {}).get("conclusion", "")
         elif s.decl.has(Trait.NOT_CACHEABLE):
             s.action, s.reason = "run", "not cacheable: it measures this machine"
-        elif entry_complete(root, s.key):
+        elif memo.remembered("entry", (root, s.key), partial(entry_complete, root, s.key)):
             s.action, s.reason = "cached", "output already in the store"
         else:
             s.action, s.reason = "run", "output not in the store"

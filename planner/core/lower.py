@@ -45,7 +45,8 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
         out["graphs"] = axes.free_or_fixed(config, T.TEXT, {"model": {"inputs": ex["inputs"] or SYMBOLIC,
                                                          "outputs": ex["outputs"] or SYMBOLIC}})
     elif model["source"] != "onnx_file":
-        task, model_class = T.detect(model, info, sources.checkpoint_files(where))
+        files = remembered("checkpoint-files", where, lambda: sources.checkpoint_files(where))
+        task, model_class = T.detect(model, info, files)
         modality = T.task_modality(task, info, model_class)
         if modality in T.GRAPHS and (ex["inputs"] or ex["outputs"]):
             raise _custom_io_for_pair(modality, "inputs" if ex["inputs"] else "outputs")
@@ -111,7 +112,9 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
     if known.get("dataset") is not None and known["dataset"].kind == "symbolic":
         symbolic_sources.append({"step": "eval", "reason": f"eval.dataset.path "
                                  f"{known['dataset'].where!r} is not on this machine"})
-    weights = None if known["symbolic"] else footprint.read(known["info"], known["where"])
+    weights = None if known["symbolic"] else remembered(
+        "weights", (known["digest"], known["where"]),
+        lambda: footprint.read(known["info"], known["where"]))
     return Plan(config=config, config_digest=config_digest(config), steps=steps,
                 deliverable=deliverable_id, symbolic_sources=symbolic_sources,
                 weights=weights, cuttable=known["modality"] == T.CAUSAL)
