@@ -4,7 +4,6 @@ sweep's plan: every job planned, then the sweep rules merge them."""
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from planner.core.storelayout import entry_complete, store_root
 from planner.core.sweep import Composer, Job, SweepPlan, expand
 from planner.errors import ModelplanError
 from planner.support import memo
+from planner.support.heap import collector_paused
 
 
 def plan_from_overrides(overrides: list[str] | tuple[str, ...] = (),
@@ -81,7 +81,9 @@ def plan_jobs(job_overrides: list[list[str]], store: str | None = None,
     incremental: work that jobs share (a config section's checks, a source's digest, the
     rewrites of an equal lowered plan...) is done once (planner/support/memo.py); False plans
     every job from scratch, as a single plan is made (the same sweep plan, slower)."""
-    with memo.session() if incremental else nullcontext():
+    if not incremental:
+        return _plan_jobs(job_overrides, store, first_index, tree, symbolic, timings)
+    with memo.session(), collector_paused():
         return _plan_jobs(job_overrides, store, first_index, tree, symbolic, timings)
 
 
