@@ -9,6 +9,7 @@ index, the config tree): `modelplan plan -m` reads them once, like one plan does
 from __future__ import annotations
 
 import json
+import marshal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -44,10 +45,17 @@ def active() -> bool:
     return _tables.get() is not None
 
 
-def frozen(value: Any) -> str:
-    """A key for JSON-like content: equal content, equal key; 1, 1.0 and true stay apart
-    (as they do in a plan's JSON and keys), which Python's own equality would merge."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
+def frozen(value: Any) -> bytes:
+    """A key for JSON-like content: equal keys mean equal content, and 1, 1.0 and true stay
+    apart (as they do in a plan's JSON and keys), which Python's own equality would merge.
+    marshal's format 2 (no back-references, so the bytes depend only on the content and the
+    order of mapping keys) is ten times as fast as canonical JSON; the same content in another
+    key order is only a miss. What marshal cannot write is keyed by its canonical JSON."""
+    try:
+        return marshal.dumps(value, 2)
+    except ValueError:
+        return b"json:" + json.dumps(value, sort_keys=True, separators=(",", ":"),
+                                     default=repr).encode()
 
 
 def remembered(kind: str, key: Any, compute: Callable[[], T]) -> T:

@@ -103,8 +103,10 @@ def test_a_memoised_failure_is_raised_for_every_asker() -> None:
 
 
 def test_frozen_content_keeps_json_types_apart() -> None:
-    assert len({memo.frozen(v) for v in (1, 1.0, True, "1", [1], {"a": 1})}) == 6
-    assert memo.frozen({"a": 1, "b": [2]}) == memo.frozen({"b": [2], "a": 1})
+    assert len({memo.frozen(v) for v in (1, 1.0, True, "1", [1], {"a": 1}, None)}) == 7
+    shared = [1]
+    assert memo.frozen({"a": shared, "b": shared}) == memo.frozen({"a": [1], "b": [1]})
+    assert memo.frozen({"where": Path("/m")}) != memo.frozen({"where": Path("/n")})
 
 
 @pytest.mark.parametrize("edit", [
