@@ -13,6 +13,7 @@ from typing import Any
 from planner.core.ops import OPS
 from planner.core.plan import Plan, Step
 from planner.models.sources import canonical_json
+from planner.support.memo import frozen, remembered
 
 NOT_INSTALLED = "not-installed"
 
@@ -58,7 +59,11 @@ def content_key(op: str, params: dict[str, Any], input_keys: dict[str, str],
 
 
 def step_key(step: Step, keys: dict[str, str], tools: dict[str, str]) -> str:
-    return content_key(step.op, step.params, {r: keys[src] for r, src in step.inputs.items()}, tools)
+    """The step's content key; in a memo session, once per op, params and input keys (the
+    tools' versions are this process's)."""
+    inputs = {r: keys[src] for r, src in step.inputs.items()}
+    return remembered("key", frozen((step.op, step.params, inputs)),
+                      lambda: content_key(step.op, step.params, inputs, tools))
 
 
 def assign_keys(plan: Plan) -> None:
