@@ -4,16 +4,17 @@ tool versions."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import sys
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 from planner.core.ops import OPS
 from planner.core.plan import Plan, Step
 from planner.models.sources import canonical_json
-from planner.support.memo import frozen, remembered
+from planner.support.memo import active, frozen, remembered
 
 NOT_INSTALLED = "not-installed"
 
@@ -75,4 +76,14 @@ def assign_keys(plan: Plan) -> None:
 
 
 def config_digest(config: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(config)).hexdigest()
+    """sha256 of the config's canonical JSON; in a memo session that JSON is put together
+    from each section's, made once per content (the same bytes)."""
+    if not active():
+        return hashlib.sha256(canonical_json(config)).hexdigest()
+    sections = (json.dumps(k, ensure_ascii=False) + ":" + remembered(
+        "canonical", frozen(v), partial(_canonical_text, v)) for k, v in sorted(config.items()))
+    return hashlib.sha256(("{" + ",".join(sections) + "}").encode()).hexdigest()
+
+
+def _canonical_text(value: Any) -> str:
+    return canonical_json(value).decode()

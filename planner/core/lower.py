@@ -16,16 +16,26 @@ from planner.core.targets import of_config
 from planner.core.targets import reference as reference_target
 from planner.models import datasets, evaldata, evaluation, footprint, sources, specs
 from planner.models import tasks as T
-from planner.support.memo import frozen, remembered
+from planner.support.memo import copied, frozen, remembered
 
 SYMBOLIC = "<from the checkpoint>"  # specs of a source that could not be read here
+
+
+READ_BY_FACTS = ("model", "export", "target", "quant", "eval", "store")  # the sections it reads
 
 
 def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any]:
     """What the planner knows of the model before any step: where it is, its task, its class,
     its modality and the specs of every graph it exports (what `modelplan inspect` shows).
     symbolic: a source that cannot be read here gets a symbolic digest and symbolic specs
-    (see sources.read_source)."""
+    (see sources.read_source). In a memo session, once per content of the sections it reads
+    (its graphs' specs copied: they become step params)."""
+    known = remembered("facts", frozen([symbolic, *(config[k] for k in READ_BY_FACTS)]),
+                       lambda: _facts(config, symbolic))
+    return {**known, "graphs": copied(known["graphs"])}
+
+
+def _facts(config: dict[str, Any], symbolic: bool) -> dict[str, Any]:
     model = config["model"]
     index = store_root(config) / "digests.json"
     memo = remembered("digest-memo", index, lambda: sources.DigestMemo(index))

@@ -17,6 +17,7 @@ from planner.config.conftree import PACKAGED, PRIMARY, ConfigTree
 from planner.config.overrides import first_line, parse_overrides
 from planner.core.plan import ACTIONS, Plan, Rewrite
 from planner.errors import ConfigError
+from planner.support.memo import copied
 
 
 def expand(overrides: list[str]) -> list[list[str]]:
@@ -71,7 +72,7 @@ class Composer:
             return self._through_omegaconf(structural, values)
         if structural not in self.cache:
             self.cache[structural] = self._compose(structural, parsed)
-        out = _copied(self.cache[structural])
+        out = copied(self.cache[structural])
         for ov in values:
             _merge_at(out, ov.key_or_group.split("."), ov.value())
         return out
@@ -131,15 +132,6 @@ def _to_dict(omegaconf: Any, cfg: Any) -> dict[str, Any]:
         return omegaconf.to_container(cfg, resolve=True, throw_on_missing=False)
     except Exception as exc:
         raise ConfigError(f"config: {first_line(exc)}") from exc
-
-
-def _copied(node: Any) -> Any:
-    """A copy of a composed tree (plain dicts, lists and scalars), as deepcopy makes it."""
-    if type(node) is dict:
-        return {k: _copied(v) for k, v in node.items()}
-    if type(node) is list:
-        return [_copied(v) for v in node]
-    return node
 
 
 def _merge_at(tree: dict[str, Any], path: list[str], value: Any) -> None:

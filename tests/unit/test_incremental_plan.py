@@ -133,3 +133,28 @@ def test_a_config_checked_by_section_gets_the_same_lines(edit) -> None:
     with memo.session():
         assert lines() == fresh
         assert lines() == fresh  # from the memo
+
+
+@pytest.mark.parametrize("overrides", [
+    ["model=tiny_bert"], ["model=minilm", "target=cpu", "quant=none"],
+    ["model=tiny_random", "model.random_init.model_type=gpt2", "target=cpu", "quant=none"],
+    ["model=tiny_random", "model.random_init.model_type=t5", "export.shapes.dynamic=false"],
+    ["model=minilm", "eval=task"]])
+def test_model_facts_read_only_the_sections_they_are_memoised_by(overrides) -> None:
+    from planner.config.compose import compose
+    from planner.core import lower
+
+    config = compose(overrides)
+    only = {k: config[k] for k in lower.READ_BY_FACTS}
+    assert lower.build_facts(only) == lower.build_facts(config)
+
+
+def test_a_config_digest_made_by_section_is_the_whole_configs() -> None:
+    from planner.config.compose import compose
+    from planner.core.keys import config_digest
+
+    config = compose(["model=minilm", "export.shapes.sequence_length=77"])
+    config["store"]["path"] = "/tmp/ü"  # non-ASCII text is hashed as itself
+    with memo.session():
+        by_section = config_digest(config)
+    assert by_section == config_digest(config)
