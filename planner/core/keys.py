@@ -80,9 +80,14 @@ def config_digest(config: dict[str, Any]) -> str:
     from each section's, made once per content (the same bytes)."""
     if not active():
         return hashlib.sha256(canonical_json(config)).hexdigest()
-    sections = (json.dumps(k, ensure_ascii=False) + ":" + remembered(
-        "canonical", frozen(v), partial(_canonical_text, v)) for k, v in sorted(config.items()))
+    sections = [_member(k) + remembered("canonical", frozen(v), partial(_canonical_text, v))
+                for k, v in sorted(config.items())]
     return hashlib.sha256(("{" + ",".join(sections) + "}").encode()).hexdigest()
+
+
+@cache
+def _member(key: str) -> str:
+    return json.dumps(key, ensure_ascii=False) + ":"
 
 
 def _canonical_text(value: Any) -> str:

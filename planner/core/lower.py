@@ -95,7 +95,9 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
     symbolic: a source that cannot be read gets a symbolic key (see sources.read_source)."""
     model = config["model"]
     known = build_facts(config, symbolic)
-    random_init = sources.random_init(model) if model["source"] == "random_init" else None
+    random_init = copied(remembered("random-init", frozen(model),
+                                    lambda: sources.random_init(model))) \
+        if model["source"] == "random_init" else None
     path = str(known["where"]) if known["where"] else model["path"] if known["symbolic"] \
         else None
     resolve = Step("resolve", "resolve", {

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from copy import deepcopy
 from dataclasses import replace
 from functools import cache
 from string import Formatter
@@ -17,7 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from planner.core.ops import OPS, Derived, Param
-from planner.core.plan import Plan, Rewrite
+from planner.core.plan import Plan, Rewrite, Step
 from planner.errors import InternalError, PlanError
 from planner.support import memo
 
@@ -69,9 +68,15 @@ def rewrite(plan: Plan, switches: dict[str, Any]) -> None:
     if here:
         return
     for rw in found:
-        rw = replace(rw, new_step=deepcopy(rw.new_step))
+        rw = replace(rw, new_step=_fresh(rw.new_step))
         APPLY[rw.action](plan, rw)
         plan.rewrites.append(rw)
+
+
+def _fresh(step: Step | None) -> Step | None:
+    """A copy of a step about to be inserted (the plan then rewires it), its params shared:
+    no rule or later stage changes a step's params."""
+    return None if step is None else replace(step, inputs=dict(step.inputs), via=dict(step.via))
 
 
 def rule_inputs(plan: Plan, rules: list[ModuleType]) -> str:
@@ -116,7 +121,7 @@ def _fixed_point(plan: Plan, rules: list[ModuleType]) -> list[Rewrite]:
             rewrites = rule.apply(plan)
             if rewrites:
                 for rw in rewrites:
-                    done.append(replace(rw, new_step=deepcopy(rw.new_step)))
+                    done.append(replace(rw, new_step=_fresh(rw.new_step)))
                     APPLY[rw.action](plan, rw)
                     plan.rewrites.append(rw)
                 break
