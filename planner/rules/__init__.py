@@ -64,7 +64,8 @@ def rewrite(plan: Plan, switches: dict[str, Any]) -> None:
         here.append(True)
         return _fixed_point(plan, rules)
 
-    found = memo.remembered("rewrites", rule_inputs(plan, rules), on_this_plan)
+    plan.rewritten_from = rule_inputs(plan, rules)
+    found = memo.remembered("rewrites", plan.rewritten_from, on_this_plan)
     if here:
         return
     for rw in found:
@@ -79,7 +80,7 @@ def _fresh(step: Step | None) -> Step | None:
     return None if step is None else replace(step, inputs=dict(step.inputs), via=dict(step.via))
 
 
-def rule_inputs(plan: Plan, rules: list[ModuleType]) -> str:
+def rule_inputs(plan: Plan, rules: list[ModuleType]) -> bytes:
     """All that the rules read of a lowered plan, frozen: the rules, the deliverable, each
     step's id, op, inputs, action and param names, the values of the params its op's facts
     and requirement messages are made of (all of them where a fact is derived by a function),
