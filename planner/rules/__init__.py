@@ -3,6 +3,10 @@
 A rule module defines NAME, ORDER (lower runs first), optionally SWITCH (the key under
 `planner.rules` that turns it off) and SCOPE ("plan", default, or "sweep"), and
 `apply(plan) -> list[Rewrite]`. The engine applies rules until none fires.
+
+A rule reads what rule_inputs() freezes, and nothing else of the plan: a sweep replays the
+rewrites of one lowered plan on every other with equal rule inputs. A rule that needs more
+(another param, the weights) adds it there.
 """
 
 from __future__ import annotations
