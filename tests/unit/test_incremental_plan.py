@@ -158,3 +158,23 @@ def test_a_config_digest_made_by_section_is_the_whole_configs() -> None:
     with memo.session():
         by_section = config_digest(config)
     assert by_section == config_digest(config)
+
+
+def test_a_sweep_over_a_user_config_dir_plans_the_same(tmp_path: Path) -> None:
+    from planner.config.conftree import ConfigTree
+
+    conf = tmp_path / "conf"
+    (conf / "model").mkdir(parents=True)
+    tiny = (Path(__file__).parents[2] / "conf" / "model" / "tiny_bert.yaml").read_text()
+    (conf / "model" / "ours.yaml").write_text(tiny.replace("name: tiny_bert", "name: ours")
+                                              .replace("seed: 0", "seed: 7"))
+    (conf / "model" / "stray.yaml").write_text(tiny.replace("name: tiny_bert", "name: stray")
+                                               .replace("seed: 0", "seed: abc"))
+    tree = ConfigTree(user_dirs=(conf,))
+    overrides = ["model=tiny_bert,ours,stray", "quant=w8a8,w8a16", "target=cpu,qnn_htp"]
+    fresh = plan_sweep(overrides, store=str(tmp_path / "s"), tree=tree, incremental=False)
+    incremental = plan_sweep(overrides, store=str(tmp_path / "s"), tree=tree)
+    assert json.dumps(incremental.to_json()) == json.dumps(fresh.to_json())
+    errors = {j.error for j in incremental.jobs if j.error}
+    assert len(errors) == 1 and "stray.yaml" in errors.pop()  # the user's file is named
+    assert len({j.plan.step("resolve").key for j in incremental.jobs if j.plan}) == 2
