@@ -178,3 +178,23 @@ def test_a_sweep_over_a_user_config_dir_plans_the_same(tmp_path: Path) -> None:
     errors = {j.error for j in incremental.jobs if j.error}
     assert len(errors) == 1 and "stray.yaml" in errors.pop()  # the user's file is named
     assert len({j.plan.step("resolve").key for j in incremental.jobs if j.plan}) == 2
+
+
+def test_a_jobs_config_stays_its_own_while_later_jobs_are_planned(tmp_path: Path) -> None:
+    """Each job's config is its full compose, and stays so while later jobs are composed and
+    planned from the same cached trees and memo."""
+    from planner.config.compose import compose
+    from planner.core.sweep import Composer, expand
+
+    jobs = expand(["model=tiny_bert,minilm", "quant=w8a8,w8a16", "verify.threshold=0.9,0.95",
+                   "export.shapes.sequence_length=16,32", "export.shapes={batch_size: 2}"])
+    composer = Composer()
+    configs = [composer(job) for job in jobs]
+    planned = plan_sweep(["model=tiny_bert,minilm", "quant=w8a8,none",
+                          "export.shapes.sequence_length=16,32"], store=str(tmp_path))
+    assert all(j.plan for j in planned.jobs if "quant=none" not in j.overrides)
+    for job, config in zip(jobs, configs, strict=True):
+        assert config == compose(job)
+    for job in planned.jobs:
+        assert job.plan is None or job.plan.config == {
+            **compose(job.overrides), "store": {"path": str(tmp_path.resolve())}}
