@@ -71,13 +71,20 @@ def plan_format(chosen: str | None, output: str | None) -> str:
 
 def _plan_sweep(args: argparse.Namespace) -> int:
     from planner.planning import plan_sweep
-    from planner.render import sweep as render_sweep
+    from planner.support.heap import collector_paused
 
     if args.format not in ("text", "json"):
         raise UsageError(f"plan -m --format {args.format}: a sweep plan is text or json; "
                          "plan one job for md or mermaid")
-    data = plan_sweep(args.overrides, store=args.store, tree=args.tree,
-                      symbolic=args.symbolic_sources, timings=args.timings).to_json()
+    with collector_paused(then_freeze=True):  # the command ends after printing
+        return _print_sweep(args, plan_sweep(args.overrides, store=args.store, tree=args.tree,
+                                             symbolic=args.symbolic_sources,
+                                             timings=args.timings).to_json())
+
+
+def _print_sweep(args: argparse.Namespace, data: dict[str, Any]) -> int:
+    from planner.render import sweep as render_sweep
+
     errors = [f"job {j['index']} ({' '.join(j['overrides'])}): {j['error']}"
               for j in data["jobs"] if j["error"]]
     if errors:  # a dry run exists to find these: report them and write nothing

@@ -133,6 +133,7 @@ class DigestMemo:
         try:
             self.file.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(self.file, json.dumps(self.entries, sort_keys=True))
+            self.dirty = False
         except OSError:
             pass  # the memo is only a speed-up
 
