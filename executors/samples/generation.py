@@ -169,7 +169,7 @@ def step_feeds(wanted: dict[str, dict[str, Any]], specs: list[dict[str, Any]], n
     model, _ = torchmodel.load(source)
     tok = tokenizer(ckpt)
     lines, pool = sentences(split), media.views(split)
-    slots = wanted["s2s_mask"]["shape"][1] - 1
+    slots = wanted["s2s_past"]["shape"][2]
     enc_seq = next(s["shape"][2] for s in specs if s.get("kind") == "s2s_cross")
     feeds = []
     for i in range(n):
