@@ -31,7 +31,8 @@ GENAI_SECTION = "decoder"  # genai_config.json's model section that describes th
 # the encoder-decoder types onnxruntime-genai 0.18 runs, by config.json's model_type: its
 # model.type for them, and the encoder input length its runner feeds (Whisper: 3000 log-mel
 # frames, 30 s; its `marian-ssru` type is Marian NMT's recurrent decoder, not MarianMT's)
-GENAI_ENCODER_DECODERS = {"whisper": "whisper"}
+GENAI_WHISPER = "whisper"
+GENAI_ENCODER_DECODERS = {"whisper": GENAI_WHISPER}
 GENAI_WHISPER_FRAMES = 3000
 DEFAULT_PREFILL = 64
 DEFAULT_CONTEXT = 256
