@@ -111,3 +111,27 @@ def audio_processor(preprocessor: dict[str, Any]) -> dict[str, Any]:
                        "attrs": {"chunk_size": int(preprocessor.get("chunk_length", 30)),
                                  "hop_length": hop, "n_fft": n_fft,
                                  "n_mel": int(preprocessor.get("feature_size", 80))}}}]}}
+
+
+def read(folder: Path, bundle: dict[str, Any]) -> dict[str, Any] | None:
+    """A Whisper bundle's genai_config.json (None when it has none), checked against its
+    bundle.json: the encoder and decoder files it names are the bundle's graphs."""
+    from executors.generation.bundle import BundleError
+
+    path = folder / GENAI_CONFIG
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text())
+        named = [config["model"][part]["filename"] for part in ("encoder", "decoder")]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise BundleError(f"{path} is not an onnxruntime-genai config of a Whisper model "
+                          f"({type(exc).__name__}: {exc}); rebuild the bundle with modelplan "
+                          "run") from exc
+    encoder, decoder = _graphs(bundle)
+    if named != [encoder["model"], decoder["model"]]:
+        raise BundleError(f"{path} names {named[0]!r} and {named[1]!r}, and the bundle's "
+                          f"encoder and decoder are {encoder['model']!r} and "
+                          f"{decoder['model']!r} (bundle.json); rebuild the bundle with "
+                          "modelplan run")
+    return config

@@ -279,3 +279,13 @@ def test_onnxruntime_genai_transcribes_a_cpu_whisper_bundle_like_modelplan_and_p
                            if k.endswith("config.json"))).parent
     want = whisper_greedy(checkpoint, features, [start], 12)
     assert tokens == (want[:-1] if want[-1:] == [eos] else want)
+    # `modelplan generate` reads the genai_config.json genai reads: one naming another graph
+    # file than bundle.json's is one line
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    config = json.loads((broken / "genai_config.json").read_text())
+    config["model"]["decoder"]["filename"] = "decode_model.onnx"
+    (broken / "genai_config.json").write_text(json.dumps(config))
+    bad = run_cli("generate", str(broken), "--audio", str(wav), "--json")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "'decode_model.onnx'" in bad.stderr and "decoder_model.onnx" in bad.stderr
