@@ -16,6 +16,8 @@ from typing import Any
 from executors.generation.genai import GENAI_CONFIG, providers
 from planner.models.generation import (
     GENAI_ENCODER_DECODERS,
+    GENAI_ENCODER_SECTION,
+    GENAI_SECTION,
     GENAI_WHISPER_FRAMES,
     decoder_config,
     decoder_shape,
@@ -79,12 +81,14 @@ def genai_config(config: dict[str, Any], bundle: dict[str, Any]) -> dict[str, An
         "bos_token_id": config.get("bos_token_id"),
         "eos_token_id": config.get("eos_token_id"), "pad_token_id": config.get("pad_token_id"),
         "context_length": context, "vocab_size": config.get("vocab_size"),
-        "encoder": {"filename": encoder["model"], "session_options": session, **shape,
+        GENAI_ENCODER_SECTION: {
+                    "filename": encoder["model"], "session_options": session, **shape,
                     "inputs": {"audio_features": encoder["inputs"][0]["name"]},
                     "outputs": {"encoder_hidden_states": encoder["outputs"][0]["name"],
                                 "cross_present_key_names": f"{CACHE.cross}.%d.{key}",
                                 "cross_present_value_names": f"{CACHE.cross}.%d.{value}"}},
-        "decoder": {"filename": decoder["model"], "session_options": session, **shape,
+        GENAI_SECTION: {
+                    "filename": decoder["model"], "session_options": session, **shape,
                     "inputs": {"input_ids": "input_ids",
                                "past_key_names": f"{CACHE.past}.%d.{key}",
                                "past_value_names": f"{CACHE.past}.%d.{value}",
@@ -123,7 +127,8 @@ def read(folder: Path, bundle: dict[str, Any]) -> dict[str, Any] | None:
         return None
     try:
         config = json.loads(path.read_text())
-        named = [config["model"][part]["filename"] for part in ("encoder", "decoder")]
+        named = [config["model"][part]["filename"]
+                 for part in (GENAI_ENCODER_SECTION, GENAI_SECTION)]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise BundleError(f"{path} is not an onnxruntime-genai config of a Whisper model "
                           f"({type(exc).__name__}: {exc}); rebuild the bundle with modelplan "

@@ -28,6 +28,7 @@ from planner.models.roles import CACHE, CROSS, DECODE, DECODER, ENCODER, FIRST_P
 # graph of a free past, present = past + new) and its pipeline of graphs
 GENAI_DECODER, GENAI_PIPELINE = "decoder", "decoder-pipeline"
 GENAI_SECTION = "decoder"  # genai_config.json's model section that describes those graphs
+GENAI_ENCODER_SECTION = "encoder"  # and an encoder-decoder's encoder's
 # the encoder-decoder types onnxruntime-genai 0.18 runs, by config.json's model_type: its
 # model.type for them, and the encoder input length its runner feeds (Whisper: 3000 log-mel
 # frames, 30 s; its `marian-ssru` type is Marian NMT's recurrent decoder, not MarianMT's)
