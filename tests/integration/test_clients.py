@@ -258,6 +258,7 @@ def test_onnxruntime_genai_transcribes_a_cpu_whisper_bundle_like_modelplan_and_p
     assert (folder / "audio_processor_config.json").is_file()
     described = json.loads((folder / "bundle.json").read_text())["graphs"]
     assert sorted(described) == ["decoder", "encoder"]  # no cross graph: genai runs two
+    assert "generator.set_inputs(inputs)" in (folder / "README.md").read_text()  # the card
     wav = tmp_path / "speech.wav"
     soundfile.write(wav, media.speaker().say("the cat sat on the mat"), media.RATE)
     mine = run_cli("generate", str(folder), "--audio", str(wav), "--new-tokens", "12", "--json")
