@@ -57,7 +57,8 @@ def genai_encoder_decoder(config: dict[str, Any], modality: str, info: dict[str,
     in fp32 for a target that runs any shape (the CPU) and traced whole: its graphs in genai's
     layout (planner/models/generation.py `genai_layout`), which modelplan's loop runs too
     (`export.shapes.dynamic=false` keeps the static cache and the cross graph). A quantized
-    build keeps them too: its decoder would quantize the whole past it gives back each step."""
+    build keeps them too: quantized in genai's layout it lost accuracy the static cache does
+    not (docs/generation.md)."""
     ex = config["export"]
     if info.get("model_type") not in generation.GENAI_ENCODER_DECODERS or \
             config["quant"]["kind"] != "none" or \
