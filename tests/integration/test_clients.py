@@ -232,6 +232,7 @@ def whisper_greedy(checkpoint: Path, features: np.ndarray, prompt: list[int],
     return out[0].tolist()  # Whisper's generate gives the new tokens alone
 
 
+@pytest.mark.slow  # ~45 s: a 30 s encoder built, then three decoders of it
 def test_onnxruntime_genai_transcribes_a_cpu_whisper_bundle_like_modelplan_and_pytorch(
         tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
     """A tiny Whisper of 30 s of audio (3000 log-mel frames: what genai's Whisper runner feeds)
