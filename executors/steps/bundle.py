@@ -1,12 +1,16 @@
 """bundle: an encoder-decoder model's graphs delivered together, as `encoder_model.onnx` and
 `decoder_model.onnx` (hard links to their store entries where the filesystem allows, copies
 otherwise) with `bundle.json` naming each graph's source step and I/O and the EP they were built
-for, beside the checkpoint's config, tokenizer and preprocessor files."""
+for, beside the checkpoint's config, tokenizer and preprocessor files; a Whisper bundle in
+onnxruntime-genai's layout also gets its genai_config.json and audio_processor_config.json."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
+from executors.generation import genai_speech
 from executors.onnx.artifacts import MODEL
 from executors.onnx.iospecs import io_specs
 from executors.onnx.tied_head import tie_file
@@ -40,4 +44,13 @@ def run(ctx: StepContext) -> StepResult:
     for f in copied:  # what reads the input and writes the text: tokenizer, preprocessor
         link_or_copy(ckpt / f, ctx.out / f)
     (ctx.out / "bundle.json").write_text(json.dumps(bundle, indent=2, sort_keys=True))
-    return StepResult(metrics={"graphs": list(described), "client_files": copied})
+    metrics = {"graphs": list(described), "client_files": copied}
+    if ckpt is not None and (ckpt / "config.json").is_file():
+        why = genai_speech.write(ctx.out, _json(ckpt / "config.json"), bundle,
+                                 _json(ckpt / "preprocessor_config.json"))
+        metrics["genai"] = "whisper" if why is None else f"none: {why}"
+    return StepResult(metrics=metrics)
+
+
+def _json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}

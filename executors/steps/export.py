@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from executors.generation.modules import graph_module
+from executors.generation.modules import gives_cross, graph_module
 from executors.onnx import hierarchy
 from executors.onnx.artifacts import (
     MODEL,
@@ -63,7 +63,8 @@ def run(ctx: StepContext) -> StepResult:
         if p["hierarchy"]:
             scopes, folded = hierarchy.executed_modules(
                 model, lambda: ran.append(module(*args)), keep)
-            scopes = hierarchy.rebase(scopes, torchmodel.traced_base(model, role))
+            base = "" if gives_cross(role, outputs) else torchmodel.traced_base(model, role)
+            scopes = hierarchy.rebase(scopes, base)
         else:
             scopes, folded = {}, []
         expected = ran[0] if ran else module(*args)
@@ -153,10 +154,13 @@ def free_axes(args: tuple, names: list[str], expected: Any,
 
 
 def past_axes(names: list[str], outputs: list[str]) -> dict[str, dict[int, str]]:
-    """A causal LM's token graph with a free past: its new tokens' axis, the past's and the
-    total's (past + new: the mask over both, and the present entries it gives back)."""
+    """A token graph with a free past (a causal LM's, an encoder-decoder's cached decoder): its
+    new tokens' axis, the past's and the total's (past + new: the mask over both, and the
+    present entries it gives back); an encoder-decoder's cross entries keep their length."""
     axes: dict[str, dict[int, str]] = {}
     for name in names:
+        if name.startswith(CACHE.cross + "."):  # an encoder-decoder's cross entries: fixed
+            continue
         axes[name] = {2: "past_sequence_length"} if CACHE.is_past(name) else \
             {1: "total_sequence_length"} if name == "attention_mask" else \
             {1: "sequence_length"}

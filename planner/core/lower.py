@@ -72,6 +72,7 @@ def _facts(config: dict[str, Any], symbolic: bool) -> dict[str, Any]:
         for spec in axes.free_or_fixed(config, modality, graphs).values():
             if saved not in (None, "float32"):  # export upcasts: said in the plan and the key
                 spec["upcast"] = saved
+        graphs = lower_generation.genai_encoder_decoder(config, modality, info, graphs)
         for graph in lower_generation.free_past_graphs(config, modality, graphs):
             graphs[graph]["dynamic"] = True
         count = lower_generation.parts(config, info, modality)

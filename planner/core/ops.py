@@ -297,7 +297,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("onnxruntime", "onnxruntime-qnn"), outputs=("metrics",),
        headline=("latency_ms_median", "latency_ms_p90", "ep"), memory=Memory(weights=1.5),
        dropped_by="perf=none"),
-    Op("bundle", 2, "deliver the graphs of an encoder-decoder model together (a tied head "
+    Op("bundle", 3, "deliver the graphs of an encoder-decoder model together (a tied head "
        "reads the embedding table)",
        params=("graphs", "ep", "backend", "provider_options"),
        inputs=("encoder", "decoder", "cross", "source"),
