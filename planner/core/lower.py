@@ -19,8 +19,6 @@ from planner.models import tasks as T
 from planner.support.memo import copied, frozen, remembered
 
 SYMBOLIC = "<from the checkpoint>"  # specs of a source that could not be read here
-
-
 READ_BY_FACTS = ("model", "export", "target", "quant", "eval", "store")  # the sections it reads
 
 
@@ -191,17 +189,17 @@ def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any,
     if parts > 1:
         steps.append(Step(sid("split"), "split", {"parts": parts}, {"model": chain}))
         chain = sid("split")
-    if declared.compiles:
-        compile_params = {
-            "target": declared.name, "ep": target["ep"], "backend": target["backend"],
-            "embed_context": target["embed_context"], "cpu_fallback": target["cpu_fallback"],
-            "provider_options": provider_options(config)}
-        if parts == 1:
-            return [*steps, Step(sid("compile"), "compile", compile_params, {"model": chain})]
-        for part in range(parts):  # one step and key per part: a failed part re-runs alone
-            steps.append(Step(f"{sid('compile')}.{part}", "compile",
-                              {**compile_params, "part": part}, {"model": chain}))
-            chain = steps[-1].id
+    if not declared.compiles:
+        return steps
+    params = {"target": declared.name, "ep": target["ep"], "backend": target["backend"],
+              "embed_context": target["embed_context"], "cpu_fallback": target["cpu_fallback"],
+              "provider_options": provider_options(config)}
+    if parts == 1:
+        return [*steps, Step(sid("compile"), "compile", params, {"model": chain})]
+    for part in range(parts):  # one step and key per part: a failed part re-runs alone
+        steps.append(Step(f"{sid('compile')}.{part}", "compile", {**params, "part": part},
+                          {"model": chain}))
+        chain = steps[-1].id
     return steps
 
 
