@@ -343,13 +343,20 @@ def test_zero_shot_detection_with_the_rows_queries(store: Path, tmp_path: Path) 
 
 def test_segmentation_on_htp(store: Path, tmp_path: Path) -> None:
     """The deliverable quantized w8a16 per-channel and compiled for HTP: its mIoU against the
-    labels beside PyTorch's and the fp32 export's, and the drop the verdict is on."""
+    labels beside PyTorch's and the fp32 export's, within a drop users set (0.05), on masks
+    where the random SegFormer predicts both classes (it beats any one-class answer)."""
     metrics = evaluate(store, tmp_path / "out", *tiny("segformer", "image-segmentation"), *HTP,
-                       f"eval.dataset.path={segmentation_set(tmp_path)}",
-                       "eval.max_drop=1.0")
+                       f"eval.dataset.path={segmentation_set(tmp_path)}", "eval.max_drop=0.05")
     scores = three_ways(metrics, "image-segmentation")
     assert metrics["ep"] == "qnn" and metrics["labelled"]
+    assert metrics["passed"] and metrics["eval_verdict"] == "PASS", metrics["verdict_line"]
     assert scores["fp32_onnx"]["miou"] == pytest.approx(scores["pytorch"]["miou"], abs=1e-6)
-    assert 0.0 < scores["target"]["miou"] <= 1.0
+    # segmentation_set's labelled pixels: 36 rows of 28 + i columns of class 0 and 28 - i of
+    # class 1 (i = 0..3); one class everywhere scores at most 118 / 224 right, and its mIoU is
+    # half that (the other class's IoU is 0)
+    for which in ("pytorch", "target"):
+        assert scores[which]["pixel_accuracy"] > 118 / 224, which
+        assert scores[which]["miou"] > 118 / 448, which
     assert metrics["eval_drop"] == pytest.approx(
         scores["pytorch"]["miou"] - scores["target"]["miou"], abs=1e-6)
+    assert metrics["eval_drop"] <= 0.05
