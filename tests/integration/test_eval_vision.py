@@ -154,22 +154,70 @@ def pytorch_predictions(record: dict[str, Any], rows: list[dict[str, Any]],
     return family.predictions(runner.torch_graphs(source, cx), prepared, cx, lambda i: None)
 
 
-def detection_set(root: Path, record: dict[str, Any]) -> Path:
-    """JSON Lines: image path + HF-style objects {bbox: [[x, y, w, h]], category: [...]}, the
-    objects being PyTorch's own detections of at least CONFIDENT: PyTorch's mAP is 1 exactly
-    when boxes are read and scaled as they are predicted."""
-    from executors.evaluation.detect import confident
+# the tiny detectors' input sizes: images written at that size are resized by nothing, so the
+# image processor of transformers and eval's see the same pixels
+DETECTOR_SIZE = {"yolos": 32, "rt_detr": 64}
+# objects written by hand, as fractions of the image (x, y, w, h) and a class id: of both
+# classes, large ones in the lower half (where these random detectors' boxes gather) and small
+# ones elsewhere, so that some are found and some missed
+DRAWN = [[(0.0, 0.5, 0.65, 0.45, 0), (0.1, 0.1, 0.3, 0.1, 1)],
+         [(0.0, 0.45, 0.6, 0.4, 0), (0.45, 0.8, 0.25, 0.12, 1)],
+         [(0.35, 0.6, 0.3, 0.4, 0), (0.3, 0.2, 0.07, 0.07, 1)],
+         [(0.2, 0.5, 0.5, 0.45, 1)]]
 
-    paths = images(root)
-    rows = []
-    for path, det in zip(paths, pytorch_predictions(record, [{"image": p} for p in paths]),
-                         strict=True):
-        kept = confident(det)
-        xywh = np.concatenate([kept["boxes"][:, :2], kept["boxes"][:, 2:] - kept["boxes"][:, :2]],
-                              axis=1)
-        rows.append({"image": path, "objects": {"bbox": xywh.tolist(),
-                                                "category": kept["labels"].tolist()}})
-    return _jsonl(root / "detection.jsonl", rows)
+
+def detection_set(root: Path, size: int) -> tuple[Path, list[str]]:
+    """JSON Lines: square images of `size` pixels and the objects DRAWN on them, as the HF
+    detection datasets write them ({bbox: [[x, y, w, h]], category: [...]})."""
+    paths = [_save_png(_photo(i, (size, size)), root / f"img{i}.png") for i in range(4)]
+    rows = [{"image": path, "objects": {
+        "bbox": [[x * size, y * size, w * size, h * size] for x, y, w, h, _ in drawn],
+        "category": [c for *_, c in drawn]}} for path, drawn in zip(paths, DRAWN, strict=True)]
+    return _jsonl(root / "detection.jsonl", rows), paths
+
+
+def coco_scores(detections: list[dict[str, np.ndarray]], size: int) -> dict[str, float]:
+    """COCO mAP@[.5:.95] and mAP@.5 of per-image detections (xyxy pixels, scores, labels)
+    against DRAWN, by faster-coco-eval's COCOeval here."""
+    from faster_coco_eval import COCO, COCOeval_faster
+
+    anns = [{"id": n + 1, "image_id": i + 1, "category_id": c + 1, "iscrowd": 0,
+             "bbox": [x * size, y * size, w * size, h * size], "area": w * h * size * size}
+            for i, drawn in enumerate(DRAWN) for n, (x, y, w, h, c) in
+            enumerate(drawn, start=10 * i)]
+    dets = [{"image_id": i + 1, "category_id": int(c) + 1, "score": float(s),
+             "bbox": [float(x0), float(y0), float(x1 - x0), float(y1 - y0)]}
+            for i, d in enumerate(detections)
+            for (x0, y0, x1, y1), s, c in zip(d["boxes"], d["scores"], d["labels"], strict=True)]
+    cats = sorted({a["category_id"] for a in anns} | {d["category_id"] for d in dets})
+    gt = COCO({"images": [{"id": i + 1} for i in range(len(DRAWN))], "annotations": anns,
+               "categories": [{"id": c} for c in cats]})
+    ev = COCOeval_faster(gt, gt.loadRes(dets), iouType="bbox")
+    ev.evaluate()
+    ev.accumulate()
+    ev.summarize()
+    return {"map": float(ev.stats[0]), "map_50": float(ev.stats[1])}
+
+
+def transformers_detections(checkpoint: Path, paths: list[str],
+                            size: int) -> list[dict[str, np.ndarray]]:
+    """Each image's detections by transformers itself: its image processor, the model and the
+    processor's post-processing with no score threshold."""
+    import torch
+    import transformers
+    from PIL import Image
+
+    processor = transformers.AutoImageProcessor.from_pretrained(str(checkpoint))
+    model = transformers.AutoModelForObjectDetection.from_pretrained(str(checkpoint)).eval()
+    out = []
+    for path in paths:
+        with torch.inference_mode():
+            found = model(**processor(images=Image.open(path).convert("RGB"),
+                                      return_tensors="pt"))
+        kept = processor.post_process_object_detection(found, threshold=0.0,
+                                                       target_sizes=[(size, size)])[0]
+        out.append({k: v.numpy() for k, v in kept.items()})
+    return out
 
 
 def keypoint_set(root: Path, record: dict[str, Any]) -> Path:
@@ -271,16 +319,25 @@ def test_depth_against_depth_maps(store: Path, tmp_path: Path) -> None:
 def test_detection_against_pytorch_then_against_objects(model_type: str, store: Path,
                                                         tmp_path: Path) -> None:
     """A softmax head with a no-object class (YOLOS) and a focal-loss one (RT-DETR): on the
-    shipped photographs, then on objects that are PyTorch's own confident detections: its mAP
-    is 1 exactly when the boxes are read and scaled as they are predicted."""
-    model = tiny(model_type, "object-detection")
+    shipped photographs, then on objects drawn by hand, where PyTorch's mAP is the one
+    faster-coco-eval gives transformers' own detections (its image processor, model and
+    post-processing) against the same objects."""
+    model = (*tiny(model_type, "object-detection"),
+             # wider random weights: detections that differ in score and place
+             "+model.random_init.config.initializer_range=0.2")
     same_in_fp32(agreement(evaluate(store, tmp_path / "shipped", *model, *CPU),
                            "object-detection"))
-    dataset = detection_set(tmp_path / "data", last_record(tmp_path / "shipped"))
+    size = DETECTOR_SIZE[model_type]
+    dataset, paths = detection_set(tmp_path / "data", size)
     metrics = evaluate(store, tmp_path / "out", *model, *CPU, f"eval.dataset.path={dataset}")
     assert metrics["labelled"]
     scores = three_ways(metrics, "object-detection")
-    assert scores["pytorch"] == {"map": 1.0, "map_50": 1.0}
+    record = last_record(tmp_path / "out")
+    checkpoint = Path(next(s for s in record["steps"] if s["op"] == "resolve")["outputs"]
+                      ["source.json"]).parent / "checkpoint"
+    want = coco_scores(transformers_detections(checkpoint, paths, size), size)
+    assert want["map_50"] > 0.0, want  # some drawn object is found: the score is not vacuous
+    assert scores["pytorch"] == pytest.approx(want, abs=1e-6)
     same_in_fp32(scores)
 
 
