@@ -213,6 +213,7 @@ def ctc_ids(checkpoint: Path, clips: list[np.ndarray]) -> list[tuple[int, ...]]:
     return out
 
 
+@pytest.mark.slow  # ~40 s: the HTP simulator
 def test_speech_on_htp(shared: Path, tmp_path: Path) -> None:
     """Within a drop users set (0.05 of WER against PyTorch's transcripts), on clips the model
     transcribes differently from one another."""
@@ -250,6 +251,7 @@ def test_speech_with_transcripts_from_jsonl_and_an_audio_folder(shared: Path,
     assert runs["jsonl"]["scores"] == runs["folder"]["scores"]
 
 
+@pytest.mark.slow  # ~110 s: BART on the CPU and on the HTP simulator
 def test_text2text_on_shipped_sentences_and_on_htp(shared: Path, tmp_path: Path) -> None:
     model = (*TEXT2TEXT, f"model.path={bart_checkpoint(shared)}")
     cpu = evaluate(shared, tmp_path / "cpu", *model, *CPU)

@@ -374,6 +374,7 @@ def test_depth_against_depth_maps(store: Path, tmp_path: Path) -> None:
     same_in_fp32(scores)
 
 
+@pytest.mark.slow  # ~55 s each: two eval runs and transformers' own detections
 @pytest.mark.parametrize("model_type", ["yolos", "rt_detr"])
 def test_detection_against_pytorch_then_against_objects(model_type: str, store: Path,
                                                         tmp_path: Path) -> None:
@@ -441,6 +442,7 @@ def test_zero_shot_classification_prompts_the_class_names(store: Path, tmp_path:
                            "zero-shot-image-classification"))
 
 
+@pytest.mark.slow  # ~50 s: two eval runs of OWL-ViT
 def test_zero_shot_detection_with_the_rows_queries(store: Path, tmp_path: Path) -> None:
     """OWL-ViT exported for two queries per image, rows with three: two runs per image;
     categories name the queries. Against objects drawn by hand, PyTorch's mAP is the one
@@ -462,6 +464,7 @@ def test_zero_shot_detection_with_the_rows_queries(store: Path, tmp_path: Path) 
     same_in_fp32(scores)
 
 
+@pytest.mark.slow  # ~60 s: the HTP simulator
 def test_segmentation_on_htp(store: Path, tmp_path: Path) -> None:
     """The deliverable quantized w8a16 per-channel and compiled for HTP: its mIoU against the
     labels beside PyTorch's and the fp32 export's, within a drop users set (0.05), on masks
