@@ -40,7 +40,8 @@ from executors.samples import Samples
 from planner.models.roles import CACHE, role_of
 from planner.support.suggest import did_you_mean
 
-TOLERANCE = 1e-4
+TOLERANCE = 1e-4  # of each output's peak magnitude
+FLOOR = float(np.finfo(np.float32).tiny)  # for an all-zero output
 COLLECT_BYTES = 256 * 2**20  # weights from which export collects garbage to free them at once
 
 
@@ -314,13 +315,41 @@ def _check_against_torch(ctx: StepContext, path: Path, feed: dict, expected: Any
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.add_session_config_entry("session.disable_prepacking", "1")  # no packed weight copies
-    got = ort.InferenceSession(str(path), so, providers=host_providers()).run(None, feed)
+    session = ort.InferenceSession(str(path), so, providers=host_providers())
+    got = session.run(None, feed)
     want = expected if isinstance(expected, tuple) else (expected,)
-    max_abs = max(float(np.max(np.abs(g - w.numpy()))) for g, w in zip(got, want, strict=True))
-    scale = max(1.0, *(float(np.max(np.abs(w.numpy()))) for w in want))
-    if not max_abs <= TOLERANCE * scale:  # relative to the outputs' magnitude (logits are big)
-        raise ctx.fail(f"ONNX Runtime output differs from torch by {max_abs:.3g} "
-                       f"(tolerance {TOLERANCE * scale:.3g})",
-                       "try another exporter (export=dynamo or export=torchscript) or opset",
-                       where=str(path))
-    return max_abs
+    found = differences(got, [w.numpy() for w in want])
+    for out, d in zip(session.get_outputs(), found, strict=True):
+        if not d.within:
+            raise ctx.fail(f"ONNX Runtime's {out.name} differs from torch by {d.max_abs:.3g} "
+                           f"(tolerance {d.tolerance:.3g}: {TOLERANCE:g} of its peak "
+                           f"{d.peak:.3g})",
+                           "try another exporter (export=dynamo or export=torchscript) or opset",
+                           where=str(path))
+    return max(d.max_abs for d in found)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One output against torch's: its largest absolute difference and the reference's peak
+    magnitude, the scale it is judged at (outputs of 1e-30 are judged at 1e-30, not at 1)."""
+
+    max_abs: float
+    peak: float
+
+    @property
+    def tolerance(self) -> float:
+        return max(TOLERANCE * self.peak, FLOOR)
+
+    @property
+    def within(self) -> bool:
+        return self.max_abs <= self.tolerance  # a NaN is not
+
+
+def differences(got: list[np.ndarray], want: list[np.ndarray]) -> list[Difference]:
+    found = []
+    for g, w in zip(got, want, strict=True):
+        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        found.append(Difference(float(np.max(np.abs(g - w), initial=0.0)),
+                                float(np.max(np.abs(w), initial=0.0))))
+    return found

@@ -92,6 +92,14 @@ TINY: dict[str, dict[str, Any]] = {
                                     "hidden_sizes": [16, 32, 64, 64], "depths": [1, 1, 1, 1],
                                     "layer_type": "basic", "out_features": ["stage2", "stage3",
                                                                             "stage4"]}},
+    # a ResNet of transformers' own as the backbone (its default is timm's ResNet-50)
+    "detr": {"d_model": 32,
+             "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
+             "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
+             "num_queries": 10,
+             "backbone_config": {"model_type": "resnet", "embedding_size": 16,
+                                 "hidden_sizes": [16, 32, 64, 64], "depths": [1, 1, 1, 1],
+                                 "layer_type": "basic", "out_features": ["stage4"]}},
     "vitpose": {"backbone_config": {"model_type": "vitpose_backbone", "hidden_size": 32,
                                     "num_hidden_layers": 2, "num_attention_heads": 2,
                                     "intermediate_size": 64, "image_size": [64, 48],
@@ -137,6 +145,6 @@ TINY: dict[str, dict[str, Any]] = {
 # checkpoint's preprocessor_config.json says it).
 TINY_PREPROCESSOR: dict[str, dict[str, Any]] = {
     "resnet": {"image_size": 32}, "segformer": {"image_size": 64},
-    "rt_detr": {"image_size": 64}, "vitpose": {"image_size": [64, 48]},
+    "rt_detr": {"image_size": 64}, "detr": {"image_size": 64}, "vitpose": {"image_size": [64, 48]},
     "depth_anything": {"image_size": 56},
 }
