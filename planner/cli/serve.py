@@ -25,12 +25,13 @@ import sys
 import tempfile
 import time
 import traceback
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from planner.cli import server
 
 CHECK_S = 30.0  # how often an idle server checks that its key is still the code's
+_SET_ON_IMPORT: dict[str, str] = {}  # the defaults the imports set (executors/__init__.py's)
 
 
 def warm() -> None:
@@ -59,10 +60,12 @@ def serve(key: str) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return 0  # another server has this key
-    if server.digest() != key:
+    environ = dict(os.environ)  # as the client had it (the libraries may set some)
+    if server.digest(environ) != key:
         return 0  # the code changed since the client asked
     started = time.perf_counter()
     warm()
+    _SET_ON_IMPORT.update({k: v for k, v in os.environ.items() if k not in environ})
     print(f"{time.strftime('%F %T')} server {key} pid {os.getpid()}: warm in "
           f"{time.perf_counter() - started:.1f} s", flush=True)
     path = server.socket_path(key)
@@ -74,7 +77,7 @@ def serve(key: str) -> int:
     pidfile = path.with_suffix(".pid")
     pidfile.write_text(f"{os.getpid()}\n")
     try:
-        _loop(listener, key)
+        _loop(listener, lambda: server.digest(environ) == key, lock)
     finally:
         listener.close()
         for own in (path, pidfile):
@@ -83,7 +86,7 @@ def serve(key: str) -> int:
     return 0
 
 
-def _loop(listener: socket.socket, key: str) -> None:
+def _loop(listener: socket.socket, current: Callable[[], bool], lock: Any) -> None:
     stop: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, _frame: stop.append(signum))
     signal.signal(signal.SIGINT, lambda signum, _frame: stop.append(signum))
@@ -97,7 +100,7 @@ def _loop(listener: socket.socket, key: str) -> None:
             return
         ready, _, _ = _select([listener], min(left, CHECK_S))
         if not ready:
-            if server.digest() != key:
+            if not current():
                 print(f"{time.strftime('%F %T')} the code changed: exiting", flush=True)
                 return
             continue
@@ -106,8 +109,9 @@ def _loop(listener: socket.socket, key: str) -> None:
         except OSError:
             continue
         last = time.monotonic()
-        if os.fork() == 0:
+        if os.fork() == 0:  # the waiter holds neither the socket nor the key's lock
             listener.close()
+            lock.close()
             _wait_for_command(conn)
         conn.close()
 
@@ -133,6 +137,8 @@ def _wait_for_command(conn: socket.socket) -> None:
         for fd in fds:
             os.close(fd)
         server.send_message(conn, {"pid": pid})
+        print(f"{time.strftime('%F %T')} pid {pid}: modelplan {' '.join(request['argv'])}",
+              flush=True)
         status = _relay(conn, pid)
         code = os.waitstatus_to_exitcode(status)
         code = 128 - code if code < 0 else code
@@ -174,6 +180,8 @@ def _command(request: dict[str, Any], fds: list[int]) -> None:
                 os.close(fd)
         os.environ.clear()
         os.environ.update(request["env"])
+        for name, value in _SET_ON_IMPORT.items():  # as the imports would set them here
+            os.environ.setdefault(name, value)
         tempfile.tempdir = None  # TMPDIR is read again
         os.chdir(request["cwd"])
         for sig in (signal.SIGTERM, signal.SIGCHLD):

@@ -77,9 +77,11 @@ def server_dir() -> Path:
     return base / "modelplan" / "server"
 
 
-def digest() -> str:
+def digest(environ: dict[str, str] | None = None) -> str:
     """The key of the code, config tree, interpreter, libraries and import-time environment
-    a server serves; a server answers only on the socket its own key names."""
+    (`environ`, default this process's) a server serves; a server answers only on the socket
+    its own key names."""
+    environ = os.environ if environ is None else environ
     h = hashlib.sha256(f"{sys.executable}\0{sys.version}\n".encode())
     for name in CODE_DIRS:
         for dirpath, dirnames, filenames in os.walk(ROOT / name):
@@ -92,7 +94,7 @@ def digest() -> str:
                     st = os.stat(path)
                     h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     h.update(json.dumps(_versions()).encode())
-    h.update(json.dumps(sorted((k, v) for k, v in os.environ.items()
+    h.update(json.dumps(sorted((k, v) for k, v in environ.items()
                                if k.startswith(IMPORT_ENV))).encode())
     return h.hexdigest()[:20]
 
@@ -171,7 +173,8 @@ def _wait(sock: socket.socket) -> int:
         with contextlib.suppress(OSError):
             send_message(sock, {"signal": signum})
 
-    saved = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    saved = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)
+             if signal.getsignal(s) is not signal.SIG_IGN}  # ignored here: ignored there
     try:
         while True:
             try:
