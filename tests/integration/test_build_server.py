@@ -37,10 +37,21 @@ def cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     try:
         yield path
     finally:
-        for pid in started_pids(path):
+        for pid in servers_of(path):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(path, ignore_errors=True)
+
+
+def servers_of(cache: Path) -> list[int]:
+    """The server processes started for `cache`, warm or still importing."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and b"planner.cli.serve" in (proc / "cmdline").read_bytes() \
+                    and f"XDG_CACHE_HOME={cache}\0".encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+    return found
 
 
 def on(cache: Path, **extra: str) -> dict[str, str]:
