@@ -217,11 +217,12 @@ def _alive(pidfile: Path) -> int | None:
     return pid
 
 
-def servers() -> list[dict[str, Any]]:
-    """The servers whose pid files are in the server dir: key, pid, current, log."""
+def servers(folder: Path | None = None) -> list[dict[str, Any]]:
+    """The running servers whose pid files are in `folder` (default: the server dir): key,
+    pid, whether it serves the current code, socket, log."""
     current = digest()
     found = []
-    for pidfile in sorted(server_dir().glob("*.pid")):
+    for pidfile in sorted((folder or server_dir()).glob("*.pid")):
         pid = _alive(pidfile)
         if pid is None:
             continue
