@@ -32,9 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from build_bench import FUSIONS, TINY_CPU, WINML_DEFAULT, winml_build  # noqa: E402
+from build_bench import FUSIONS, TINY_CPU, WINML_DEFAULT, winml_build
 
-from planner.cli import server  # noqa: E402
+from planner.cli import server
 
 
 def command(args: list[str], env: dict[str, str]) -> tuple[float, str]:
@@ -55,8 +55,8 @@ def start_server(env: dict[str, str]) -> float:
     folder = Path(env["XDG_CACHE_HOME"]) / "modelplan" / "server"
     while not list(folder.glob("*.pid")):
         if time.perf_counter() - t0 > 600:
-            sys.exit(f"the server did not start; its log:\n{''.join(
-                p.read_text() for p in folder.glob('*.log'))}")
+            log = "".join(p.read_text() for p in folder.glob("*.log"))
+            sys.exit(f"the server did not start; its log:\n{log}")
         time.sleep(0.05)
     return time.perf_counter() - t0
 
