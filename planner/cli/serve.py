@@ -21,6 +21,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 import tempfile
 import time
@@ -88,17 +89,24 @@ def serve(key: str) -> int:
 
 def _loop(listener: socket.socket, current: Callable[[], bool], lock: Any) -> None:
     stop: list[int] = []
+    woken, wake = os.pipe()  # a signal wakes the select (which Python would resume)
+    os.set_blocking(wake, False)
+    signal.set_wakeup_fd(wake)
     signal.signal(signal.SIGTERM, lambda signum, _frame: stop.append(signum))
     signal.signal(signal.SIGINT, lambda signum, _frame: stop.append(signum))
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped by the kernel
     idle = server.idle_seconds()
     last = time.monotonic()
-    while not stop:
+    while True:
         left = last + idle - time.monotonic()
-        if left <= 0:
-            print(f"{time.strftime('%F %T')} idle for {idle:.0f} s: exiting", flush=True)
+        if stop or left <= 0:
+            print(f"{time.strftime('%F %T')} "
+                  f"{'stopped' if stop else f'idle for {idle:.0f} s'}: exiting", flush=True)
             return
-        ready, _, _ = _select([listener], min(left, CHECK_S))
+        ready, _, _ = _select([listener, woken], min(left, CHECK_S))
+        if woken in ready:
+            os.read(woken, 512)
+            continue
         if not ready:
             if not current():
                 print(f"{time.strftime('%F %T')} the code changed: exiting", flush=True)
@@ -112,6 +120,9 @@ def _loop(listener: socket.socket, current: Callable[[], bool], lock: Any) -> No
         if os.fork() == 0:  # the waiter holds neither the socket nor the key's lock
             listener.close()
             lock.close()
+            signal.set_wakeup_fd(-1)
+            os.close(woken)
+            os.close(wake)
             _wait_for_command(conn)
         conn.close()
 
@@ -129,6 +140,10 @@ def _wait_for_command(conn: socket.socket) -> None:
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                         struct.calcsize("3i")))
+        if uid != os.getuid():
+            raise PermissionError(f"a client of uid {uid} is not served")
         request, fds = server.recv_message(conn, with_fds=True)
         pid = os.fork()
         if pid == 0:

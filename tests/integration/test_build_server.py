@@ -112,7 +112,7 @@ def test_a_command_through_the_server_prints_and_exits_as_in_process(cache: Path
     store = ["--store", str(tmp_path / "store"), "--outputs", str(tmp_path / "out")]
     here = run_cli("run", *TINY_CPU, *store, "--json", "--quiet")
     assert here.returncode == 0, here.stderr
-    start_server(cache)
+    pid = start_server(cache)
     for args in (["run", *TINY_CPU, *store, "--json", "--quiet"],
                  ["plan", *TINY_CPU, "--store", str(tmp_path / "store")],
                  ["run", "model=tiny_bertx", *store],
@@ -133,6 +133,12 @@ def test_a_command_through_the_server_prints_and_exits_as_in_process(cache: Path
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
     assert "did you mean 'tiny_bert'" in bad.stderr
     assert not (tmp_path / "out" / "tiny_bertx-none-cpu").exists()
+    status = run_cli("server", "status", env=on(cache))
+    assert re.fullmatch(rf"pid {pid}  current  socket \S+  log \S+\n", status.stdout), status.stdout
+    stop = run_cli("server", "stop", env=on(cache))
+    assert stop.stdout == "stopped 1 build server(s)\n"
+    wait_for(lambda: not alive(pid), "the server to exit", 10)
+    assert "stopped: exiting" in logs(cache)
 
 
 def copy_of_the_code(where: Path) -> Path:
