@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from planner.cli import diagnose, importing, read, review, server
+from planner.cli import server  # before the rest: a command it runs needs nothing else here
 from planner.cli.common import config_tree, positive, results_dir, write_output
 from planner.errors import ModelplanError, UsageError
 
@@ -254,6 +254,8 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
                             "default: the packaged config)")
         return sp
 
+    from planner.cli import diagnose, importing, read, review
+
     _run_commands(add)
     read.add_commands(add)
     diagnose.add_commands(add)
@@ -318,6 +320,8 @@ def with_config_groups(sp: argparse.ArgumentParser) -> None:
 
 def _needs_plugins(argv: list[str]) -> bool:
     """Plugin commands are loaded only when the command is not a core one (or for help)."""
+    from planner.cli import diagnose, importing, read, review
+
     first = next((a for a in argv if not a.startswith("-")), None)
     return not any(first in c for c in (COMMANDS, read.COMMANDS, review.COMMANDS,
                                          importing.COMMANDS, diagnose.COMMANDS,

@@ -29,7 +29,6 @@ import os
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -194,6 +193,8 @@ def _wait(sock: socket.socket) -> int:
 def start(key: str) -> None:
     """Start a server for `key` in the background, detached, its log in the server dir; a
     failure here is silent (the next command tries again)."""
+    import subprocess
+
     folder = server_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
