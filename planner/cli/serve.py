@@ -144,6 +144,7 @@ def _wait_for_command(conn: socket.socket) -> None:
                                                          struct.calcsize("3i")))
         if uid != os.getuid():
             raise PermissionError(f"a client of uid {uid} is not served")
+        server.send_message(conn, {"ready": os.getpid()})
         request, fds = server.recv_message(conn, with_fds=True)
         pid = os.fork()
         if pid == 0:
@@ -151,7 +152,11 @@ def _wait_for_command(conn: socket.socket) -> None:
             _command(request, fds)
         for fd in fds:
             os.close(fd)
-        server.send_message(conn, {"pid": pid})
+        try:
+            server.send_message(conn, {"pid": pid})
+        except OSError:  # the client gave up waiting and runs the command itself
+            os.kill(pid, signal.SIGKILL)
+            raise
         print(f"{time.strftime('%F %T')} pid {pid}: modelplan {' '.join(request['argv'])}",
               flush=True)
         status = _relay(conn, pid)

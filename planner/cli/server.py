@@ -5,7 +5,9 @@ fixed cost is a fork, not an interpreter start and seconds of imports.
 The client sends the server its arguments, working directory and environment, and its own
 stdin, stdout and stderr (SCM_RIGHTS over the server's Unix socket): the command runs in a
 process forked for it that writes straight to the client's terminal or pipes. Ctrl-C is
-forwarded; the client exits with the command's exit status.
+forwarded; the client exits with the command's exit status. The fds are sent only to a process
+that has said it is there (a hung server would hold the client's pipes open in its queue), and
+a server that does not answer within HANDSHAKE_S seconds is not waited for.
 
 The server is never stale: its socket is named by a digest of the code (every file of planner/,
 executors/, schemas/ and hydra_plugins/: path, size and mtime), the packaged conf/ tree, the
@@ -31,7 +33,7 @@ import socket
 import struct
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,7 @@ PACKAGES = ("torch", "transformers", "onnx", "onnxruntime", "onnxruntime-qnn", "
 IMPORT_ENV = ("PYTHON", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH", "PYTORCH_", "ORT_",
               "OMP_", "MKL_", "TOKENIZERS_", "QNN_", "LD_", "XDG_CACHE_HOME")
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes
+HANDSHAKE_S = 10.0  # a server that has not started the command by then is not waited for
 serving = False  # True in a command the server runs: it never calls a server itself
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
@@ -115,7 +118,7 @@ def socket_path(key: str) -> Path:
 
 
 # -- the wire: one length-prefixed JSON message per frame ---------------------------------
-def send_message(sock: socket.socket, message: dict[str, Any], fds: list[int] = ()) -> None:
+def send_message(sock: socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
     data = json.dumps(message).encode()
     frame = struct.pack("!I", len(data)) + data
     if fds:
@@ -151,8 +154,10 @@ def run_on_server(argv: list[str]) -> int | None:
     if len(str(path)) > MAX_SOCKET_PATH:
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(HANDSHAKE_S)
     try:
         sock.connect(str(path))
+        recv_message(sock)  # a process is there to take the fds: none is left in a queue
         send_message(sock, {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)},
                      [0, 1, 2])
         started, _ = recv_message(sock)
@@ -162,6 +167,7 @@ def run_on_server(argv: list[str]) -> int | None:
         sock.close()
         start(key)
         return None
+    sock.settimeout(None)
     with sock:
         return _wait(sock)
 

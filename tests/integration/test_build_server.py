@@ -173,7 +173,8 @@ def test_a_server_of_older_code_is_not_used(cache: Path, tmp_path: Path) -> None
 def test_a_server_gone_before_the_command_starts_falls_back(cache: Path,
                                                             tmp_path: Path) -> None:
     """A server that takes the request and dies (the socket closes before the command has
-    started), and one killed outright (its socket refuses): the command runs in-process."""
+    started), one killed outright (its socket refuses) and one that never answers: the
+    command runs in-process."""
     key = server.digest()  # what the client computes: the same code, Python and environment
     folder = cache / "modelplan" / "server"
     folder.mkdir(parents=True)
@@ -184,6 +185,7 @@ def test_a_server_gone_before_the_command_starts_falls_back(cache: Path,
 
     def die_mid_request() -> None:
         conn, _ = listener.accept()
+        server.send_message(conn, {"ready": 0})
         _, fds = server.recv_message(conn, with_fds=True)
         for fd in fds:
             os.close(fd)
@@ -202,6 +204,16 @@ def test_a_server_gone_before_the_command_starts_falls_back(cache: Path,
     refused = run_cli(*plan, env=on(cache))
     assert (refused.returncode, refused.stdout) == (local.returncode, local.stdout)
     assert refused.stderr == local.stderr
+    server.socket_path(key).unlink()
+    hung = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # listens, never answers
+    hung.bind(str(server.socket_path(key)))
+    hung.listen()
+    t0 = time.monotonic()
+    waited = run_cli(*plan, env=on(cache))
+    assert (waited.returncode, waited.stdout, waited.stderr) == (local.returncode, local.stdout,
+                                                                 local.stderr)
+    assert time.monotonic() - t0 < server.HANDSHAKE_S + 30
+    hung.close()
 
 
 def test_a_server_killed_during_a_command_still_answers_or_falls_back(cache: Path,
