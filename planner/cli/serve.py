@@ -43,10 +43,13 @@ def warm() -> None:
     from planner.errors import ModelplanError
     from planner.render import render, results, run  # noqa: F401
 
-    main.parser(plugins=True)
-    cls = app.executor_class(app.DEFAULT_EXECUTOR)
-    if hasattr(cls, "warm_imports"):
-        cls.warm_imports()
+    try:  # an install of the planning core alone has no executor to warm
+        main.parser(plugins=True)
+        cls = app.executor_class(app.DEFAULT_EXECUTOR)
+        if hasattr(cls, "warm_imports"):
+            cls.warm_imports()
+    except (ImportError, ModelplanError) as exc:
+        print(f"warming up: {exc}", flush=True)
     try:  # Hydra's first compose finds its plugins and parses the tree; planning loads rules
         render(planning.plan_for(compose(["model=tiny_bert"]), symbolic=True).to_json(), "text")
     except ModelplanError as exc:
