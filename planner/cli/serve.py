@@ -59,7 +59,7 @@ def warm() -> None:
 def serve(key: str) -> int:
     folder = server.server_dir()
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    lock = open(folder / f"{key}.lock", "w")  # noqa: SIM115 - held for the server's life
+    lock = open(folder / f"{key}.lock", "a")  # noqa: SIM115 - held for the server's life
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -204,8 +205,11 @@ def start(key: str) -> None:
     folder = server_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if _alive(folder / f"{key}.pid"):
-            return
+        with open(folder / f"{key}.lock", "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return  # a server holds the key: warming up, or serving
         with open(folder / f"{key}.log", "ab") as log:
             subprocess.Popen([sys.executable, "-m", "planner.cli.serve", key],
                              stdin=subprocess.DEVNULL, stdout=log, stderr=log,

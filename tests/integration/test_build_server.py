@@ -6,6 +6,7 @@ before it falls back to in-process, and an idle server exits. Each test has its 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -106,7 +107,6 @@ def start_server(cache: Path, cwd: Path = ROOT, **extra: str) -> int:
     return pid
 
 
-@pytest.mark.slow
 def test_a_command_through_the_server_prints_and_exits_as_in_process(cache: Path,
                                                                       tmp_path: Path) -> None:
     store = ["--store", str(tmp_path / "store"), "--outputs", str(tmp_path / "out")]
@@ -181,7 +181,8 @@ def test_a_server_gone_before_the_command_starts_falls_back(cache: Path,
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(server.socket_path(key)))
     listener.listen()
-    (folder / f"{key}.pid").write_text(f"{os.getpid()}\n")  # "a server runs": start none
+    held = (folder / f"{key}.lock").open("a")  # "a server is warming up": start none
+    fcntl.flock(held, fcntl.LOCK_EX)
 
     def die_mid_request() -> None:
         conn, _ = listener.accept()
@@ -214,6 +215,8 @@ def test_a_server_gone_before_the_command_starts_falls_back(cache: Path,
                                                                  local.stderr)
     assert time.monotonic() - t0 < server.HANDSHAKE_S + 30
     hung.close()
+    held.close()
+    assert not servers_of(cache)
 
 
 def test_a_server_killed_during_a_command_still_answers_or_falls_back(cache: Path,
