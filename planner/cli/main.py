@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from planner.cli import diagnose, importing, read, review
+from planner.cli import server  # before the rest: a command it runs needs nothing else here
 from planner.cli.common import config_tree, positive, results_dir, write_output
 from planner.errors import ModelplanError, UsageError
 
@@ -261,11 +261,14 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
                             "default: the packaged config)")
         return sp
 
+    from planner.cli import diagnose, importing, read, review
+
     _run_commands(add)
     read.add_commands(add)
     diagnose.add_commands(add)
     review.add_commands(sub, common)
     importing.add_commands(sub, common)
+    server.add_commands(sub, common)
     if plugins:
         from planner.cli.app import add_plugin_commands
 
@@ -324,13 +327,20 @@ def with_config_groups(sp: argparse.ArgumentParser) -> None:
 
 def _needs_plugins(argv: list[str]) -> bool:
     """Plugin commands are loaded only when the command is not a core one (or for help)."""
+    from planner.cli import diagnose, importing, read, review
+
     first = next((a for a in argv if not a.startswith("-")), None)
     return not any(first in c for c in (COMMANDS, read.COMMANDS, review.COMMANDS,
-                                         importing.COMMANDS, diagnose.COMMANDS))
+                                         importing.COMMANDS, diagnose.COMMANDS,
+                                         server.COMMANDS))
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if server.served(argv):  # the build server runs it warm, or None: it runs here
+        code = server.run_on_server(argv)
+        if code is not None:
+            return code
     p = parser(plugins=_needs_plugins(argv))
     args, extra = p.parse_known_args(argv)
     unknown = [x for x in extra if x.startswith("-")]
