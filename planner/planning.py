@@ -4,6 +4,7 @@ sweep's plan: every job planned, then the sweep rules merge them."""
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from planner.core.plan import Plan
 from planner.core.storelayout import entry_complete, store_root
 from planner.core.sweep import Composer, Job, SweepPlan, expand
 from planner.errors import ModelplanError
+from planner.support import memo
+from planner.support.heap import collector_paused
 
 
 def plan_from_overrides(overrides: list[str] | tuple[str, ...] = (),
@@ -54,24 +57,39 @@ def mark_actions(plan: Plan, root: Path) -> None:
             s.reason = (s.proof or {}).get("conclusion", "")
         elif s.decl.has(Trait.NOT_CACHEABLE):
             s.action, s.reason = "run", "not cacheable: it measures this machine"
-        elif entry_complete(root, s.key):
+        elif memo.remembered("entry", (root, s.key), partial(entry_complete, root, s.key)):
             s.action, s.reason = "cached", "output already in the store"
         else:
             s.action, s.reason = "run", "output not in the store"
 
 
 def plan_sweep(overrides: list[str], store: str | None = None, tree: ConfigTree = PACKAGED,
-               symbolic: bool = False, timings: dict[str, float] | None = None) -> SweepPlan:
+               symbolic: bool = False, timings: dict[str, float] | None = None,
+               incremental: bool = True) -> SweepPlan:
     """Plan every job of a multirun; a job whose config is invalid fails alone."""
-    return plan_jobs(expand(overrides), store, tree=tree, symbolic=symbolic, timings=timings)
+    return plan_jobs(expand(overrides), store, tree=tree, symbolic=symbolic, timings=timings,
+                     incremental=incremental)
 
 
 def plan_jobs(job_overrides: list[list[str]], store: str | None = None,
               first_index: int = 0, tree: ConfigTree = PACKAGED,
-              symbolic: bool = False, timings: dict[str, float] | None = None) -> SweepPlan:
+              symbolic: bool = False, timings: dict[str, float] | None = None,
+              incremental: bool = True) -> SweepPlan:
     """Plan already expanded jobs (as a Hydra sweeper hands them to a launcher).
     symbolic: a model source that cannot be read gets a symbolic key (planner.models.sources).
-    timings: where planning's time goes (`plan_s`, and `composes`: configs Hydra composed)."""
+    timings: where planning's time goes (`plan_s`, and `composes`: configs Hydra composed).
+    incremental: work that jobs share (a config section's checks, a source's digest, the
+    rewrites of an equal lowered plan...) is done once (planner/support/memo.py); False plans
+    every job from scratch, as a single plan is made (the same sweep plan, slower)."""
+    if not incremental:
+        return _plan_jobs(job_overrides, store, first_index, tree, symbolic, timings)
+    with memo.session(), collector_paused():
+        return _plan_jobs(job_overrides, store, first_index, tree, symbolic, timings)
+
+
+def _plan_jobs(job_overrides: list[list[str]], store: str | None, first_index: int,
+               tree: ConfigTree, symbolic: bool,
+               timings: dict[str, float] | None) -> SweepPlan:
     composer = Composer(tree)
     jobs = [Job(first_index + i, list(ov)) for i, ov in enumerate(job_overrides)]
     for job in jobs:

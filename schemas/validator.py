@@ -57,6 +57,14 @@ def validate(instance: Any, schema: dict[str, Any]) -> list[Violation]:
     return out
 
 
+def validate_at(instance: Any, schema: dict[str, Any], root: dict[str, Any],
+                path: tuple[str | int, ...]) -> list[Violation]:
+    """The violations of `schema`, a part of `root`, by the instance found at `path`."""
+    out: list[Violation] = []
+    _check(instance, schema, root, path, out)
+    return out
+
+
 def is_valid(instance: Any, schema: dict[str, Any], root: dict[str, Any]) -> bool:
     out: list[Violation] = []
     _check(instance, schema, root, (), out)

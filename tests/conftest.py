@@ -22,6 +22,8 @@ except ImportError:  # pytest 8: pytest-xdist's own suffix works
     NodeId = None
 
 ROOT = Path(__file__).resolve().parent.parent
+# Commands run in-process, as before the build server; its own tests turn it on for theirs.
+os.environ["MODELPLAN_SERVER"] = "0"
 
 
 def shared_dir(factory: pytest.TempPathFactory) -> Path:

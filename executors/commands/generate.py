@@ -156,7 +156,7 @@ def _row(encoder_specs: list[dict[str, Any]], args: argparse.Namespace) -> dict[
 def _encoder_decoder(folder: Path, described: dict[str, Any], args: argparse.Namespace) -> int:
     from executors.evaluation import inputs, textscore
     from executors.evaluation.base import Context, EvalDataError
-    from executors.generation import bundle, encoder_decoder
+    from executors.generation import bundle, encoder_decoder, genai_speech
     from planner.core.targets import of_params
     from planner.models.roles import Trace, roles_of
 
@@ -180,8 +180,12 @@ def _encoder_decoder(folder: Path, described: dict[str, Any], args: argparse.Nam
     how = dataclasses.replace(how, most=args.new_tokens)
     try:
         forwards = bundle.forwards(folder, described, target, runs_on["provider_options"])
+        config = genai_speech.read(folder, described)  # what onnxruntime-genai reads
     except bundle.BundleError as exc:
         raise UsageError(f"generate: {exc}") from exc
+    if config is not None:  # its end token: the one genai stops at
+        end = config["model"].get("eos_token_id")
+        how = dataclasses.replace(how, eos=end[0] if isinstance(end, list) and end else end)
     start = time.perf_counter()
     ids = encoder_decoder.generate(forwards, feed, cx, how).without_end()
     seconds = time.perf_counter() - start

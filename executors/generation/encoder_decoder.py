@@ -23,8 +23,8 @@ import numpy as np
 from executors.generation import loop
 from executors.generation.cache import StaticCache
 from executors.onnx.iospecs import kind_of
-from planner.models.generation import special_token, start_token
-from planner.models.roles import Role, Trace, roles_of
+from planner.models.generation import decoder_config, special_token, start_token
+from planner.models.roles import CACHE, Role, Trace, roles_of
 from planner.models.tasks import ENCODER_OUTPUTS, model_type_of
 
 Feed = dict[str, np.ndarray]
@@ -86,9 +86,9 @@ def decoding(d: Described) -> Decoding:
     decoder = decoder_graph(d)
     specs = d.specs.get(decoder, []) if decoder else []
     ids = next((s for s in specs if kind_of(s) in ("decoder_ids", "token_ids")), None)
-    if cached(d):  # the one-token decoder: its length is its cache's
-        ids = next(s for s in specs if s["name"] == "attention_mask")
-        ids = {**ids, "shape": [1, ids["shape"][1] - 1]}
+    if cached(d):  # the one-token decoder: its length is its cache's (a free past's: the
+        mask = next((s for s in specs if s["name"] == "attention_mask"), None)  # positions')
+        ids = {"shape": [1, mask["shape"][1] - 1 if mask else _positions(d.info)]}
     if ids is None:
         raise GenerationError(f"eval: {d.task} needs an encoder and a decoder graph taking "
                               "input_ids; build the model's encoder-decoder export")
@@ -103,6 +103,16 @@ def decoding(d: Described) -> Decoding:
     return Decoding(start, end, 0 if pad is None else pad,
                     int(ids["shape"][1]), forced_tokens(d.checkpoint),
                     **suppressed_tokens(d.checkpoint))
+
+
+def _positions(info: dict[str, Any]) -> int:
+    """The positions a decoder over a free past has (its position table's rows)."""
+    dec = decoder_config(info)
+    limit = dec.get("max_target_positions") or dec.get("max_position_embeddings")
+    if not isinstance(limit, int):
+        raise GenerationError("eval: config.json says no max_target_positions for the "
+                              "decoder's positions; add it to config.json")
+    return limit
 
 
 def suppressed_tokens(checkpoint: Path | None) -> dict[str, tuple[int, ...]]:
@@ -222,6 +232,34 @@ class _StepDecoder:
         return got[self.logits][0, -1]
 
 
+class _FreeStepDecoder:
+    """The cached decoder over a free past (onnxruntime-genai's Whisper layout): the start and
+    forced tokens at once on an empty past, then one token at a time, each call's present
+    (past + new) the next call's past; the cross entries come from the encoder."""
+
+    def __init__(self, forward: Forward, specs: list[dict[str, Any]], logits: str,
+                 cross: Feed, how: Decoding) -> None:
+        self.forward, self.logits, self.how, self.cross = forward, logits, how, cross
+        self.past = {s["name"]: np.zeros((*s["shape"][:2], 0, s["shape"][3]), np.float32)
+                     for s in specs if CACHE.is_past(s["name"])}
+        self.seen = 0
+
+    def first(self) -> np.ndarray | None:
+        return self._run([self.how.start, *self.how.forced])
+
+    def step(self, token: int) -> np.ndarray | None:
+        return self._run([token])
+
+    def _run(self, tokens: list[int]) -> np.ndarray | None:
+        if self.seen + len(tokens) > self.how.length:
+            return None
+        got = self.forward({"input_ids": np.array([tokens], np.int64), **self.past,
+                            **self.cross})
+        self.past = {name: got[CACHE.present_of(name)] for name in self.past}
+        self.seen += len(tokens)
+        return got[self.logits][0, -1]
+
+
 def generate(graphs: dict[str, Forward], encoder: Feed, d: Described,
              how: Decoding) -> loop.Generated:
     """One input's greedy decoding: the encoder once, then the decoder per token; the tokens
@@ -233,10 +271,13 @@ def generate(graphs: dict[str, Forward], encoder: Feed, d: Described,
     logits = "logits" if "logits" in names else names[0]
     outputs = graphs[enc](encoder)
     states = outputs.get(ENCODER_OUTPUTS[0], next(iter(outputs.values())))
-    if roles[dec].reads_cache:
-        cross = next(g for g, r in roles.items() if r.gives_cross)
-        stepper: Any = _StepDecoder(graphs[dec], graphs[cross], d.specs[dec], d.specs[cross],
-                                    logits, states, encoder, how)
+    cross = {k: v for k, v in outputs.items() if k.startswith(CACHE.cross + ".")}
+    if cross:  # the encoder gave the cross entries: the decoder reads a free past
+        stepper: Any = _FreeStepDecoder(graphs[dec], d.specs[dec], logits, cross, how)
+    elif roles[dec].reads_cache:
+        given = next(g for g, r in roles.items() if r.gives_cross)
+        stepper = _StepDecoder(graphs[dec], graphs[given], d.specs[dec], d.specs[given],
+                               logits, states, encoder, how)
     else:
         stepper = _PrefixDecoder(graphs[dec], d.specs[dec], logits, states, encoder, how)
     eos = set() if how.eos is None else {how.eos}

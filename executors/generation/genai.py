@@ -65,7 +65,7 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
                    "past_value_names": f"{CACHE.past}.%d.{value}"},
         "outputs": {"logits": "logits", "present_key_names": f"{CACHE.present}.%d.{key}",
                     "present_value_names": f"{CACHE.present}.%d.{value}"},
-        "session_options": {"provider_options": _providers(bundle)}}
+        "session_options": {"provider_options": providers(bundle)}}
     if plain:
         decoder["filename"] = graphs[token]["model"]
     else:
@@ -118,7 +118,7 @@ def _stages(bundle: dict[str, Any], folder: Path) -> dict[str, Any]:
             **{n: layer(n) for n in after}}
 
 
-def _providers(bundle: dict[str, Any]) -> list[dict[str, Any]]:
+def providers(bundle: dict[str, Any]) -> list[dict[str, Any]]:
     """The EP the bundle was built for, as genai names it (none: the CPU)."""
     runs = bundle["runs_on"]
     target = of_params(runs)

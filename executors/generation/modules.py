@@ -44,10 +44,22 @@ def graph_module(model: Any, role: Role, input_names: list[str],
     if role.trace is Trace.CROSS:
         return positional(model, input_names, cross)
     if role.trace is Trace.STEP_DECODER:
-        return positional(model, input_names, step)
+        # over a free past it counts its positions itself (onnxruntime-genai's Whisper layout)
+        return positional(model, input_names, step if "position_ids" in input_names
+                          else free_step)
+    if gives_cross(role, output_names):
+        return positional(model, input_names, lambda held, feed: encoder_and_cross(
+            held, feed, output_names[0]))
     held = torchmodel.encoder_of(model) if role.trace is Trace.ENCODER else model
     run = prefix_decoder if role.trace is Trace.PREFIX_DECODER else None
     return torchmodel.wrapped(held, input_names, output_names, run)
+
+
+def gives_cross(role: Role, output_names: list[str]) -> bool:
+    """Whether an encoder's graph also gives the decoder's cross keys and values
+    (onnxruntime-genai's Whisper layout): its wrapper then holds the whole model."""
+    return role.trace is Trace.ENCODER and any(n.startswith(CACHE.cross + ".")
+                                               for n in output_names)
 
 
 def positional(model: Any, input_names: list[str],
@@ -282,8 +294,17 @@ def cross(model: Any, feed: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(t for layer in layers for t in (layer.keys, layer.values))
 
 
-def step(model: Any, feed: dict[str, Any]) -> tuple[Any, ...]:
-    import torch
+def encoder_and_cross(model: Any, feed: dict[str, Any], states_name: str) -> tuple[Any, ...]:
+    """The encoder's states and, from them, every decoder layer's cross keys and values (the
+    encoder graph of onnxruntime-genai's Whisper layout)."""
+    encoded = torchmodel.encoder_of(model)(**feed, return_dict=True)
+    states = getattr(encoded, states_name)
+    return (states, *cross(model, {"encoder_hidden_states": states}))
+
+
+def _caches(feed: dict[str, Any]) -> tuple[Any, int]:
+    """The decoder's cache from a feed: its past self-attention entries, the cross entries
+    marked as filled; and its layer count."""
     from transformers import DynamicCache, EncoderDecoderCache
 
     layers = CACHE.layers(list(feed))
@@ -295,6 +316,31 @@ def step(model: Any, feed: dict[str, Any]) -> tuple[Any, ...]:
     cache = EncoderDecoderCache(mine, theirs)
     for i in range(layers):
         cache.is_updated[i] = True
+    return cache, layers
+
+
+def free_step(model: Any, feed: dict[str, Any]) -> tuple[Any, ...]:
+    """The cached decoder over a free past (onnxruntime-genai's Whisper layout): any number of
+    new tokens after a past of any length, their positions counted from the past's length;
+    it gives back the past and the new entries together."""
+    import torch
+
+    cache, layers = _caches(feed)
+    ids = feed["input_ids"]
+    seen = feed[f"{CACHE.past}.0.{CACHE.parts[0]}"].shape[2]
+    positions = torch.arange(ids.shape[1]).unsqueeze(0) + seen
+    states = torch.zeros(1, feed[f"{CACHE.cross}.0.key"].shape[2], encoder_width(model))
+    with positions_at(model, positions):
+        out = decode(model, states, ids, decoder_attention_mask=torch.ones(
+            1, seen + ids.shape[1], dtype=torch.long), past_key_values=cache)
+    own = out.past_key_values.self_attention_cache.layers
+    return (out.logits, *(t for layer in own[:layers] for t in (layer.keys, layer.values)))
+
+
+def step(model: Any, feed: dict[str, Any]) -> tuple[Any, ...]:
+    import torch
+
+    cache, layers = _caches(feed)
     # the layers read the cross cache; the states give its length and width only
     states = torch.zeros(1, feed[f"{CACHE.cross}.0.key"].shape[2], encoder_width(model))
     with positions_at(model, feed["position_ids"]):

@@ -7,6 +7,7 @@ tables, norms and every other weight so stay 8-bit."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,12 +62,13 @@ def _axis(node: onnx.NodeProto) -> int:
     return {"MatMul": -1, "Gemm": 0 if trans_b else 1, "Conv": 0}[node.op_type]
 
 
-def to_blocks(model: onnx.ModelProto, floats: onnx.ModelProto, p: dict[str, Any],
+def to_blocks(model: onnx.ModelProto, floats: onnx.ModelProto, base: Path, p: dict[str, Any],
               settings: dict[str, list[dict[str, Any]]]) -> int:
     """Re-quantize the quantizer's per-channel int4 weights in blocks of p["block_size"] input
     rows (DequantizeLinear's block_size): ORT 1.32's BlockSize option blocks every weight,
-    and refuses the 1-D ones (norms) and cannot scale a bias from blocked scales. Returns how
-    many weights now are blocked."""
+    and refuses the 1-D ones (norms) and cannot scale a bias from blocked scales. `floats` is
+    the float graph, its weights read one at a time from `base`. Returns how many weights now
+    are blocked."""
     size = p.get("block_size")
     if not size:
         return 0
@@ -79,7 +81,8 @@ def to_blocks(model: onnx.ModelProto, floats: onnx.ModelProto, p: dict[str, Any]
         if name in settings and "axis" in settings[name][0] and name in sources and \
                 len(sources[name].dims) == 2:  # a Conv's 4-bit weights stay per channel
             axis = 1 - settings[name][0]["axis"] % 2  # the input axis of a 2-D weight
-            q, scale = _blocked(onnx.numpy_helper.to_array(sources[name]), axis, size)
+            q, scale = _blocked(onnx.numpy_helper.to_array(sources[name], str(base)), axis,
+                                size)
             _replace(inits[node.input[0]], q)
             inits[node.input[1]].CopyFrom(onnx.numpy_helper.from_array(scale, node.input[1]))
             _replace(inits[node.input[2]], np.zeros(scale.shape, np.int8))

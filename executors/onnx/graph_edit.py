@@ -4,18 +4,50 @@ what nothing reads, and naming new tensors."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 
-def constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """Every constant tensor by name: initializers and Constant node outputs."""
-    out = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            out[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return out
+class Constants(Mapping[str, np.ndarray]):
+    """Every constant tensor by name (initializers and Constant node outputs), as it was when
+    the mapping was made; each is made an array when first read, so a rewrite that looks up a
+    few names never holds a copy of every weight, and a scan over all holds one at a time."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self._tensors = {i.name: i for i in model.graph.initializer}
+        for node in model.graph.node:
+            if node.op_type == "Constant" and node.attribute and \
+                    node.attribute[0].name == "value":
+                self._tensors[node.output[0]] = node.attribute[0].t
+        self._read: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._read:
+            self._read[name] = numpy_helper.to_array(self._tensors[name])
+        return self._read[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tensors
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def items(self) -> Iterator[tuple[str, np.ndarray]]:  # type: ignore[override]
+        """Each constant in turn, not kept: a scan holds one array at a time."""
+        for name, tensor in self._tensors.items():
+            yield name, self._read.get(name) if name in self._read else \
+                numpy_helper.to_array(tensor)
+
+
+def constants(model: onnx.ModelProto) -> Constants:
+    """Every constant tensor by name: initializers and Constant node outputs (read lazily)."""
+    return Constants(model)
 
 
 def replace(model: onnx.ModelProto, old: onnx.NodeProto, new: list[onnx.NodeProto]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from executors.onnx import four_bit
 from executors.onnx import mixed_precision as mp
 from executors.onnx.artifacts import SIDECAR, load, save
-from executors.store.weights import THRESHOLD, internalize
+from executors.store.weights import gather
 from planner.core.targets import of_params
 
 OPSET_16BIT = 21  # QuantizeLinear with 16-bit types
@@ -49,8 +49,8 @@ class Staged:
 
 def stage(src: Path, staged: Path, p: dict[str, Any], feeds: list[dict[str, Any]],
           hierarchy: Path | None, wide: bool = False) -> Staged:
-    """The quantizer's input: a plain copy, weights in one external file (onnx's loader, which
-    the quantizer uses, refuses the store's hard-linked blobs; external data has no 2 GB
+    """The quantizer's input: a plain copy, weights in one external file copied in chunks, never
+    all in memory (onnx's loader, which the quantizer uses, refuses the store's hard-linked blobs; external data has no 2 GB
     limit, and the quantizer then writes its output with external data too). 16-bit types need
     opset 21, which the quantizer would reach by converting the whole model in memory (one
     protobuf: at most 2 GB); the graph alone is converted here instead (wide: whether a 16-bit
@@ -70,10 +70,8 @@ def stage(src: Path, staged: Path, p: dict[str, Any], feeds: list[dict[str, Any]
     if hierarchy is not None:
         meta = json.loads((hierarchy / SIDECAR).read_text())
         tags = [t for t, _how in H.assign(model.graph, meta)]
-    internalize(model, src.parent)
-    onnx.save_model(model, str(staged), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location=f"{staged.name}.data",
-                    size_threshold=THRESHOLD)
+    gather(model, src.parent, staged.with_name(f"{staged.name}.data"))
+    onnx.save_model(model, str(staged))
     return Staged(staged, p, feeds, tags)
 
 
@@ -107,7 +105,7 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
         config = _config(p, staged.path, Reader(), overrides, settings.float_nodes(), qtype)
         quantize(str(staged.path), str(out), config)
     model = load(out, external=False)
-    blocked = four_bit.to_blocks(model, onnx.load(str(staged.path)), p, four) if four else 0
+    blocked = four_bit.to_blocks(model, graph_only, staged.path.parent, p, four) if four else 0
     save(model, out)  # metadata in canonical order, as every artifact
     qdq = sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
     found = {"qdq_nodes": qdq, "nodes": len(model.graph.node),

@@ -5,7 +5,8 @@ signal N` naming the step, removes its temporary output and goes on.
 Which steps run there is declared: ops with `Trait.HEAVY` (planner/core/ops.py). The processes are
 forked by multiprocessing's fork server, which imports the libraries the run's heavy steps use
 once (`preload`), so a process starts warm: the cost is a fork, not an interpreter start and
-its imports. The local runner's are long-lived warm workers, each running several steps
+its imports (a build server's command forks it from itself, already warm:
+executors/run/warmfork.py). The local runner's are long-lived warm workers, each running several steps
 (executors/run/workers.py); a Ray task gives each step a fresh child (`apply_in_child`). `modelplan run` starts the server before the plan is made (`warm_up`); the plan keeps
 it only if it has torch steps to run, so a fully cached run stops it and starts no worker.
 
@@ -29,6 +30,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from executors.run import warmfork
 from planner.core.ops import OPS, Trait
 from planner.errors import StepError
 
@@ -134,7 +136,18 @@ def preload(tools: Any, start: bool = False) -> None:
         from multiprocessing import forkserver
 
         _context()
-        forkserver.ensure_running()
+        if warmfork.can_fork(_PRELOAD):  # this process imported them: fork it, warm
+            warmfork.fork_server(_PRELOAD)
+        else:
+            forkserver.ensure_running()
+
+
+def import_tools() -> None:
+    """Import here what any heavy step imports, for a process that forks others to run
+    commands (the build server): their fork servers are then forked warm (executors/run/
+    warmfork.py), not started as interpreters that import torch again."""
+    tools = {t for op in OPS.values() if op.has(Trait.HEAVY) for t in op.tools}
+    warmfork.import_modules(sorted(_PRELOAD | {m for t in tools for m in TOOL_MODULES.get(t, ())}))
 
 
 def _context() -> Any:

@@ -57,7 +57,8 @@ def implementation(name: str) -> Callable[[StepContext], StepResult]:
 
 def stamped_facts(path: Path) -> F.Facts:
     """The facts stamped into a step's output (its model, or its source description; for a
-    set of pieces, the first piece: the step wrapper stamps them alike)."""
+    set of pieces, the first piece: the step wrapper stamps them alike, and the parts of a cut
+    graph compiled one per step get the same facts from steps alike)."""
     path = model_dirs(path)[0]
     raw = read_facts(path / MODEL) if (path / MODEL).is_file() else \
         json.loads((path / SOURCE).read_text()).get("facts") if (path / SOURCE).is_file() \
@@ -105,11 +106,20 @@ def apply_step(ctx: StepContext) -> StepResult:
     with weights.blob_pool(ctx.blobs):
         result = implementation(op.name)(ctx)
         if not op.has(Trait.SINK):
-            for out in model_dirs(ctx.out):
+            for out in _made_here(ctx):
                 _observe_and_stamp(ctx, given.get(op.chain_role, {}), out)
     (ctx.out / RESULT).write_text(json.dumps({"metrics": result.metrics}, indent=2,
                                              sort_keys=True))
     return result
+
+
+def _made_here(ctx: StepContext) -> list[Path]:
+    """The models a step wrote: every one in its output, or, for a step of one part of a cut
+    graph (compile's `part`), that part's alone. The other parts are carried as they came, hard
+    links to store entries that must not be rewritten, stamped by the steps that made them."""
+    dirs = model_dirs(ctx.out)
+    part = ctx.params.get("part")
+    return dirs if part is None else [dirs[part]]
 
 
 def _observe_and_stamp(ctx: StepContext, given: F.Facts, out: Path) -> None:

@@ -64,7 +64,7 @@ class Samples:
             wanted = {k: by_kind[k] for k in group if k in by_kind}
             if group in (text.DECODER_KINDS, generation.S2S_KINDS) and self.source is None:
                 continue  # encoder states need the torch model: random values, said below
-            if group == text.DECODER_KINDS and "s2s_mask" in by_kind:
+            if group == text.DECODER_KINDS and "s2s_past" in by_kind:
                 continue  # the cached decoder's encoder mask comes with its step (below)
             if wanted:
                 for feed, part in zip(made, self._group(wanted, n), strict=True):
@@ -82,7 +82,7 @@ class Samples:
             return [self._images(wanted["pixels"], i) for i in range(n)]
         if {"waveform", "spectrogram", "mel_features"} & set(wanted):
             return [self._audio(wanted, i) for i in range(n)]
-        if "s2s_mask" in wanted:
+        if "s2s_past" in wanted:
             got = generation.step_feeds(wanted, self.specs, n, self.split, self.source, self.ckpt,
                                  self.rng)
             self.origins["decoding"] = got.origin

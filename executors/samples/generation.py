@@ -10,7 +10,8 @@
   photograph, or synthesized speech), then PyTorch's own greedy decoding with its cache for
   0 .. MAX_STEPS - 1 tokens; its self-attention keys and values written into the static slots
   (the empty ones masked), its cross-attention keys and values, the token it chose and its
-  position."""
+  position. A decoder over a free past (onnxruntime-genai's Whisper layout) is fed the keys
+  and values of the tokens seen so far (at least one), nothing after them."""
 
 from __future__ import annotations
 
@@ -169,16 +170,19 @@ def step_feeds(wanted: dict[str, dict[str, Any]], specs: list[dict[str, Any]], n
     model, _ = torchmodel.load(source)
     tok = tokenizer(ckpt)
     lines, pool = sentences(split), media.views(split)
-    slots = wanted["s2s_mask"]["shape"][1] - 1
+    slots = wanted["s2s_past"]["shape"][2]
     enc_seq = next(s["shape"][2] for s in specs if s.get("kind") == "s2s_cross")
+    free = "s2s_mask" not in wanted  # a free past: the tokens seen so far, at least one
     feeds = []
     for i in range(n):
         enc_in, enc_mask = encoder_inputs(model, tok, [lines[i % len(lines)]], enc_seq, pool,
                                           i, 1, ckpt, rng)
+        steps = min(free + (i * 3) % MAX_STEPS, slots - 1)
+        shape = wanted["s2s_past"]["shape"]
         with torch.no_grad():
-            feed = _after(model, enc_in, enc_mask, min((i * 3) % MAX_STEPS, slots - 1), slots,
+            feed = _after(model, enc_in, enc_mask, steps, slots,
                           "encoder_attention_mask" in {s["name"] for s in specs},
-                          wanted["s2s_past"]["shape"])
+                          [*shape[:2], steps, shape[3]] if free else shape)
         feeds.append(feed)
     return Got(feeds, "encoder states of shipped inputs; caches of PyTorch's greedy decoding")
 

@@ -1,19 +1,23 @@
 """bundle: an encoder-decoder model's graphs delivered together, as `encoder_model.onnx` and
 `decoder_model.onnx` (hard links to their store entries where the filesystem allows, copies
 otherwise) with `bundle.json` naming each graph's source step and I/O and the EP they were built
-for, beside the checkpoint's config, tokenizer and preprocessor files."""
+for, beside the checkpoint's config, tokenizer and preprocessor files; a Whisper bundle in
+onnxruntime-genai's layout also gets its genai_config.json and audio_processor_config.json."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
+from executors.generation import genai_speech
 from executors.onnx.artifacts import MODEL
 from executors.onnx.iospecs import io_specs
 from executors.onnx.tied_head import tie_file
 from executors.run.step_api import StepContext, StepResult
 from executors.samples import checkpoint_dir
 from executors.steps.lm_bundle import CHECKPOINT_FILES
-from executors.store.weights import WEIGHTS, link_or_copy
+from executors.store.weights import link_blobs, link_or_copy
 
 CLIENT_FILES = (*CHECKPOINT_FILES, "preprocessor_config.json", "source.spm", "target.spm",
                 "spiece.model", "sentencepiece.bpe.model")
@@ -27,12 +31,7 @@ def run(ctx: StepContext) -> StepResult:
             if f.name == MODEL or f.name.startswith(f"{MODEL}."):  # the model and its weights
                 link_or_copy(f, ctx.out / f"{graph}_{f.name}")
         untied = tie_file(ctx.out / f"{graph}_{MODEL}", src_dir)  # the head reads the shared table
-        for blob in sorted((src_dir / WEIGHTS).glob("*")):  # named by content: graphs share them
-            if f"{WEIGHTS}/{blob.name}" in untied:
-                continue
-            (ctx.out / WEIGHTS).mkdir(exist_ok=True)
-            if not (ctx.out / WEIGHTS / blob.name).exists():
-                link_or_copy(blob, ctx.out / WEIGHTS / blob.name)
+        link_blobs(src_dir, ctx.out, untied)  # named by content: the graphs share them
         inputs, outputs = io_specs(src_dir / MODEL)
         described[graph] = {"model": f"{graph}_{MODEL}", "from": ctx.step["inputs"][graph],
                             "inputs": inputs, "outputs": outputs}
@@ -45,4 +44,13 @@ def run(ctx: StepContext) -> StepResult:
     for f in copied:  # what reads the input and writes the text: tokenizer, preprocessor
         link_or_copy(ckpt / f, ctx.out / f)
     (ctx.out / "bundle.json").write_text(json.dumps(bundle, indent=2, sort_keys=True))
-    return StepResult(metrics={"graphs": list(described), "client_files": copied})
+    metrics = {"graphs": list(described), "client_files": copied}
+    if ckpt is not None and (ckpt / "config.json").is_file():
+        why = genai_speech.write(ctx.out, _json(ckpt / "config.json"), bundle,
+                                 _json(ckpt / "preprocessor_config.json"))
+        metrics["genai"] = "whisper" if why is None else f"none: {why}"
+    return StepResult(metrics=metrics)
+
+
+def _json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}

@@ -4,7 +4,9 @@ own message and the offending nodes, never a silent fallback to the uncompiled m
 
 The hierarchy tags of the compiled graph are kept beside the EPContext model
 (`node_tags.json`), so a profile of the compiled model can be read per module. A set of
-pieces (from extract) is compiled piece by piece."""
+pieces (from extract) is compiled piece by piece. A graph cut into parts (split) is compiled
+one part per step (`part`): each step carries the other parts as they are, so the last holds
+them all compiled, and a compile that fails on part k re-runs from part k alone."""
 
 from __future__ import annotations
 
@@ -21,22 +23,43 @@ from executors.runtime.adapters import adapter
 from executors.runtime.breakdown import write_node_tags
 from executors.runtime.nativelog import native_log
 from executors.samples import batches
+from executors.store.weights import link_or_copy
 from planner.core.targets import of_params
 
 
 def run(ctx: StepContext) -> StepResult:
     src_dir = ctx.inputs["model"]
     found = pieces.index(src_dir)
-    if found is None:
+    part = ctx.params.get("part")
+    if found is None and part is None:
         return StepResult(metrics=compile_model(ctx, src_dir, ctx.out))
+    if part is not None and (found is None or not found.get("parts")
+                             or part >= len(found["pieces"])):
+        raise ctx.fail(f"compile of part {part}: the input is not a graph cut into more than "
+                       f"{part} parts", "re-plan the build (modelplan plan) so split comes "
+                       "first", where=str(src_dir))
     totals = {"context_nodes": 0, "nodes": 0, "validation_samples": 0}
-    for piece in found["pieces"]:
+    for n, piece in enumerate(found["pieces"]):
         (ctx.out / piece["dir"]).mkdir()
+        if part is not None and n != part:  # compiled by an earlier step, or by a later one
+            _link_tree(src_dir / piece["dir"], ctx.out / piece["dir"])
+            continue
         ctx.progress(f"  piece {piece['dir']}: {piece['tag']}")
         got = compile_model(ctx, src_dir / piece["dir"], ctx.out / piece["dir"])
         totals = {k: totals[k] + got[k] for k in totals}
     shutil.copy2(src_dir / pieces.PIECES, ctx.out / pieces.PIECES)
-    return StepResult(metrics={**totals, "pieces": len(found["pieces"])})
+    return StepResult(metrics={**totals, "pieces": len(found["pieces"]),
+                               **({"part": part} if part is not None else {})})
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """A piece another step compiles, carried as it is (hard links: no bytes copied)."""
+    for path in sorted(src.rglob("*")):
+        target = dst / path.relative_to(src)
+        if path.is_dir():
+            target.mkdir(exist_ok=True)
+        else:
+            link_or_copy(path, target)
 
 
 def compile_model(ctx: StepContext, src_dir: Path, out_dir: Path) -> dict[str, int]:

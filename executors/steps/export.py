@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from executors.generation.modules import graph_module
+from executors.generation.modules import gives_cross, graph_module
 from executors.onnx import hierarchy
 from executors.onnx.artifacts import (
     MODEL,
@@ -40,7 +40,8 @@ from executors.samples import Samples
 from planner.models.roles import CACHE, role_of
 from planner.support.suggest import did_you_mean
 
-TOLERANCE = 1e-4
+TOLERANCE = 1e-4  # of each output's peak magnitude
+FLOOR = float(np.finfo(np.float32).tiny)  # for an all-zero output
 COLLECT_BYTES = 256 * 2**20  # weights from which export collects garbage to free them at once
 
 
@@ -63,7 +64,8 @@ def run(ctx: StepContext) -> StepResult:
         if p["hierarchy"]:
             scopes, folded = hierarchy.executed_modules(
                 model, lambda: ran.append(module(*args)), keep)
-            scopes = hierarchy.rebase(scopes, torchmodel.traced_base(model, role))
+            base = "" if gives_cross(role, outputs) else torchmodel.traced_base(model, role)
+            scopes = hierarchy.rebase(scopes, base)
         else:
             scopes, folded = {}, []
         expected = ran[0] if ran else module(*args)
@@ -153,10 +155,13 @@ def free_axes(args: tuple, names: list[str], expected: Any,
 
 
 def past_axes(names: list[str], outputs: list[str]) -> dict[str, dict[int, str]]:
-    """A causal LM's token graph with a free past: its new tokens' axis, the past's and the
-    total's (past + new: the mask over both, and the present entries it gives back)."""
+    """A token graph with a free past (a causal LM's, an encoder-decoder's cached decoder): its
+    new tokens' axis, the past's and the total's (past + new: the mask over both, and the
+    present entries it gives back); an encoder-decoder's cross entries keep their length."""
     axes: dict[str, dict[int, str]] = {}
     for name in names:
+        if name.startswith(CACHE.cross + "."):  # an encoder-decoder's cross entries: fixed
+            continue
         axes[name] = {2: "past_sequence_length"} if CACHE.is_past(name) else \
             {1: "total_sequence_length"} if name == "attention_mask" else \
             {1: "sequence_length"}
@@ -310,13 +315,41 @@ def _check_against_torch(ctx: StepContext, path: Path, feed: dict, expected: Any
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.add_session_config_entry("session.disable_prepacking", "1")  # no packed weight copies
-    got = ort.InferenceSession(str(path), so, providers=host_providers()).run(None, feed)
+    session = ort.InferenceSession(str(path), so, providers=host_providers())
+    got = session.run(None, feed)
     want = expected if isinstance(expected, tuple) else (expected,)
-    max_abs = max(float(np.max(np.abs(g - w.numpy()))) for g, w in zip(got, want, strict=True))
-    scale = max(1.0, *(float(np.max(np.abs(w.numpy()))) for w in want))
-    if not max_abs <= TOLERANCE * scale:  # relative to the outputs' magnitude (logits are big)
-        raise ctx.fail(f"ONNX Runtime output differs from torch by {max_abs:.3g} "
-                       f"(tolerance {TOLERANCE * scale:.3g})",
-                       "try another exporter (export=dynamo or export=torchscript) or opset",
-                       where=str(path))
-    return max_abs
+    found = differences(got, [w.numpy() for w in want])
+    for out, d in zip(session.get_outputs(), found, strict=True):
+        if not d.within:
+            raise ctx.fail(f"ONNX Runtime's {out.name} differs from torch by {d.max_abs:.3g} "
+                           f"(tolerance {d.tolerance:.3g}: {TOLERANCE:g} of its peak "
+                           f"{d.peak:.3g})",
+                           "try another exporter (export=dynamo or export=torchscript) or opset",
+                           where=str(path))
+    return max(d.max_abs for d in found)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One output against torch's: its largest absolute difference and the reference's peak
+    magnitude, the scale it is judged at (outputs of 1e-30 are judged at 1e-30, not at 1)."""
+
+    max_abs: float
+    peak: float
+
+    @property
+    def tolerance(self) -> float:
+        return max(TOLERANCE * self.peak, FLOOR)
+
+    @property
+    def within(self) -> bool:
+        return self.max_abs <= self.tolerance  # a NaN is not
+
+
+def differences(got: list[np.ndarray], want: list[np.ndarray]) -> list[Difference]:
+    found = []
+    for g, w in zip(got, want, strict=True):
+        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        found.append(Difference(float(np.max(np.abs(g - w), initial=0.0)),
+                                float(np.max(np.abs(w), initial=0.0))))
+    return found

@@ -62,11 +62,16 @@ def _outputs_unchanged(ctx: StepContext, before: Any) -> float:
     # fails on some graphs its basic level wrote ("Attempt to replace the existing tensor")
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     so.add_session_config_entry("session.disable_prepacking", "1")  # two models: no packed copies
+    feeds = batches(specs, 2, "verify", seed=7)
+    # one session at a time: the input's outputs first, then the output's (one copy of the
+    # weights in memory, not two)
     old = ort.InferenceSession(str(before), so, providers=host_providers())
+    expected = [old.run(None, feed) for feed in feeds]
+    del old
     new = ort.InferenceSession(str(ctx.out / MODEL), so, providers=host_providers())
-    for feed in batches(specs, 2, "verify", seed=7):
+    for feed, want in zip(feeds, expected, strict=True):
         valid = valid_positions(feed)
-        for a, b in zip(old.run(None, feed), new.run(None, feed), strict=True):
+        for a, b in zip(want, new.run(None, feed), strict=True):
             diff = np.abs(a - b)
             if valid is not None and diff.ndim >= 2 and diff.shape[:2] == valid.shape:
                 diff = diff[valid]

@@ -21,7 +21,7 @@ from executors.onnx.iospecs import io_specs
 from executors.onnx.tied_head import tie_file
 from executors.run.step_api import StepContext, StepResult
 from executors.samples import checkpoint_dir
-from executors.store.weights import WEIGHTS, link_or_copy
+from executors.store.weights import WEIGHTS, link_blobs, link_or_copy
 
 # what a client needs beside the graphs (tokenizer files of the usual tokenizer families)
 CHECKPOINT_FILES = ("config.json", "generation_config.json", "tokenizer.json",
@@ -46,15 +46,8 @@ def run(ctx: StepContext) -> StepResult:
         if split is not None:  # a split graph: its parts beside the others, weights shared
             _copy_parts(src_dir, ctx.out, graph, split)
         untied = set() if split is not None else tie_file(ctx.out / f"{graph}_{MODEL}", src_dir)
-        for blob in sorted((src_dir / WEIGHTS).glob("*")):
-            if f"{WEIGHTS}/{blob.name}" in untied:  # the head's copy of the table: not needed
-                continue
-            blobs += 1
-            (ctx.out / WEIGHTS).mkdir(exist_ok=True)
-            if (ctx.out / WEIGHTS / blob.name).exists():
-                shared += 1
-                continue
-            link_or_copy(blob, ctx.out / WEIGHTS / blob.name)
+        taken, there = link_blobs(src_dir, ctx.out, untied)  # untied: the head's table copy
+        blobs, shared = blobs + taken, shared + there
         inputs, outputs = io_specs(src_dir / MODEL)
         model = f"{graph}_parts.json" if split is not None else f"{graph}_{MODEL}"
         graphs[graph] = {"model": model, "from": ctx.step["inputs"][graph],
@@ -92,10 +85,7 @@ def _host(ctx: StepContext) -> dict[str, str]:
     made = json.loads((src / "result.json").read_text())["metrics"]["layers"]
     for entry in made.values():
         link_or_copy(src / entry["model"], ctx.out / entry["model"])
-    for blob in (src / WEIGHTS).glob("*"):
-        (ctx.out / WEIGHTS).mkdir(exist_ok=True)
-        if not (ctx.out / WEIGHTS / blob.name).exists():
-            link_or_copy(blob, ctx.out / WEIGHTS / blob.name)
+    link_blobs(src, ctx.out)
     return {layer: entry["model"] for layer, entry in made.items()}
 
 
@@ -108,10 +98,7 @@ def _copy_parts(src: Path, out: Path, graph: str, split: dict[str, Any]) -> None
         where = src / part["dir"]
         name = f"{graph}_part{k}.onnx"
         link_or_copy(where / MODEL, out / name)
-        for blob in (where / WEIGHTS).glob("*"):
-            (out / WEIGHTS).mkdir(exist_ok=True)
-            if not (out / WEIGHTS / blob.name).exists():
-                link_or_copy(blob, out / WEIGHTS / blob.name)
+        link_blobs(where, out)
         rows.append({**part, "model": name})
     (out / f"{graph}_parts.json").write_text(json.dumps({**split, "pieces": rows}, indent=1,
                                                         sort_keys=True))

@@ -185,6 +185,24 @@ def link_or_copy(src: Path, dst: Path) -> None:
         tmp.replace(dst)
 
 
+def link_blobs(src: Path, out: Path, skip: frozenset[str] | set[str] = frozenset()
+               ) -> tuple[int, int]:
+    """Link each blob of `src`/weights/ into `out`/weights/ unless one of its name is there (a
+    blob is named by its content: a weight two graphs share is stored once) or it is in `skip`
+    (as "weights/<name>"). Returns how many it took and how many of those were there already."""
+    taken = there = 0
+    for blob in sorted((src / WEIGHTS).glob("*")):
+        if f"{WEIGHTS}/{blob.name}" in skip:
+            continue
+        taken += 1
+        (out / WEIGHTS).mkdir(exist_ok=True)
+        if (out / WEIGHTS / blob.name).exists():
+            there += 1
+        else:
+            link_or_copy(blob, out / WEIGHTS / blob.name)
+    return taken, there
+
+
 def same_file(a: Path, b: Path) -> bool:
     try:
         return os.path.samefile(a, b)
@@ -227,6 +245,43 @@ def internalize(model: onnx.ModelProto, base: Path, skip: frozenset[str] = froze
                                     int(length) if length is not None else None)
             del tensor.external_data[:]
             tensor.data_location = 0
+
+
+def gather(model: onnx.ModelProto, base: Path, out: Path) -> None:
+    """Point every large tensor of `model` (saved in `base`) at one new file `out`, its bytes
+    copied there in chunks: a single data file for a tool whose loader refuses hard-linked
+    blobs, made without holding the weights in memory."""
+    offset = 0
+    with out.open("wb") as dst:
+        for tensor in tensors(model):
+            if tensor.data_location == EXTERNAL:
+                length = _external(tensor).get("length")
+                path, start = data_file(tensor, base)
+                with path.open("rb") as src:
+                    src.seek(start)
+                    left = int(length) if length is not None else path.stat().st_size - start
+                    size = left
+                    while left:
+                        chunk = src.read(min(CHUNK, left))
+                        if not chunk:
+                            raise OSError(f"{path} is shorter than tensor {tensor.name!r}")
+                        dst.write(chunk)
+                        left -= len(chunk)
+            elif tensor.HasField("raw_data") and len(tensor.raw_data) >= THRESHOLD:
+                size = len(tensor.raw_data)
+                dst.write(tensor.raw_data)
+                tensor.ClearField("raw_data")
+            else:
+                continue
+            del tensor.external_data[:]
+            for key, value in (("location", out.name), ("offset", str(offset)),
+                               ("length", str(size))):
+                tensor.external_data.add(key=key, value=value)
+            tensor.data_location = EXTERNAL
+            offset += size
+            pad = -offset % 4096  # each tensor page-aligned, as ORT maps external data
+            dst.write(b"\0" * pad)
+            offset += pad
 
 
 def blob_problems(model: onnx.ModelProto, base: Path) -> list[str]:

@@ -11,6 +11,8 @@ Hydra finds launchers; nothing under planner/ imports them. An executor class pr
     add_commands(subparsers, common_parser) -> None   (optional, static: its CLI commands)
     warm_up() -> None, cool_down() -> None   (optional, static: start what a run will likely
         need before the plan is made; stop it when another executor runs the plan)
+    warm_imports() -> None   (optional, static: import what its runs import, in the build
+        server (planner/cli/serve.py), which forks a process per command from itself)
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from planner.cli import diagnose, importing, read, review
+from planner.cli import server  # before the rest: a command it runs needs nothing else here
 from planner.cli.common import config_tree, positive, results_dir, write_output
 from planner.errors import ModelplanError, UsageError
 
@@ -71,13 +71,20 @@ def plan_format(chosen: str | None, output: str | None) -> str:
 
 def _plan_sweep(args: argparse.Namespace) -> int:
     from planner.planning import plan_sweep
-    from planner.render import sweep as render_sweep
+    from planner.support.heap import collector_paused
 
     if args.format not in ("text", "json"):
         raise UsageError(f"plan -m --format {args.format}: a sweep plan is text or json; "
                          "plan one job for md or mermaid")
-    data = plan_sweep(args.overrides, store=args.store, tree=args.tree,
-                      symbolic=args.symbolic_sources, timings=args.timings).to_json()
+    with collector_paused(then_freeze=True):  # the command ends after printing
+        return _print_sweep(args, plan_sweep(args.overrides, store=args.store, tree=args.tree,
+                                             symbolic=args.symbolic_sources,
+                                             timings=args.timings).to_json())
+
+
+def _print_sweep(args: argparse.Namespace, data: dict[str, Any]) -> int:
+    from planner.render import sweep as render_sweep
+
     errors = [f"job {j['index']} ({' '.join(j['overrides'])}): {j['error']}"
               for j in data["jobs"] if j["error"]]
     if errors:  # a dry run exists to find these: report them and write nothing
@@ -254,11 +261,14 @@ def parser(plugins: bool = True) -> argparse.ArgumentParser:
                             "default: the packaged config)")
         return sp
 
+    from planner.cli import diagnose, importing, read, review
+
     _run_commands(add)
     read.add_commands(add)
     diagnose.add_commands(add)
     review.add_commands(sub, common)
     importing.add_commands(sub, common)
+    server.add_commands(sub, common)
     if plugins:
         from planner.cli.app import add_plugin_commands
 
@@ -317,13 +327,20 @@ def with_config_groups(sp: argparse.ArgumentParser) -> None:
 
 def _needs_plugins(argv: list[str]) -> bool:
     """Plugin commands are loaded only when the command is not a core one (or for help)."""
+    from planner.cli import diagnose, importing, read, review
+
     first = next((a for a in argv if not a.startswith("-")), None)
     return not any(first in c for c in (COMMANDS, read.COMMANDS, review.COMMANDS,
-                                         importing.COMMANDS, diagnose.COMMANDS))
+                                         importing.COMMANDS, diagnose.COMMANDS,
+                                         server.COMMANDS))
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if server.served(argv):  # the build server runs it warm, or None: it runs here
+        code = server.run_on_server(argv)
+        if code is not None:
+            return code
     p = parser(plugins=_needs_plugins(argv))
     args, extra = p.parse_known_args(argv)
     unknown = [x for x in extra if x.startswith("-")]

@@ -12,11 +12,16 @@ from typing import Any
 
 import schemas
 from planner.config.conftree import PACKAGED, ConfigTree
+from planner.support.memo import frozen, remembered
 from schemas.validator import is_valid
 
 
 def unread_keys(group: str, node: dict[str, Any]) -> dict[str, Any]:
     """The keys an option of the group with these values ignores, each with its unset value."""
+    return remembered("unread-keys", (group, frozen(node)), lambda: _unread_keys(group, node))
+
+
+def _unread_keys(group: str, node: dict[str, Any]) -> dict[str, Any]:
     root = schemas.load("config")
     out: dict[str, Any] = {}
     for branch in root["properties"][group].get("allOf", []):

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import math
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 import schemas
 from planner.config.conftree import PACKAGED, ConfigTree
 from planner.config.unread import unread_lines
 from planner.errors import ConfigError
+from planner.support import memo
 from planner.support.suggest import did_you_mean
-from schemas.validator import Violation, validate
+from schemas.validator import Violation, validate, validate_at
 
 MISSING = "???"  # Hydra's mandatory-value marker
 
@@ -19,14 +20,54 @@ MISSING = "???"  # Hydra's mandatory-value marker
 def check_config(config: dict[str, Any], tree: ConfigTree = PACKAGED) -> None:
     """Raise ConfigError listing every violation; return None when the config is valid.
     A key the chosen option ignores is a violation too (tree: where the options that read it
-    are looked for)."""
+    are looked for). In a memo session each top-level section is checked once per content
+    (the schema ties no section to another), which gives the same lines."""
+    lines = _lines_by_section(config, tree) if memo.active() else _lines(config, tree)
+    if lines:
+        raise ConfigError(*lines)
+
+
+def _lines(config: dict[str, Any], tree: ConfigTree) -> list[str]:
     lines = [f"{p}: required but not set; set {p}=<value>" for p in sorted(missing_paths(config))]
     if not lines:
         lines = one_per_path(validate(config, schemas.load("config")))
     if not lines:
         lines = unread_lines(config, tree)
-    if lines:
-        raise ConfigError(*lines)
+    return lines
+
+
+def _lines_by_section(config: dict[str, Any], tree: ConfigTree) -> list[str]:
+    """_lines(config), from each section's findings, memoised by the section's content."""
+    found = [memo.remembered("config-section", (tree, key, memo.frozen(value)),
+                             partial(_section, key, value, tree))
+             for key, value in config.items()]
+    missing = sorted(p for m, _, _ in found for p in m)
+    if missing:
+        return [f"{p}: required but not set; set {p}=<value>" for p in missing]
+    violations = memo.remembered("config-keys", tuple(config),
+                                 lambda: validate(dict.fromkeys(config), _shell()))
+    violations = violations + [v for _, vs, _ in found for v in vs]
+    if violations:
+        return one_per_path(violations)
+    return [line for _, _, unread in found for line in unread]
+
+
+def _section(key: str, value: Any, tree: ConfigTree) -> tuple[list[str], list[Violation],
+                                                                list[str]]:
+    """A top-level section's missing paths, schema violations and set-but-unread keys."""
+    root = schemas.load("config")
+    schema = root["properties"].get(key)
+    violations = validate_at(value, schema, root, (key,)) if schema is not None else []
+    unread = unread_lines({key: value}, tree) if isinstance(value, dict) else []
+    return missing_paths(value, f"{key}."), violations, unread
+
+
+@cache
+def _shell() -> dict[str, Any]:
+    """The config schema with every section's own schema left out: what it asks of the set of
+    sections (each is checked alone)."""
+    root = schemas.load("config")
+    return {**root, "properties": {k: {} for k in root["properties"]}}
 
 
 def one_per_path(violations: list[Violation]) -> list[str]:

@@ -4,15 +4,17 @@ tool versions."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import sys
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 from planner.core.ops import OPS
 from planner.core.plan import Plan, Step
 from planner.models.sources import canonical_json
+from planner.support.memo import active, frozen, remembered
 
 NOT_INSTALLED = "not-installed"
 
@@ -58,7 +60,11 @@ def content_key(op: str, params: dict[str, Any], input_keys: dict[str, str],
 
 
 def step_key(step: Step, keys: dict[str, str], tools: dict[str, str]) -> str:
-    return content_key(step.op, step.params, {r: keys[src] for r, src in step.inputs.items()}, tools)
+    """The step's content key; in a memo session, once per op, params and input keys (the
+    tools' versions are this process's)."""
+    inputs = {r: keys[src] for r, src in step.inputs.items()}
+    return remembered("key", frozen((step.op, step.params, inputs)),
+                      lambda: content_key(step.op, step.params, inputs, tools))
 
 
 def assign_keys(plan: Plan) -> None:
@@ -70,4 +76,19 @@ def assign_keys(plan: Plan) -> None:
 
 
 def config_digest(config: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(config)).hexdigest()
+    """sha256 of the config's canonical JSON; in a memo session that JSON is put together
+    from each section's, made once per content (the same bytes)."""
+    if not active():
+        return hashlib.sha256(canonical_json(config)).hexdigest()
+    sections = [_member(k) + remembered("canonical", frozen(v), partial(_canonical_text, v))
+                for k, v in sorted(config.items())]
+    return hashlib.sha256(("{" + ",".join(sections) + "}").encode()).hexdigest()
+
+
+@cache
+def _member(key: str) -> str:
+    return json.dumps(key, ensure_ascii=False) + ":"
+
+
+def _canonical_text(value: Any) -> str:
+    return canonical_json(value).decode()

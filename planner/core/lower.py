@@ -16,32 +16,45 @@ from planner.core.targets import of_config
 from planner.core.targets import reference as reference_target
 from planner.models import datasets, evaldata, evaluation, footprint, sources, specs
 from planner.models import tasks as T
+from planner.support.memo import copied, frozen, remembered
 
 SYMBOLIC = "<from the checkpoint>"  # specs of a source that could not be read here
+READ_BY_FACTS = ("model", "export", "target", "quant", "eval", "store")  # the sections it reads
 
 
 def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any]:
     """What the planner knows of the model before any step: where it is, its task, its class,
     its modality and the specs of every graph it exports (what `modelplan inspect` shows).
     symbolic: a source that cannot be read here gets a symbolic digest and symbolic specs
-    (see sources.read_source)."""
+    (see sources.read_source). In a memo session, once per content of the sections it reads
+    (its graphs' specs copied: they become step params)."""
+    known = remembered("facts", frozen([symbolic, *(config[k] for k in READ_BY_FACTS)]),
+                       lambda: _facts(config, symbolic))
+    return {**known, "graphs": copied(known["graphs"])}
+
+
+def _facts(config: dict[str, Any], symbolic: bool) -> dict[str, Any]:
     model = config["model"]
-    memo = sources.DigestMemo(store_root(config) / "digests.json")
-    src = sources.read_source(model, memo, symbolic)
+    index = store_root(config) / "digests.json"
+    memo = remembered("digest-memo", index, lambda: sources.DigestMemo(index))
+    src = remembered("source", (frozen(model), index, symbolic),
+                     lambda: sources.read_source(model, memo, symbolic))
     where, info = src.where, src.info
     out: dict[str, Any] = {"where": where, "info": info, "task": model["task"],
                            "model_class": model["model_class"], "modality": None,
                            "graphs": {"model": None}, "digest": src.digest,
                            "symbolic": src.symbolic}
     if config["eval"]["kind"] != "none":
-        out["dataset"] = datasets.read(config["eval"], memo, symbolic)
+        out["dataset"] = remembered("dataset", (frozen(config["eval"]), index, symbolic),
+                                    lambda: datasets.read(config["eval"], memo, symbolic))
     memo.save()
     ex = config["export"]
     if src.symbolic and model["source"] != "onnx_file":  # axes as a text model's: most are
         out["graphs"] = axes.free_or_fixed(config, T.TEXT, {"model": {"inputs": ex["inputs"] or SYMBOLIC,
                                                          "outputs": ex["outputs"] or SYMBOLIC}})
     elif model["source"] != "onnx_file":
-        task, model_class = T.detect(model, info, sources.checkpoint_files(where))
+        files = remembered("checkpoint-files", where, lambda: sources.checkpoint_files(where))
+        task, model_class = T.detect(model, info, files)
         modality = T.task_modality(task, info, model_class)
         if modality in T.GRAPHS and (ex["inputs"] or ex["outputs"]):
             raise _custom_io_for_pair(modality, "inputs" if ex["inputs"] else "outputs")
@@ -57,6 +70,7 @@ def build_facts(config: dict[str, Any], symbolic: bool = False) -> dict[str, Any
         for spec in axes.free_or_fixed(config, modality, graphs).values():
             if saved not in (None, "float32"):  # export upcasts: said in the plan and the key
                 spec["upcast"] = saved
+        graphs = lower_generation.genai_encoder_decoder(config, modality, info, graphs)
         for graph in lower_generation.free_past_graphs(config, modality, graphs):
             graphs[graph]["dynamic"] = True
         count = lower_generation.parts(config, info, modality)
@@ -80,7 +94,9 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
     symbolic: a source that cannot be read gets a symbolic key (see sources.read_source)."""
     model = config["model"]
     known = build_facts(config, symbolic)
-    random_init = sources.random_init(model) if model["source"] == "random_init" else None
+    random_init = copied(remembered("random-init", frozen(model),
+                                    lambda: sources.random_init(model))) \
+        if model["source"] == "random_init" else None
     path = str(known["where"]) if known["where"] else model["path"] if known["symbolic"] \
         else None
     resolve = Step("resolve", "resolve", {
@@ -107,7 +123,9 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
     if known.get("dataset") is not None and known["dataset"].kind == "symbolic":
         symbolic_sources.append({"step": "eval", "reason": f"eval.dataset.path "
                                  f"{known['dataset'].where!r} is not on this machine"})
-    weights = None if known["symbolic"] else footprint.read(known["info"], known["where"])
+    weights = None if known["symbolic"] else remembered(
+        "weights", (known["digest"], known["where"]),
+        lambda: footprint.read(known["info"], known["where"]))
     return Plan(config=config, config_digest=config_digest(config), steps=steps,
                 deliverable=deliverable_id, symbolic_sources=symbolic_sources,
                 weights=weights, cuttable=known["modality"] == T.CAUSAL)
@@ -171,12 +189,17 @@ def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any,
     if parts > 1:
         steps.append(Step(sid("split"), "split", {"parts": parts}, {"model": chain}))
         chain = sid("split")
-    if declared.compiles:
-        steps.append(Step(sid("compile"), "compile", {
-            "target": declared.name, "ep": target["ep"], "backend": target["backend"],
-            "embed_context": target["embed_context"], "cpu_fallback": target["cpu_fallback"],
-            "provider_options": provider_options(config)},
-            {"model": chain}))
+    if not declared.compiles:
+        return steps
+    params = {"target": declared.name, "ep": target["ep"], "backend": target["backend"],
+              "embed_context": target["embed_context"], "cpu_fallback": target["cpu_fallback"],
+              "provider_options": provider_options(config)}
+    if parts == 1:
+        return [*steps, Step(sid("compile"), "compile", params, {"model": chain})]
+    for part in range(parts):  # one step and key per part: a failed part re-runs alone
+        steps.append(Step(f"{sid('compile')}.{part}", "compile", {**params, "part": part},
+                          {"model": chain}))
+        chain = steps[-1].id
     return steps
 
 

@@ -51,6 +51,24 @@ def free_past_graphs(config: dict[str, Any], modality: str,
     return [g for g in graphs if roles.ROLES[g].reads_cache]
 
 
+def genai_encoder_decoder(config: dict[str, Any], modality: str, info: dict[str, Any],
+                          graphs: dict[str, Any]) -> dict[str, Any]:
+    """An encoder-decoder that onnxruntime-genai runs (Whisper), with the cached decoder, built
+    in fp32 for a target that runs any shape (the CPU) and traced whole: its graphs in genai's
+    layout (planner/models/generation.py `genai_layout`), which modelplan's loop runs too
+    (`export.shapes.dynamic=false` keeps the static cache and the cross graph). A quantized
+    build keeps them too: quantized in genai's layout it lost accuracy the static cache does
+    not (docs/generation.md)."""
+    ex = config["export"]
+    if info.get("model_type") not in generation.GENAI_ENCODER_DECODERS or \
+            config["quant"]["kind"] != "none" or \
+            roles.CROSS not in graphs or of_config(config["target"]).compiles or \
+            ex["exporter"] != "torchscript" or ex["shapes"]["dynamic"] is False or \
+            ex["generate_loop"]:
+        return graphs
+    return generation.genai_layout(graphs)
+
+
 def parts(config: dict[str, Any], info: dict[str, Any], modality: str) -> int | None:
     """A causal LM's parts per graph (planner/models/generation.py says how many); None for
     other models, which export.parts may not cut."""

@@ -19,6 +19,7 @@ from planner.core.plan import Plan, Step
 from planner.errors import PlanError
 from planner.models.footprint import Weights
 from planner.support.machine import available_memory
+from planner.support.memo import remembered
 from planner.support.units import human_bytes, parse_bytes
 
 RUNTIME = int(0.3 * 2**30)  # a step's process before it reads the model (Python, torch, ORT)
@@ -70,7 +71,8 @@ def limit(config: dict[str, Any]) -> tuple[int | None, str]:
         return parse_bytes(asked), f"run.max_memory={asked}"
     if config["executor"]["name"] != "local":  # its steps run on other machines
         return None, "run.max_memory=null"
-    return available_memory(), "this machine's available memory (run.max_memory=null)"
+    return (remembered("available-memory", None, available_memory),
+            "this machine's available memory (run.max_memory=null)")
 
 
 def check(plan: Plan) -> None:

@@ -225,7 +225,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        requires=(Require(N.FORMAT, "eq", "onnx"),),
        ensures=(Ensure(N.LEGAL_FOR, Param("target")),),
        traits=frozenset({T.IDEMPOTENT, T.HEAVY}),
-       tools=("onnx", "onnxruntime"), memory=Memory(weights=4.0)),
+       # the graph and its weights once, then one check session at a time (4.0 with two)
+       tools=("onnx", "onnxruntime"), memory=Memory(weights=1.8)),
     Op("tag", 2, "write hierarchy tags into every node's metadata",
        params=(), inputs=("model", "hierarchy"),
        requires=(Require(N.FORMAT, "eq", "onnx"), Require(N.HIERARCHY_MAP, role="hierarchy")),
@@ -245,8 +246,9 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.DROPS_NODE_METADATA, T.CHANGES_OPSET, T.HEAVY}),
        tools=("onnx", "onnxruntime", "transformers"), memory=Memory(weights=4.0)),
     Op("compile", 3, "compile to an EPContext model on the target's execution provider",
-       params=("target", "ep", "backend", "embed_context", "cpu_fallback", "provider_options"),
-       inputs=("model",),
+       params=("target", "ep", "backend", "embed_context", "cpu_fallback", "provider_options",
+               "part"),
+       inputs=("model",), optional=("part",),  # part: the one part of a cut graph it compiles
        requires=(Require(N.PRECISION, "not_in", ["fp32"], config_path="quant",
                          fix="set quant=w8a16_pc (or quant=fp16), or target=cpu",
                          need="compile for {target} needs a quantized or fp16 model"),
@@ -295,7 +297,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("onnxruntime", "onnxruntime-qnn"), outputs=("metrics",),
        headline=("latency_ms_median", "latency_ms_p90", "ep"), memory=Memory(weights=1.5),
        dropped_by="perf=none"),
-    Op("bundle", 2, "deliver the graphs of an encoder-decoder model together (a tied head "
+    Op("bundle", 3, "deliver the graphs of an encoder-decoder model together (a tied head "
        "reads the embedding table)",
        params=("graphs", "ep", "backend", "provider_options"),
        inputs=("encoder", "decoder", "cross", "source"),

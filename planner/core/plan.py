@@ -8,6 +8,7 @@ from typing import Any
 from planner.core import facts as F
 from planner.core.ops import OPS, Op, Trait
 from planner.models.footprint import Weights
+from planner.support.memo import remembered
 
 FORMAT_VERSION = 1
 ACTIONS = ("run", "cached", "elided")
@@ -81,6 +82,9 @@ class Plan:
     weights: Weights | None = None    # the checkpoint's, as read before any step
     cuttable: bool = False            # export.parts may cut its graphs into more parts
     memory: dict[str, Any] | None = None  # the run's expected peak (planner/core/memory.py)
+    # what the rules read of the lowered plan (rules.rule_inputs), when it was rewritten in a
+    # memo session: plans rewritten from equal inputs have equal facts
+    rewritten_from: bytes | None = None
 
     # -- lookups -------------------------------------------------------------------------
     def step(self, step_id: str) -> Step:
@@ -223,8 +227,17 @@ class Plan:
     def summary(self) -> dict[str, int]:
         return {a: sum(1 for s in self.steps if s.action == a) for a in ACTIONS}
 
+    def facts_json(self) -> dict[str, dict[str, Any]]:
+        """The facts of every step's output as the Plan IR gives them (made once for plans
+        rewritten from equal rule inputs in a memo session; readers do not change them)."""
+        def made() -> dict[str, dict[str, Any]]:
+            return {sid: F.to_json(facts) for sid, facts in self.facts().items()}
+
+        return made() if self.rewritten_from is None else \
+            remembered("facts-json", self.rewritten_from, made)
+
     def to_json(self) -> dict[str, Any]:
-        known = self.facts()
+        known = self.facts_json()
         symbolic = {"symbolic_sources": self.symbolic_sources} if self.symbolic_sources else {}
         memory = {"memory": self.memory} if self.memory else {}
         return {
@@ -242,11 +255,11 @@ class Plan:
         }
 
 
-def _step_json(s: Step, facts: F.Facts) -> dict[str, Any]:
+def _step_json(s: Step, facts: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": s.id, "op": s.op, "op_version": s.decl.version, "params": s.params,
         "inputs": dict(s.inputs), "key": s.key, "action": s.action, "reason": s.reason,
-        "tools": list(s.decl.tools_for(s.params)), "facts": F.to_json(facts),
+        "tools": list(s.decl.tools_for(s.params)), "facts": facts,
     }
     for name in ("proof", "inserted_by", "moved_by"):
         if getattr(s, name) is not None:

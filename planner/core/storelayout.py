@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.config.storepath import checked_store_path
+from planner.support.memo import remembered
 
 MANIFEST = "manifest.json"
 RESULT = "result.json"        # a step's metrics, beside its outputs
@@ -22,8 +23,13 @@ SUBDIRS = ("tmp", "locks", "runs", "leases")
 
 def store_root(config: dict[str, Any]) -> Path:
     """The store: store.path, or the user cache dir."""
-    if config["store"]["path"]:
-        return checked_store_path(config["store"]["path"])
+    path = config["store"]["path"]
+    return remembered("store-root", path, lambda: _store_root(path))
+
+
+def _store_root(path: str | None) -> Path:
+    if path:
+        return checked_store_path(path)
     base = Path.home() / ".cache"
     if xdg := os.environ.get("XDG_CACHE_HOME"):
         base = Path(xdg)

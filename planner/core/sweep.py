@@ -17,6 +17,7 @@ from planner.config.conftree import PACKAGED, PRIMARY, ConfigTree
 from planner.config.overrides import first_line, parse_overrides
 from planner.core.plan import ACTIONS, Plan, Rewrite
 from planner.errors import ConfigError
+from planner.support.memo import copied
 
 
 def expand(overrides: list[str]) -> list[list[str]]:
@@ -71,7 +72,7 @@ class Composer:
             return self._through_omegaconf(structural, values)
         if structural not in self.cache:
             self.cache[structural] = self._compose(structural, parsed)
-        out = copy.deepcopy(self.cache[structural])
+        out = copied(self.cache[structural])
         for ov in values:
             _merge_at(out, ov.key_or_group.split("."), ov.value())
         return out

@@ -28,6 +28,13 @@ from planner.models.roles import CACHE, CROSS, DECODE, DECODER, ENCODER, FIRST_P
 # graph of a free past, present = past + new) and its pipeline of graphs
 GENAI_DECODER, GENAI_PIPELINE = "decoder", "decoder-pipeline"
 GENAI_SECTION = "decoder"  # genai_config.json's model section that describes those graphs
+GENAI_ENCODER_SECTION = "encoder"  # and an encoder-decoder's encoder's
+# the encoder-decoder types onnxruntime-genai 0.18 runs, by config.json's model_type: its
+# model.type for them, and the encoder input length its runner feeds (Whisper: 3000 log-mel
+# frames, 30 s; its `marian-ssru` type is Marian NMT's recurrent decoder, not MarianMT's)
+GENAI_WHISPER = "whisper"
+GENAI_ENCODER_DECODERS = {"whisper": GENAI_WHISPER}
+GENAI_WHISPER_FRAMES = 3000
 DEFAULT_PREFILL = 64
 DEFAULT_CONTEXT = 256
 PART_BYTES = int(1.8 * 2**30)  # a part's weights stay under one protobuf's (and one embedded
@@ -281,6 +288,19 @@ def cached_graphs(info: dict[str, Any], states: dict[str, Any], cross: list[dict
     # the cross keys and values do not read the encoder's mask (the step does)
     return {CROSS: {"inputs": [states], "outputs": cross_kv},
             DECODER: {"inputs": step, "outputs": [outputs[0], *present]}}
+
+
+def genai_layout(graphs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The cached decoder's graphs in onnxruntime-genai's Whisper layout: the encoder also gives
+    every layer's cross keys and values (no cross graph: genai runs two sessions), and the
+    decoder reads a free past (any number of new tokens after it, their positions counted from
+    the past's length inside the graph: no position ids, no mask) and gives back past + new."""
+    out = {g: dict(spec) for g, spec in graphs.items() if g != CROSS}
+    out[ENCODER]["outputs"] = [*graphs[ENCODER]["outputs"], *graphs[CROSS]["outputs"]]
+    out[DECODER]["inputs"] = [s for s in graphs[DECODER]["inputs"]
+                              if s["name"] not in ("position_ids", "attention_mask")]
+    out[DECODER]["dynamic"] = True
+    return out
 
 
 def loop_params(config: dict[str, Any], known: dict[str, Any],

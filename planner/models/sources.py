@@ -133,6 +133,7 @@ class DigestMemo:
         try:
             self.file.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(self.file, json.dumps(self.entries, sort_keys=True))
+            self.dirty = False
         except OSError:
             pass  # the memo is only a speed-up
 
@@ -180,13 +181,13 @@ def source_digest(model: dict[str, Any], where: Path | None, memo: DigestMemo) -
 
 def random_init(model: dict[str, Any]) -> dict[str, Any]:
     """The effective random-init spec: the model type's tiny config under the user's fields."""
-    from planner.models.tiny import TINY, TINY_PREPROCESSOR
+    from planner.models.tiny import TINY, TINY_PREPROCESSOR, generic
 
     ri = model["random_init"]
-    _check_types(TINY.get(ri["model_type"], {}), ri.get("config") or {},
-                 f"model.random_init.config ({ri['model_type']})")
+    tiny = TINY[ri["model_type"]] if ri["model_type"] in TINY else generic(ri["model_type"])
+    _check_types(tiny, ri.get("config") or {}, f"model.random_init.config ({ri['model_type']})")
     return {"model_type": ri["model_type"], "seed": ri["seed"],
-            "config": _merged(TINY.get(ri["model_type"], {}), ri.get("config") or {}),
+            "config": _merged(tiny, ri.get("config") or {}),
             "preprocessor": _merged(TINY_PREPROCESSOR.get(ri["model_type"], {}),
                                     ri.get("preprocessor") or {})}
 

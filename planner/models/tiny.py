@@ -92,6 +92,14 @@ TINY: dict[str, dict[str, Any]] = {
                                     "hidden_sizes": [16, 32, 64, 64], "depths": [1, 1, 1, 1],
                                     "layer_type": "basic", "out_features": ["stage2", "stage3",
                                                                             "stage4"]}},
+    # a ResNet of transformers' own as the backbone (its default is timm's ResNet-50)
+    "detr": {"d_model": 32,
+             "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
+             "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
+             "num_queries": 10,
+             "backbone_config": {"model_type": "resnet", "embedding_size": 16,
+                                 "hidden_sizes": [16, 32, 64, 64], "depths": [1, 1, 1, 1],
+                                 "layer_type": "basic", "out_features": ["stage4"]}},
     "vitpose": {"backbone_config": {"model_type": "vitpose_backbone", "hidden_size": 32,
                                     "num_hidden_layers": 2, "num_attention_heads": 2,
                                     "intermediate_size": 64, "image_size": [64, 48],
@@ -137,6 +145,56 @@ TINY: dict[str, dict[str, Any]] = {
 # checkpoint's preprocessor_config.json says it).
 TINY_PREPROCESSOR: dict[str, dict[str, Any]] = {
     "resnet": {"image_size": 32}, "segformer": {"image_size": 64},
-    "rt_detr": {"image_size": 64}, "vitpose": {"image_size": [64, 48]},
+    "rt_detr": {"image_size": 64}, "detr": {"image_size": 64}, "vitpose": {"image_size": [64, 48]},
     "depth_anything": {"image_size": 56},
 }
+
+# A size field's tiny value, by its canonical name: set where a config class has the field
+# (under that name or the name its attribute_map gives it), for a type TINY does not list.
+GENERIC: dict[str, Any] = {
+    "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+    "num_key_value_heads": 2, "intermediate_size": 128, "max_position_embeddings": 128,
+    "head_dim": 32, "d_kv": 32, "d_ff": 128, "encoder_layers": 2, "decoder_layers": 2,
+    "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 128,
+    "decoder_ffn_dim": 128, "num_decoder_layers": 2, "num_layers": 2,
+    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+    "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+    "kv_lora_rank": 16, "q_lora_rank": 16, "qk_rope_head_dim": 16, "qk_nope_head_dim": 16,
+    "v_head_dim": 32, "num_mel_bins": 16, "max_source_positions": 100,
+    "max_target_positions": 64, "sliding_window": 64, "layer_types": None, "rotary_dim": 16,
+    "vocab_size": 1000, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+    "decoder_start_token_id": 1,
+}
+
+
+def tiny_fields(config_cls: Any, values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The tiny values (GENERIC, then `values` over it) of the fields `config_cls` takes, each
+    under the name the class takes it by (its own, or its attribute_map's)."""
+    import inspect
+
+    names = set(inspect.signature(config_cls.__init__).parameters)
+    aliases = dict(getattr(config_cls, "attribute_map", {}) or {})
+    out: dict[str, Any] = {}
+    for field, value in {**GENERIC, **(values or {})}.items():
+        for name in (field, aliases.get(field)):
+            if name and name in names:
+                out[name] = value
+                break
+    return {k: v for k, v in out.items() if v is not None or k == "layer_types"}
+
+
+def generic(model_type: str, values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A tiny config for a model type TINY does not list, read from the size fields its
+    transformers config class takes (and those of its sub-configs: text_config, encoder, ...);
+    {} where transformers does not know the type."""
+    try:
+        from transformers import CONFIG_MAPPING
+        config_cls = CONFIG_MAPPING[model_type]
+    except (ImportError, KeyError, ValueError):
+        return {}
+    out = tiny_fields(config_cls, values)
+    for name, sub in (getattr(config_cls, "sub_configs", None) or {}).items():
+        if isinstance(sub, type) and getattr(sub, "model_type", ""):  # not AutoConfig
+            out[name] = {"model_type": sub.model_type, **tiny_fields(sub, values)}
+    return out

@@ -10,9 +10,14 @@ from typing import Any
 
 from planner.core.ops import OPS, Trait
 from planner.core.targets import of_config
-from planner.models.generation import GENAI_DECODER, GENAI_PIPELINE
+from planner.models.generation import (
+    GENAI_DECODER,
+    GENAI_PIPELINE,
+    GENAI_WHISPER,
+    GENAI_WHISPER_FRAMES,
+)
 from planner.models.identity import display_name, model_id
-from planner.models.roles import ROLES, Kind, kind_of
+from planner.models.roles import CACHE, ROLES, Kind, Trace, kind_of
 from planner.render import accuracy, module_error, modules
 from planner.render.run import note, results
 from planner.support.units import human_bytes
@@ -57,9 +62,14 @@ def facts(ir: dict[str, Any]) -> dict[str, Any]:
 
 def genai_layout(exports: list[dict[str, Any]]) -> str | None:
     """The onnxruntime-genai model type a bundle's genai_config.json names: its plain decoder
-    where a causal LM's token graph has a free past, else its decoder pipeline; None for other
-    models (genai_config.json is written for causal LMs)."""
+    where a causal LM's token graph has a free past, else its decoder pipeline; its Whisper
+    runner where an encoder also gives the cross keys and values (genai's Whisper layout);
+    None for other models."""
     graphs = {e.get("graph"): e for e in exports if e.get("graph") in ROLES}
+    if any(ROLES[g].trace is Trace.ENCODER and any(
+            str(o).startswith(CACHE.cross + ".") for o in e.get("outputs") or [])
+            for g, e in graphs.items()):
+        return GENAI_WHISPER
     if kind_of(list(graphs)) is not Kind.DECODER_ONLY:
         return None
     free = any(ROLES[g].reads_cache and e.get("dynamic") for g, e in graphs.items())
@@ -220,11 +230,38 @@ def _bundle(model: dict[str, Any], files: dict[str, int]) -> list[str]:
                 "pipeline, which onnxruntime-genai 0.18 does not run over graphs of fixed "
                 "shapes and a cache of new entries (docs/generation.md says why): run it with "
                 "`modelplan generate`.")]
+    elif model.get("genai") == GENAI_WHISPER and "genai_config.json" in files:
+        out += _genai_whisper()
+    elif model.get("genai") == GENAI_WHISPER:
+        out += ["", ("The graphs are in onnxruntime-genai's Whisper layout, but its runner "
+                f"feeds the encoder {GENAI_WHISPER_FRAMES} log-mel frames (30 s) and this "
+                "encoder takes another length: no `genai_config.json`; run it with "
+                "`modelplan generate`.")]
     else:
-        out += ["", ("onnxruntime-genai has no runner for this bundle's layout (its Whisper and "
-                "Marian runners read graphs of their own layout, and it runs no other "
-                "encoder-decoder): run it with `modelplan generate`.")]
+        out += ["", ("onnxruntime-genai has no runner for this bundle's layout (its Whisper "
+                "runner reads the layout a Whisper build gets on the CPU in fp32; its "
+                "`marian-ssru` type is Marian NMT's recurrent decoder, not MarianMT's; it runs "
+                "no other encoder-decoder): run it with `modelplan generate`.")]
     return out
+
+
+def _genai_whisper() -> list[str]:
+    """How onnxruntime-genai transcribes with a Whisper bundle in its layout."""
+    return ["", ("onnxruntime-genai (0.18) runs the folder as it is (`genai_config.json`: "
+            "its Whisper runner over `encoder_model.onnx`, which also gives the cross keys "
+            "and values, and `decoder_model.onnx`, whose cache grows with the transcript); "
+            "feed it 30 s of log-mel features and the start and forced tokens (with the "
+            "checkpoint's tokenizer, `model.create_multimodal_processor()` computes both "
+            "from an audio file and `audio_processor_config.json`):"),
+            "", "```python", "import numpy as np", "import onnxruntime_genai as og", "",
+            'model = og.Model("path/to/this/folder")', "params = og.GeneratorParams(model)",
+            "params.set_search_options(do_sample=False, max_length=64)",
+            "generator = og.Generator(model, params)", "inputs = og.NamedTensors()",
+            'inputs["input_features"] = features  # float32 [1, mel bins, 3000]',
+            'inputs["input_ids"] = np.array([start_and_forced_tokens], np.int32)',
+            "generator.set_inputs(inputs)",
+            "while not generator.is_done():", "    generator.generate_next_token()",
+            "print(generator.get_sequence(0))", "```"]
 
 
 def _steps(record: dict[str, Any]) -> list[str]:

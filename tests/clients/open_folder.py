@@ -12,6 +12,10 @@
         `Generator`): for each prompt (a list of token ids, or a text its tokenizer encodes)
         the prompt's ids and the tokens it generated, at most NEW_TOKENS of them; or the
         error genai raised, on one line, as `error`
+    open_folder.py genai-speech FOLDER FEATURES_NPY PROMPT_JSON NEW_TOKENS
+        onnxruntime-genai's Whisper runner on the folder: the log-mel features in FEATURES_NPY
+        and the decoder prompt (token ids: the start and forced tokens) set as the generator's
+        inputs, greedy: the tokens it generated after the prompt, at most NEW_TOKENS
 
 Nothing here imports modelplan: the folder must be enough on its own.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -82,6 +87,27 @@ def _genai(og: object, folder: str, prompts: list, new_tokens: int) -> dict:
     return {"version": og.__version__, "runs": runs}
 
 
+def genai_speech(folder: str, features: str, prompt: list[int], new_tokens: int) -> dict:
+    import onnxruntime_genai as og
+
+    model = og.Model(folder)
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=len(prompt) + new_tokens)
+    generator = og.Generator(model, params)
+    inputs = og.NamedTensors()
+    name = json.loads((Path(folder) / "genai_config.json").read_text())[
+        "model"]["encoder"]["inputs"]["audio_features"]  # genai looks extra inputs up by it
+    inputs[name] = np.load(features)
+    inputs["input_ids"] = np.asarray([prompt], np.int32)
+    generator.set_inputs(inputs)
+    tokens = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    return {"version": og.__version__, "tokens": tokens,
+            "sequence": [int(t) for t in generator.get_sequence(0)]}
+
+
 def main(argv: list[str]) -> None:
     if argv[0] == "st":
         result = sentence_transformers(argv[1], json.loads(argv[2]),
@@ -90,8 +116,10 @@ def main(argv: list[str]) -> None:
         result = optimum(argv[1], argv[2], argv[3])
     elif argv[0] == "genai":
         result = genai(argv[1], json.loads(argv[2]), int(argv[3]))
+    elif argv[0] == "genai-speech":
+        result = genai_speech(argv[1], argv[2], json.loads(argv[3]), int(argv[4]))
     else:
-        raise SystemExit(f"open_folder.py: unknown client {argv[0]!r} (st, optimum or genai)")
+        raise SystemExit(f"open_folder.py: unknown client {argv[0]!r} (st, optimum, genai or genai-speech)")
     print(json.dumps(result))
 
 

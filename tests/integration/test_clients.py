@@ -215,3 +215,79 @@ def test_onnxruntime_genai_refuses_the_fixed_shape_pipeline_as_documented(
     got = client("genai", str(folder), json.dumps([[5, 17, 300, 42, 9]]), "4")
     assert "error" in got, got  # genai ran the pipeline: update docs/generation.md and the card
     assert "attention_mask" in got["error"] and "Got: 32 Expected: 8" in got["error"], got
+
+
+def whisper_greedy(checkpoint: Path, features: np.ndarray, prompt: list[int],
+                   new_tokens: int) -> list[int]:
+    """transformers' own greedy `generate` of the checkpoint on the features after `prompt`
+    (its generation config's suppressed tokens applied, as modelplan's loop applies them)."""
+    import torch
+    import transformers
+
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(str(checkpoint)).eval()
+    with torch.no_grad():
+        out = model.generate(input_features=torch.from_numpy(features),
+                             decoder_input_ids=torch.tensor([prompt]),
+                             max_new_tokens=new_tokens, do_sample=False)
+    return out[0].tolist()  # Whisper's generate gives the new tokens alone
+
+
+@pytest.mark.slow  # ~45 s: a 30 s encoder built, then three decoders of it
+def test_onnxruntime_genai_transcribes_a_cpu_whisper_bundle_like_modelplan_and_pytorch(
+        tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    """A tiny Whisper of 30 s of audio (3000 log-mel frames: what genai's Whisper runner feeds)
+    built for the CPU is in genai's Whisper layout: genai_config.json (model.type whisper) over
+    the encoder, which also gives the cross keys and values, and the decoder over a free past.
+    genai, given the log-mel features of a spoken sentence and the start token, generates the
+    tokens `modelplan generate --audio` generates on the same bundle, and transformers'."""
+    import soundfile
+    from transformers import WhisperFeatureExtractor
+
+    from executors.samples import media
+
+    build = built(tmp_path_factory, "clients-genai-whisper", "model=tiny_random",
+                  "model.random_init.model_type=whisper",
+                  "+model.random_init.config.max_source_positions=1500", "target=cpu",
+                  "quant=none", "perf=none", "verify.samples=1", "verify.new_tokens=2")
+    record = build["record"]
+    folder = Path(record["published"]["genai_config.json"]).parent
+    assert step(record, "bundle")["metrics"]["genai"] == "whisper"
+    model = json.loads((folder / "genai_config.json").read_text())["model"]
+    assert model["type"] == "whisper"
+    assert model["encoder"]["outputs"]["cross_present_key_names"] == \
+        model["decoder"]["inputs"]["cross_past_key_names"] == "cross.%d.key"
+    assert (folder / "audio_processor_config.json").is_file()
+    described = json.loads((folder / "bundle.json").read_text())["graphs"]
+    assert sorted(described) == ["decoder", "encoder"]  # no cross graph: genai runs two
+    assert "generator.set_inputs(inputs)" in (folder / "README.md").read_text()  # the card
+    wav = tmp_path / "speech.wav"
+    soundfile.write(wav, media.speaker().say("the cat sat on the mat"), media.RATE)
+    mine = run_cli("generate", str(folder), "--audio", str(wav), "--new-tokens", "12", "--json")
+    assert mine.returncode == 0, mine.stderr
+    tokens = json.loads(mine.stdout)["tokens"]
+    audio, rate = soundfile.read(wav, dtype="float32")
+    features = WhisperFeatureExtractor.from_pretrained(str(folder))(
+        audio, sampling_rate=rate, return_tensors="np").input_features
+    assert features.shape == (1, 80, 3000)
+    np.save(tmp_path / "features.npy", features)
+    start = json.loads((folder / "config.json").read_text())["decoder_start_token_id"]
+    got = client("genai-speech", str(folder), str(tmp_path / "features.npy"),
+                 json.dumps([start]), "12")
+    assert got["version"] == "0.18.0" and got["sequence"][0] == start
+    eos = model["eos_token_id"]
+    theirs = got["tokens"][:-1] if got["tokens"][-1:] == [eos] else got["tokens"]
+    assert len(tokens) >= 4 and theirs == tokens, (got, tokens)
+    checkpoint = Path(next(p for k, p in step(record, "resolve")["outputs"].items()
+                           if k.endswith("config.json"))).parent
+    want = whisper_greedy(checkpoint, features, [start], 12)
+    assert tokens == (want[:-1] if want[-1:] == [eos] else want)
+    # `modelplan generate` reads the genai_config.json genai reads: one naming another graph
+    # file than bundle.json's is one line
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    config = json.loads((broken / "genai_config.json").read_text())
+    config["model"]["decoder"]["filename"] = "decode_model.onnx"
+    (broken / "genai_config.json").write_text(json.dumps(config))
+    bad = run_cli("generate", str(broken), "--audio", str(wav), "--json")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "'decode_model.onnx'" in bad.stderr and "decoder_model.onnx" in bad.stderr

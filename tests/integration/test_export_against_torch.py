@@ -36,10 +36,7 @@ AUTO = {"feature-extraction": "AutoModel", "image-feature-extraction": "AutoMode
 
 # one graph per model; the catalogue's generative families (several graphs) are compared with
 # transformers by the generation tests
-# DETR has no tiny config: at its defaults it is a ResNet-50 at 800 pixels
-UNSIZED = {"detr"}
-ENCODERS = sorted(name for name, mt in MODEL_TYPES.items()
-                  if mt.modality not in GRAPHS and name not in UNSIZED)
+ENCODERS = sorted(name for name, mt in MODEL_TYPES.items() if mt.modality not in GRAPHS)
 
 
 def overrides(model_type: str) -> list[str]:

@@ -117,15 +117,18 @@ def test_cached_decoding_generates_what_the_uncached_decoder_does(tmp_path: Path
                    "export.shapes.decoder_cache=true")
     plain = build(tmp_path / "p", family, "target=cpu", "quant=none", *shapes,
                   "export.shapes.decoder_cache=false")
-    assert {"encoder.export", "cross.export", "decoder.export"} <= {s["id"] for s in
-                                                                   cached["steps"]}
+    # Whisper's on the CPU is onnxruntime-genai's layout: the encoder gives the cross entries
+    graphs = ("encoder", "decoder") if family == "whisper" else ("encoder", "cross", "decoder")
+    assert {f"{g}.export" for g in graphs} == {s["id"] for s in cached["steps"]
+                                               if s["id"].endswith(".export")}
     task = FAMILIES[family]
     rows = rows_for(task)
     got, want = transcripts(cached, rows, task), transcripts(plain, rows, task)
-    assert got == want and all(len(t) > 0 for t in got)
-    theirs = transformers_generate(plain, rows, task, len(got[0]))  # to its end token
+    # a free past runs to the decoder's positions, the uncached decoder to its 8 tokens
+    assert [g[:len(w)] for g, w in zip(got, want, strict=True)] == want and all(want)
+    theirs = transformers_generate(plain, rows, task, len(want[0]))  # to its end token
     assert all(theirs) and [g[:len(t)] for t, g in zip(theirs, got, strict=True)] == theirs
-    for graph in ("encoder", "cross", "decoder"):
+    for graph in graphs:
         assert step(cached, f"{graph}.verify")["metrics"]["cosine_mean"] > 0.9999
     for record in (cached, plain):  # both bundles generate PyTorch's tokens
         assert step(record, "verify_generation")["metrics"]["token_agreement"] == 1.0

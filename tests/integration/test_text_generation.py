@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import pytest
 
+from executors.store.content import Store
 from tests.checkpoints import text_checkpoint
 from tests.conftest import run_cli
 from tests.integration.conftest import run_json, step
@@ -215,6 +216,21 @@ def test_graphs_split_into_parts_generate_like_the_whole(tmp_path: Path, target:
     assert (folder / "decode_part1.onnx").is_file() and not list(folder.rglob("inputs.npz"))
     # every part reads the one weights/ folder: a blob both graphs use is stored once
     assert not list(folder.glob("*_parts/"))
+    if target == "qnn_htp":  # each part compiled by a step and key of its own
+        compiled = [step(record, f"prefill.compile.{k}") for k in (0, 1)]
+        assert [c["metrics"]["part"] for c in compiled] == [0, 1]
+        assert all(c["metrics"]["context_nodes"] >= 1 for c in compiled)
+        # a part carried to the next step is a hard link to an entry, never written through
+        checked = run_cli("store", "verify", "--store", str(tmp_path / "store"))
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        # part 1's compile lost (a crash, an interrupt): the rebuild compiles part 1 alone
+        shutil.rmtree(Store(tmp_path / "store").entry_dir(compiled[1]["key"]))
+        again = build(tmp_path, "llama", f"target={target}", f"quant={quant}", "export.parts=2")
+        assert {s: step(again, s)["action"] for s in (
+            "prefill.split", "prefill.compile.0", "prefill.compile.1", "decode.compile.1",
+            "bundle")} == {"prefill.split": "cached", "prefill.compile.0": "cached",
+                           "prefill.compile.1": "run", "decode.compile.1": "cached",
+                           "bundle": "cached"}
     if target == "cpu":  # (an EPContext part holds its weights in its context binary)
         for part in ("prefill_part0.onnx", "decode_part0.onnx"):
             model = onnx.load(str(folder / part), load_external_data=False)

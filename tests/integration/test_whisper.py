@@ -22,16 +22,25 @@ def test_whisper_is_speech_recognition_from_log_mel_features() -> None:
     assert T.detect({"task": None, "model_class": None}, real) == (
         "automatic-speech-recognition", "WhisperForConditionalGeneration")
     assert T.guess_modality({**real, "model_type": "other"}) == T.SPEECH2TEXT
-    ir = plan_from_overrides([*WHISPER, "target=cpu"]).to_json()
+    ir = plan_from_overrides([*WHISPER, "target=cpu", "quant=none"]).to_json()
     encoder = next(s for s in ir["steps"] if s["id"] == "encoder.export")["params"]
     assert [(s["name"], s["shape"], s["kind"]) for s in encoder["inputs"]] == [
         ("input_features", [1, 80, 200], "mel_features")]  # 100 positions: 200 frames
     decoder = next(s for s in ir["steps"] if s["id"] == "decoder.export")["params"]
-    # the cached decoder by default: one token over a static cache, Whisper's cross keys and
-    # values computed once by the cross graph
+    # the cached decoder by default: on the CPU in onnxruntime-genai's layout, the encoder gives
+    # the cross keys and values and the decoder reads a free past (its positions counted from
+    # its length); quantized or on HTP one token over a static cache, the cross entries from a
+    # cross graph
     names = [s["name"] for s in decoder["inputs"]]
-    assert names[:3] == ["input_ids", "position_ids", "attention_mask"]
+    assert names[0] == "input_ids" and "attention_mask" not in names and decoder["dynamic"]
     assert "past_key_values.0.key" in names and "cross.0.key" in names
+    assert "cross.export" not in {s["id"] for s in ir["steps"]}
+    for other in (["target=qnn_htp"], ["target=cpu", "quant=w8a16_pc"]):  # compiled, quantized
+        ir = plan_from_overrides([*WHISPER, *other]).to_json()
+        decoder = next(s for s in ir["steps"] if s["id"] == "decoder.export")["params"]
+        names = [s["name"] for s in decoder["inputs"]]
+        assert names[:3] == ["input_ids", "position_ids", "attention_mask"]
+        assert "cross.export" in {s["id"] for s in ir["steps"]}
 
 
 @pytest.mark.parametrize("target", ["cpu", pytest.param("qnn_htp", marks=pytest.mark.slow)])

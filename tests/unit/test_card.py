@@ -130,3 +130,19 @@ def test_a_language_model_card_says_how_onnxruntime_genai_runs_it_where_it_does(
     assert "og.Model" not in pipeline and "0.18 does not run" in pipeline
     seq2seq = card(record(task="text2text-generation", genai=None), BUNDLE, None)
     assert "og.Model" not in seq2seq and "no runner" in seq2seq
+
+
+def test_a_whisper_card_says_how_onnxruntime_genai_transcribes_where_it_does() -> None:
+    from planner.render.card import genai_layout
+
+    spec = {"graph": "encoder", "outputs": ["last_hidden_state", "cross.0.key"]}
+    assert genai_layout([spec, {"graph": "decoder", "outputs": ["logits"]}]) == "whisper"
+    assert genai_layout([{**spec, "outputs": ["last_hidden_state"]}, {"graph": "cross"},
+                         {"graph": "decoder"}]) is None  # the static cache's graphs
+    speech = {"bundle.json": 10, "encoder_model.onnx": 100, "decoder_model.onnx": 100}
+    rec = record(task="automatic-speech-recognition", genai="whisper")
+    text = card(rec, {**speech, "genai_config.json": 10}, None)
+    assert 'model = og.Model("path/to/this/folder")' in text
+    assert "generator.set_inputs(inputs)" in text
+    short = card(rec, speech, None)  # no genai_config.json: its encoder is not 30 s long
+    assert "og.Model" not in short and "3000 log-mel frames" in short

@@ -92,3 +92,60 @@ def test_generate_refuses_a_genai_config_that_is_not_the_bundle_s(
     with pytest.raises(BundleError, match=said) as err:
         genai.read(tmp_path, described)
     assert "\n" not in str(err.value)
+
+
+def whisper_bundle(frames: int, cross: bool = True) -> dict[str, Any]:
+    """bundle.json of a Whisper build: genai's layout (the encoder gives the cross entries, the
+    decoder takes no mask), or the static cache's (a cross graph, a masked decoder)."""
+    names = [{"name": n} for n in ("cross.0.key", "cross.0.value")]
+    encoder = {"model": "encoder_model.onnx", "outputs": [{"name": "last_hidden_state"},
+                                                          *(names if cross else [])],
+               "inputs": [{"name": "input_features", "shape": [1, 80, frames]}]}
+    decoder = {"model": "decoder_model.onnx", "outputs": [{"name": "logits"}],
+               "inputs": [{"name": "input_ids"}, {"name": "past_key_values.0.key"},
+                          *([] if cross else [{"name": "attention_mask"}])]}
+    graphs = {"encoder": encoder, "decoder": decoder}
+    if not cross:
+        graphs["cross"] = {"model": "cross_model.onnx", "outputs": names,
+                           "inputs": [{"name": "encoder_hidden_states"}]}
+    return {"graphs": graphs, "runs_on": {"ep": "cpu", "backend": None, "provider_options": {}}}
+
+
+WHISPER = {"model_type": "whisper", "d_model": 64, "decoder_layers": 2,
+           "decoder_attention_heads": 2, "max_target_positions": 448, "vocab_size": 100,
+           "bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 1}
+
+
+def test_a_whisper_bundle_in_genais_layout_gets_genais_whisper_config(tmp_path: Path) -> None:
+    from executors.generation import genai_speech
+
+    bundle = whisper_bundle(3000)
+    preprocessor = {"feature_size": 80, "n_fft": 400, "hop_length": 160, "chunk_length": 30}
+    assert genai_speech.write(tmp_path, WHISPER, bundle, preprocessor) is None
+    model = json.loads((tmp_path / "genai_config.json").read_text())["model"]
+    assert model["type"] == "whisper" and model["context_length"] == 448
+    encoder, decoder = model["encoder"], model["decoder"]
+    assert encoder["filename"] == "encoder_model.onnx"
+    assert encoder["inputs"] == {"audio_features": "input_features"}
+    assert encoder["outputs"]["encoder_hidden_states"] == "last_hidden_state"
+    assert encoder["outputs"]["cross_present_value_names"] == \
+        decoder["inputs"]["cross_past_value_names"] == "cross.%d.value"
+    assert decoder["inputs"]["past_key_names"] == "past_key_values.%d.key"
+    assert decoder["outputs"]["present_value_names"] == "present.%d.value"
+    assert (decoder["num_hidden_layers"], decoder["head_size"]) == (2, 32)
+    audio = json.loads((tmp_path / "audio_processor_config.json").read_text())
+    mel = audio["feature_extraction"]["sequence"][-1]["operation"]
+    assert mel["type"] == "LogMelSpectrum" and mel["attrs"]["n_mel"] == 80
+
+
+@pytest.mark.parametrize(("config", "bundle", "why"), [
+    (WHISPER, whisper_bundle(200), "feeds 3000 log-mel frames and the encoder takes 200"),
+    (WHISPER, whisper_bundle(3000, cross=False), "static cache's"),
+    ({**WHISPER, "model_type": "marian"}, whisper_bundle(3000), "no runner for model_type"),
+])
+def test_a_bundle_genais_whisper_runner_does_not_read_gets_no_genai_config(
+        tmp_path: Path, config: dict[str, Any], bundle: dict[str, Any], why: str) -> None:
+    from executors.generation import genai_speech
+
+    assert why in str(genai_speech.write(tmp_path, config, bundle, {}))
+    assert not list(tmp_path.iterdir())

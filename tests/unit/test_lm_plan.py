@@ -165,6 +165,27 @@ def test_parts_follow_the_weights_and_the_target(tmp_path: Path) -> None:
     assert "prefill.split" not in [s["id"] for s in plan(tmp_path / "ckpt")["steps"]]
 
 
+def test_each_part_compiles_in_a_step_and_key_of_its_own(tmp_path: Path) -> None:
+    """On HTP a graph cut into three parts is compiled by three chained steps, one part each,
+    with a key each (a compile failing on part k re-runs from part k alone); the graph's
+    deliverable is the last, and the bundle reads it. An uncut graph keeps its one step."""
+    ir = plan(checkpoint(tmp_path, LLAMA), "export.parts=3", "quant=w8a16_pc",
+              "target=qnn_htp")
+    steps = {s["id"]: s for s in ir["steps"]}
+    for graph in ("prefill", "decode"):
+        chain = [steps[f"{graph}.compile.{k}"] for k in range(3)]
+        assert f"{graph}.compile" not in steps
+        assert [s["params"]["part"] for s in chain] == [0, 1, 2]
+        assert [s["inputs"]["model"] for s in chain] == \
+            [f"{graph}.split", f"{graph}.compile.0", f"{graph}.compile.1"]
+        assert len({s["key"] for s in chain}) == 3
+        assert steps["bundle"]["inputs"][graph] == f"{graph}.compile.2"
+    whole = {s["id"]: s for s in plan(tmp_path / "ckpt", "quant=w8a16_pc",
+                                      "target=qnn_htp")["steps"]}
+    assert "part" not in whole["prefill.compile"]["params"]
+    assert "prefill.compile.0" not in whole
+
+
 def test_blocks_and_parts_of_a_tagged_graph() -> None:
     from onnx import TensorProto, helper
 
