@@ -5,6 +5,7 @@ rewrote it; a dilated pool is declined."""
 
 from __future__ import annotations
 
+import multiprocessing
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,28 @@ def _pool_model(op: str, shape: list[int], **attrs) -> onnx.ModelProto:
 
 def _on_htp(tmp_path: Path, model: onnx.ModelProto, x: np.ndarray, fp16: bool) -> np.ndarray:
     """`model` compiled on HTP (CPU fallback off) and run on `x`: fp32 at fp16 precision, or
-    QDQ with 16-bit activations calibrated on `x`."""
+    QDQ with 16-bit activations calibrated on `x`. In a fresh interpreter: the QNN backend is
+    loaded once per process, so a session an earlier test opened in this one (builds run in
+    the test's process) must not decide what HTP computes here."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        error, out = pool.apply(_compiled_and_run, (str(tmp_path), model.SerializeToString(),
+                                                    x, fp16))
+    if error:
+        raise RuntimeError(error)
+    return out
+
+
+def _compiled_and_run(tmp: str, model_bytes: bytes, x: np.ndarray,
+                      fp16: bool) -> tuple[str, np.ndarray | None]:
+    # ORT's exceptions do not cross processes: their message does
+    try:
+        return "", _compile_and_run(Path(tmp), onnx.load_from_string(model_bytes), x, fp16)
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}", None
+
+
+def _compile_and_run(tmp_path: Path, model: onnx.ModelProto, x: np.ndarray,
+                     fp16: bool) -> np.ndarray:
     from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize_static
 
     from executors.runtime import qnn

@@ -5,6 +5,7 @@ with a budget of a fraction of a second."""
 
 from __future__ import annotations
 
+import os
 import tomllib
 
 import pytest
@@ -27,6 +28,10 @@ def session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
                           "    budget.register(config)\n")
     pytester.makepyfile(**TESTS)
     monkeypatch.setenv("CI", "true")
+    # the sessions import tests.budget from this checkout, in this process or in a subprocess
+    # (an installed copy of the project is not required to have the tests)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
     # The installed plugins are not what is tested and take seconds to load and report.
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
 
