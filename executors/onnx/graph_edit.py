@@ -41,8 +41,7 @@ class Constants(Mapping[str, np.ndarray]):
     def items(self) -> Iterator[tuple[str, np.ndarray]]:  # type: ignore[override]
         """Each constant in turn, not kept: a scan holds one array at a time."""
         for name, tensor in self._tensors.items():
-            yield name, self._read.get(name) if name in self._read else \
-                numpy_helper.to_array(tensor)
+            yield name, self._read[name] if name in self._read else numpy_helper.to_array(tensor)
 
 
 def constants(model: onnx.ModelProto) -> Constants:

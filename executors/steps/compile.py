@@ -41,8 +41,9 @@ def run(ctx: StepContext) -> StepResult:
     totals = {"context_nodes": 0, "nodes": 0, "validation_samples": 0}
     for n, piece in enumerate(found["pieces"]):
         (ctx.out / piece["dir"]).mkdir()
-        if part is not None and n != part:  # compiled by an earlier step, or by a later one
-            _link_tree(src_dir / piece["dir"], ctx.out / piece["dir"])
+        if part is not None and n != part:  # another step's part: carried as hard links
+            shutil.copytree(src_dir / piece["dir"], ctx.out / piece["dir"], dirs_exist_ok=True,
+                            copy_function=lambda a, b: link_or_copy(Path(a), Path(b)))
             continue
         ctx.progress(f"  piece {piece['dir']}: {piece['tag']}")
         got = compile_model(ctx, src_dir / piece["dir"], ctx.out / piece["dir"])
@@ -51,15 +52,6 @@ def run(ctx: StepContext) -> StepResult:
     return StepResult(metrics={**totals, "pieces": len(found["pieces"]),
                                **({"part": part} if part is not None else {})})
 
-
-def _link_tree(src: Path, dst: Path) -> None:
-    """A piece another step compiles, carried as it is (hard links: no bytes copied)."""
-    for path in sorted(src.rglob("*")):
-        target = dst / path.relative_to(src)
-        if path.is_dir():
-            target.mkdir(exist_ok=True)
-        else:
-            link_or_copy(path, target)
 
 
 def compile_model(ctx: StepContext, src_dir: Path, out_dir: Path) -> dict[str, int]:
