@@ -53,7 +53,6 @@ def run(ctx: StepContext) -> StepResult:
                                **({"part": part} if part is not None else {})})
 
 
-
 def compile_model(ctx: StepContext, src_dir: Path, out_dir: Path) -> dict[str, int]:
     """Compile the model in `src_dir` into `out_dir`, load it back and run it once."""
     p = ctx.params
