@@ -88,7 +88,7 @@ def decoding(d: Described) -> Decoding:
     ids = next((s for s in specs if kind_of(s) in ("decoder_ids", "token_ids")), None)
     if cached(d):  # the one-token decoder: its length is its cache's (a free past's: the
         mask = next((s for s in specs if s["name"] == "attention_mask"), None)  # positions')
-        ids = {"shape": [1, mask["shape"][1] - 1 if mask else _positions(d.info)]}
+        ids = {"shape": [1, mask["shape"][1] - 1 if mask else decoder_positions(d.info)]}
     if ids is None:
         raise GenerationError(f"eval: {d.task} needs an encoder and a decoder graph taking "
                               "input_ids; build the model's encoder-decoder export")
@@ -105,7 +105,7 @@ def decoding(d: Described) -> Decoding:
                     **suppressed_tokens(d.checkpoint))
 
 
-def _positions(info: dict[str, Any]) -> int:
+def decoder_positions(info: dict[str, Any]) -> int:
     """The positions a decoder over a free past has (its position table's rows)."""
     dec = decoder_config(info)
     limit = dec.get("max_target_positions") or dec.get("max_position_embeddings")

@@ -47,7 +47,6 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
     the plain decoder over its token graph where that graph has a free past, else the decoder
     pipeline over its graphs."""
     graphs = bundle["graphs"]
-    key, value = CACHE.parts
     token = next(g for g in graphs if ROLES[g].runs is Runs.TOKEN)
     shape = shape_of(config) if config else None
     layers = shape.layers if shape else CACHE.layers([s["name"] for s in graphs[token]["inputs"]])
@@ -60,11 +59,8 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
         "num_key_value_heads": shape.kv_heads if shape else None,
         "num_attention_heads": heads, "hidden_size": width,
         "inputs": {"input_ids": "input_ids", "attention_mask": "attention_mask",
-                   "position_ids": "position_ids",
-                   "past_key_names": f"{CACHE.past}.%d.{key}",
-                   "past_value_names": f"{CACHE.past}.%d.{value}"},
-        "outputs": {"logits": "logits", "present_key_names": f"{CACHE.present}.%d.{key}",
-                    "present_value_names": f"{CACHE.present}.%d.{value}"},
+                   "position_ids": "position_ids", **cache_names("past", CACHE.past)},
+        "outputs": {"logits": "logits", **cache_names("present", CACHE.present)},
         "session_options": {"provider_options": providers(bundle)}}
     if plain:
         decoder["filename"] = graphs[token]["model"]
@@ -80,8 +76,22 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
         "eos_token_id": eos, "pad_token_id": _pad(config, eos),
         "context_length": context, "vocab_size": shape.vocab if shape else None,
         "decoder": decoder},
-        "search": {"do_sample": False, "num_beams": 1, "max_length": context, "min_length": 0,
-                   "past_present_share_buffer": False}}
+        "search": greedy_search(context)}
+
+
+def cache_names(field: str, prefix: str) -> dict[str, str]:
+    """genai's `<field>_key_names` and `<field>_value_names`: the pattern of modelplan's cache
+    tensors `<prefix>.<layer>.key` / `.value` for each layer."""
+    key, value = CACHE.parts
+    return {f"{field}_key_names": f"{prefix}.%d.{key}",
+            f"{field}_value_names": f"{prefix}.%d.{value}"}
+
+
+def greedy_search(context: int) -> dict[str, Any]:
+    """genai's search section for greedy decoding up to `context` tokens, the past and present
+    caches apart (modelplan's graphs give back past + new)."""
+    return {"do_sample": False, "num_beams": 1, "max_length": context, "min_length": 0,
+            "past_present_share_buffer": False}
 
 
 def _pad(config: dict[str, Any], eos: Any) -> Any:

@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from executors.generation.genai import GENAI_CONFIG, providers
+from executors.generation.encoder_decoder import decoder_positions
+from executors.generation.genai import GENAI_CONFIG, cache_names, greedy_search, providers
 from planner.models.generation import (
     GENAI_ENCODER_DECODERS,
     GENAI_ENCODER_SECTION,
@@ -69,13 +70,12 @@ def genai_config(config: dict[str, Any], bundle: dict[str, Any]) -> dict[str, An
     and gives back past + new."""
     encoder, decoder = _graphs(bundle)
     layers, heads, head_dim = decoder_shape(config)
-    key, value = CACHE.parts
     dec = decoder_config(config)
     width = dec.get("d_model")
     session = {"provider_options": providers(bundle)}
     shape = {"head_size": head_dim, "hidden_size": width, "num_attention_heads": heads,
              "num_hidden_layers": layers, "num_key_value_heads": heads}
-    context = int(dec["max_target_positions"])
+    context = decoder_positions(config)
     return {"model": {
         "type": GENAI_ENCODER_DECODERS[config["model_type"]],
         "bos_token_id": config.get("bos_token_id"),
@@ -85,20 +85,14 @@ def genai_config(config: dict[str, Any], bundle: dict[str, Any]) -> dict[str, An
                     "filename": encoder["model"], "session_options": session, **shape,
                     "inputs": {"audio_features": encoder["inputs"][0]["name"]},
                     "outputs": {"encoder_hidden_states": encoder["outputs"][0]["name"],
-                                "cross_present_key_names": f"{CACHE.cross}.%d.{key}",
-                                "cross_present_value_names": f"{CACHE.cross}.%d.{value}"}},
+                                **cache_names("cross_present", CACHE.cross)}},
         GENAI_SECTION: {
                     "filename": decoder["model"], "session_options": session, **shape,
-                    "inputs": {"input_ids": "input_ids",
-                               "past_key_names": f"{CACHE.past}.%d.{key}",
-                               "past_value_names": f"{CACHE.past}.%d.{value}",
-                               "cross_past_key_names": f"{CACHE.cross}.%d.{key}",
-                               "cross_past_value_names": f"{CACHE.cross}.%d.{value}"},
+                    "inputs": {"input_ids": "input_ids", **cache_names("past", CACHE.past),
+                               **cache_names("cross_past", CACHE.cross)},
                     "outputs": {"logits": "logits",
-                                "present_key_names": f"{CACHE.present}.%d.{key}",
-                                "present_value_names": f"{CACHE.present}.%d.{value}"}}},
-        "search": {"do_sample": False, "num_beams": 1, "max_length": context, "min_length": 0,
-                   "past_present_share_buffer": False}}
+                                **cache_names("present", CACHE.present)}}},
+        "search": greedy_search(context)}
 
 
 def audio_processor(preprocessor: dict[str, Any]) -> dict[str, Any]:
