@@ -329,7 +329,7 @@ def _needs_plugins(argv: list[str]) -> bool:
     """Plugin commands are loaded only when the command is not a core one (or for help)."""
     from planner.cli import diagnose, importing, read, review
 
-    first = next((a for a in argv if not a.startswith("-")), None)
+    first = server.command_name(argv)
     return not any(first in c for c in (COMMANDS, read.COMMANDS, review.COMMANDS,
                                          importing.COMMANDS, diagnose.COMMANDS,
                                          server.COMMANDS))

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import UsageError
+from planner.support.machine import user_cache_dir
 
 ENV = "MODELPLAN_SERVER"
 IDLE_ENV = "MODELPLAN_SERVER_IDLE"
@@ -69,15 +70,18 @@ def idle_seconds() -> float:
         return IDLE_S
 
 
+def command_name(argv: list[str]) -> str | None:
+    """The command `argv` names: its first word that is not an option."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def served(argv: list[str]) -> bool:
     """Whether `argv` is a command the server runs (and the server is on)."""
-    first = next((a for a in argv if not a.startswith("-")), None)
-    return first in SERVED and enabled()
+    return command_name(argv) in SERVED and enabled()
 
 
 def server_dir() -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "modelplan" / "server"
+    return user_cache_dir() / "server"
 
 
 def digest(environ: dict[str, str] | None = None) -> str:
@@ -250,6 +254,11 @@ def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Names
 
 @command
 def cmd_server(args: argparse.Namespace) -> int:
+    if args.action == "start":
+        if not enabled():
+            raise UsageError(f"server start: the build server is off ({ENV}=0); unset {ENV}")
+        start(digest())
+        return 0
     found = servers()
     if args.action == "status":
         if not enabled():
@@ -259,11 +268,6 @@ def cmd_server(args: argparse.Namespace) -> int:
                   f"  socket {s['socket']}  log {s['log']}")
         if not found:
             print("no build server is running")
-        return 0
-    if args.action == "start":
-        if not enabled():
-            raise UsageError(f"server start: the build server is off ({ENV}=0); unset {ENV}")
-        start(digest())
         return 0
     for s in found:
         with contextlib.suppress(ProcessLookupError):

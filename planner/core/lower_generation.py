@@ -44,9 +44,8 @@ def free_past_graphs(config: dict[str, Any], modality: str,
     and new entries together, which is onnxruntime-genai's decoder layout: genai runs the
     bundle on it at any prompt length (`export.shapes.dynamic=false` keeps it fixed)."""
     ex = config["export"]
-    if modality != T.CAUSAL or of_config(config["target"]).compiles or \
-            ex["exporter"] != "torchscript" or ex["shapes"]["dynamic"] is False or \
-            ex["on_host"] or ex["parts"] not in (None, 1):
+    if modality != T.CAUSAL or not _any_shape_traced_whole(config) or ex["on_host"] or \
+            ex["parts"] not in (None, 1):
         return []
     return [g for g in graphs if roles.ROLES[g].reads_cache]
 
@@ -59,14 +58,20 @@ def genai_encoder_decoder(config: dict[str, Any], modality: str, info: dict[str,
     (`export.shapes.dynamic=false` keeps the static cache and the cross graph). A quantized
     build keeps them too: quantized in genai's layout it lost accuracy the static cache does
     not (docs/generation.md)."""
-    ex = config["export"]
     if info.get("model_type") not in generation.GENAI_ENCODER_DECODERS or \
-            config["quant"]["kind"] != "none" or \
-            roles.CROSS not in graphs or of_config(config["target"]).compiles or \
-            ex["exporter"] != "torchscript" or ex["shapes"]["dynamic"] is False or \
-            ex["generate_loop"]:
+            config["quant"]["kind"] != "none" or roles.CROSS not in graphs or \
+            not _any_shape_traced_whole(config) or config["export"]["generate_loop"]:
         return graphs
     return generation.genai_layout(graphs)
+
+
+def _any_shape_traced_whole(config: dict[str, Any]) -> bool:
+    """A build whose graphs may take any shape (a target that does not compile, shapes not
+    fixed by export.shapes.dynamic=false), traced whole by TorchScript: genai's free-past
+    layouts apply to it."""
+    ex = config["export"]
+    return not of_config(config["target"]).compiles and ex["exporter"] == "torchscript" and \
+        ex["shapes"]["dynamic"] is not False
 
 
 def parts(config: dict[str, Any], info: dict[str, Any], modality: str) -> int | None:

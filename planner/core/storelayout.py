@@ -7,11 +7,11 @@ inside a temporary directory that is then renamed to `<root>/<key[:2]>/<key>/`.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from planner.config.storepath import checked_store_path
+from planner.support.machine import user_cache_dir
 from planner.support.memo import remembered
 
 MANIFEST = "manifest.json"
@@ -30,10 +30,7 @@ def store_root(config: dict[str, Any]) -> Path:
 def _store_root(path: str | None) -> Path:
     if path:
         return checked_store_path(path)
-    base = Path.home() / ".cache"
-    if xdg := os.environ.get("XDG_CACHE_HOME"):
-        base = Path(xdg)
-    return base / "modelplan" / "store"
+    return user_cache_dir() / "store"
 
 
 def entry_dir(root: Path, key: str) -> Path:

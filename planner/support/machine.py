@@ -1,7 +1,9 @@
-"""What this machine has: the memory available now (Linux's MemAvailable)."""
+"""What this machine has: the memory available now (Linux's MemAvailable), and the user's cache
+folder for modelplan."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 MEMINFO = Path("/proc/meminfo")
@@ -17,3 +19,9 @@ def available_memory() -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def user_cache_dir() -> Path:
+    """modelplan's folder in the user's cache (`$XDG_CACHE_HOME`, else ~/.cache): where the
+    default store and the build server live."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "modelplan"
