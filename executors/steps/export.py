@@ -34,7 +34,7 @@ from executors.onnx.artifacts import (
     set_meta,
 )
 from executors.run.step_api import StepContext, StepResult
-from executors.runtime import torchmodel, torchops
+from executors.runtime import torch_initializers, torchmodel, torchops
 from executors.runtime.adapters import host_providers
 from executors.samples import Samples
 from planner.models.roles import CACHE, role_of
@@ -245,7 +245,10 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
         torchops.register()
     # the dynamo exporter reports progress on stdout, and the TorchScript one its graph when an
     # operator fails, from native code: stdout belongs to `--json` output
-    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr), _fd1_to_stderr():
+    # TorchScript's weights are held back and stored one at a time (torch_initializers)
+    held_back = contextlib.nullcontext({}) if dynamo else torch_initializers.held_back()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr), _fd1_to_stderr(), \
+            held_back as held:
         warnings.simplefilter("ignore")
         try:
             torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs,
@@ -256,6 +259,10 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
             first = text.splitlines()[0] if text else ""
             raise ExportFailed(f"torch.onnx.export raised {type(exc).__name__}: {first}") \
                 from exc
+    if held:
+        graph = onnx.load(str(path), load_external_data=False)
+        torch_initializers.store(graph, held, path.parent)
+        onnx.save_model(graph, str(path))
     if dynamo:
         _rename_dynamo_nodes(path)
 

@@ -92,7 +92,7 @@ def externalize(model: onnx.ModelProto, path: Path, base: Path | None = None) ->
                 source = _contained(base, info["location"])
                 data = _read(source, int(info.get("offset", 0)),
                              int(info["length"]) if "length" in info else None)
-                _set_data(tensor, data, out)
+                set_data(tensor, data, out)
                 if source.parent.resolve() == out.resolve():
                     read.add(source)
                 continue
@@ -100,7 +100,7 @@ def externalize(model: onnx.ModelProto, path: Path, base: Path | None = None) ->
                 raise FileNotFoundError(2, f"weight blob {digest[:12]} of tensor {tensor.name!r} "
                                         "is in none of the places it may be", str(base))
         elif tensor.HasField("raw_data") and len(tensor.raw_data) >= THRESHOLD:
-            _set_data(tensor, tensor.raw_data, out)
+            set_data(tensor, tensor.raw_data, out)
     return read
 
 
@@ -110,11 +110,13 @@ def _read(path: Path, offset: int, length: int | None) -> bytes:
         return fh.read() if length is None else fh.read(length)
 
 
-def _set_data(tensor: onnx.TensorProto, data: bytes, out: Path) -> None:
+def set_data(tensor: onnx.TensorProto, data: bytes | memoryview, out: Path) -> None:
+    """Give `tensor` the little-endian bytes `data`: in the graph when small, else as a blob
+    in `out` (written unless it is already there or in the pool)."""
     if len(data) < THRESHOLD:
         del tensor.external_data[:]
-        tensor.data_location = 0
-        tensor.raw_data = data
+        tensor.ClearField("data_location")
+        tensor.raw_data = bytes(data)
         return
     digest = hashlib.sha256(data).hexdigest()
     if not _place(digest, out, None):
@@ -145,7 +147,7 @@ def _place(digest: str, out: Path, base: Path | None) -> bool:
     return False
 
 
-def _write_blob(out: Path, digest: str, data: bytes) -> None:
+def _write_blob(out: Path, digest: str, data: bytes | memoryview) -> None:
     target = out / WEIGHTS / digest
     target.parent.mkdir(exist_ok=True)
     tmp = target.with_name(f".{digest}.{uuid.uuid4().hex[:8]}")
