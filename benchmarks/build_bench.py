@@ -10,13 +10,17 @@
    build does: export, GELU and MatMul+Add fusions, hierarchy tags), modelplan against
    winml-cli in the same run, each from scratch, several times: median wall times, modelplan's
    per-step medians, the ratio, and whether the fusion build's artifact is the same with the
-   planner's elision off.
+   planner's elision off;
+5. BERT-large (bge-large-en-v1.5's architecture, seeded random weights, 1.34 GB) with the same
+   fusion build, against winml-cli in the same run: wall and the peak of the summed PSS of the
+   whole process tree (/proc/*/smaps_rollup; the RSS sum beside it), cold (in-process, a fresh
+   interpreter) and warm (through the build server, already started), each into a fresh store.
 
 winml-cli is optional: install winml-cli 0.4.0 in its own venv (pip install winml-cli==0.4.0
 onnxruntime with torch==2.13.0) and pass --winml VENV (default ~/.cache/winml-cli-0.4.0).
 
 Run: python benchmarks/build_bench.py [--skip-full] [--runs N] [--winml VENV]
-     [--baseline CHECKOUT] [--only cached elision fusions full]
+     [--baseline CHECKOUT] [--only cached elision fusions full large]
 """
 
 from __future__ import annotations
@@ -28,11 +32,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the build server's key (planner/cli/server.py)
 UP_TO_TAG = ["quant=none", "target=cpu", "verify=none", "perf=none"]
 TINY_CPU = ["model=tiny_bert", *UP_TO_TAG]
 # winml-cli's default cpu config for MiniLM exports 512 tokens
@@ -187,6 +193,101 @@ def fusion_build(tmp: Path, runs: int, winml: Path | None, baseline: Path | None
           f"artifact identical apart from the provenance stamp: {same}")
 
 
+def measured(command: list[str], env: dict[str, str], cwd: Path,
+             server: bool = False) -> tuple[subprocess.CompletedProcess, float, dict[str, int]]:
+    """Run `command`; its wall and the peak of the summed PSS (and RSS) of its process tree,
+    with the build server's tree added when `server` (the steps run there)."""
+    from memory import tree_memory
+
+    from planner.cli.server import servers
+
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    extra = [s["pid"] for s in servers() if s["current"]] if server else []
+    peak = {"pss": 0, "rss": 0}
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            pss, rss = tree_memory(proc.pid)
+            for pid in extra:
+                p, r = tree_memory(pid)
+                pss, rss = pss + p, rss + r
+            if pss > peak["pss"]:
+                peak.update(pss=pss, rss=max(rss, peak["rss"]))
+            done.wait(0.1)
+
+    sampler = threading.Thread(target=poll, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    done.set()
+    sampler.join()
+    return subprocess.CompletedProcess(command, proc.returncode, out, err), wall, peak
+
+
+def large(tmp: Path, winml: Path | None, baseline: Path | None) -> None:
+    """BERT-large's fusion build: modelplan cold and warm (and a baseline checkout cold), and
+    winml-cli, each from scratch, wall and tree memory."""
+    from scale_bench import checkpoint_bytes, make_checkpoint
+
+    os.environ.update(WINML_ENV)  # one environment for the builds, the server and its key
+    ckpt = make_checkpoint("large", tmp / "bert-large")
+    size = checkpoint_bytes(ckpt)
+    args = ["model=local_hf", f"model.path={ckpt}", *FUSIONS]
+    rows = []
+
+    def ours(label: str, root: Path, server: bool) -> None:
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        env["MODELPLAN_SERVER"] = "1" if server else "0"
+        tag = label.replace(" ", "-")
+        command = [sys.executable, "-m", "planner.cli.main", "run", *args, "--store",
+                   str(tmp / f"s-{tag}"), "--outputs", str(tmp / f"o-{tag}"), "--json", "--quiet"]
+        done, wall, peak = measured(command, env, root, server)
+        if done.returncode != 0:
+            sys.exit(f"{label} failed:\n{done.stderr[-2000:]}")
+        steps = {s["id"]: (s["wall_s"], s["peak_rss_mb"]) for s in json.loads(done.stdout)["steps"]
+                 if s["action"] == "run"}
+        rows.append((label, wall, peak, steps))
+
+    if baseline is not None:
+        ours("baseline cold", baseline, False)
+    ours("modelplan cold", ROOT, False)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MODELPLAN_SERVER": "1"}
+    subprocess.run([sys.executable, "-m", "planner.cli.main", "server", "start"], env=env,
+                   cwd=ROOT, check=True, capture_output=True)
+    ours("modelplan warm", ROOT, True)
+    if winml is not None:
+        out = tmp / "winml-large"
+        out.mkdir()
+        command = [str(winml / "bin" / "winml"), "config", "-m", str(ckpt), "-d", "cpu", "-o",
+                   str(out / "cfg.json")]
+        subprocess.run(command, cwd=out, check=True, capture_output=True)
+        command = [str(winml / "bin" / "winml"), "build", "-c", str(out / "cfg.json"), "-m",
+                   str(ckpt), "--output-dir", str(out / "build")]
+        done, wall, peak = measured(command, dict(os.environ), out)
+        if done.returncode != 0:
+            sys.exit(f"winml build failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        rows.append(("winml-cli", wall, peak, {}))
+    load = os.getloadavg()
+    print(f"BERT-large fp32 CPU build with fusions (checkpoint {size / 1e9:.2f} GB), from "
+          f"scratch (load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})")
+    print(f"  {'build':<15} {'wall s':>7} {'tree PSS GB':>12} {'x ckpt':>7} {'tree RSS GB':>12}"
+          "  steps (wall s / peak RSS GB of the step's process)")
+    theirs = next((r for r in rows if r[0] == "winml-cli"), None)
+    for label, wall, peak, steps in rows:
+        detail = ", ".join(f"{k} {w:.1f}/{m / 1024:.2f}" for k, (w, m) in steps.items())
+        print(f"  {label:<15} {wall:7.1f} {peak['pss'] / 1e9:12.2f} {peak['pss'] / size:7.2f} "
+              f"{peak['rss'] / 1e9:12.2f}  {detail}")
+    if theirs is not None:
+        for label, wall, peak, _ in rows[:-1]:
+            print(f"  {label} / winml-cli: wall {wall / theirs[1]:.2f}, "
+                  f"tree PSS {peak['pss'] / theirs[2]['pss']:.2f}")
+    else:
+        print("  winml-cli not found: pass --winml VENV to compare")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-full", action="store_true", help="skip the QNN HTP pipeline")
@@ -195,10 +296,11 @@ def main() -> None:
                         help="the venv winml-cli 0.4.0 is installed in")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a checkout of another modelplan revision to time alongside")
-    parser.add_argument("--only", choices=["cached", "elision", "fusions", "full"], nargs="*")
+    parser.add_argument("--only", choices=["cached", "elision", "fusions", "full", "large"],
+                        nargs="*")
     args = parser.parse_args()
     winml = args.winml if (args.winml / "bin" / "winml").is_file() else None
-    parts = args.only or ["cached", "elision", "fusions", "full"]
+    parts = args.only or ["cached", "elision", "fusions", "full", "large"]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         if "cached" in parts:
@@ -209,6 +311,8 @@ def main() -> None:
             fusion_build(tmp, args.runs, winml, args.baseline)
         if "full" in parts and not args.skip_full:
             full(tmp)
+        if "large" in parts:
+            large(tmp, winml, args.baseline)
 
 
 if __name__ == "__main__":

@@ -69,7 +69,8 @@ BUILDS = {"htp": ["target=qnn_htp", "quant=w4a16", *SHAPE_OVERRIDES, "perf=none"
 VERIFY = ["verify.samples=1", "verify.new_tokens=4"]  # left out with --set verify=none
 PROMPT = "The capital of France is"
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_COLOR": "1",
-       "PYTHONPATH": str(ROOT)}
+       "PYTHONPATH": str(ROOT),
+       "MODELPLAN_SERVER": "0"}  # in-process: the build is the process tree measured
 
 
 def make_checkpoint(out: Path, shape: str, dtype: str, seed: int = 0) -> dict[str, Any]:

@@ -66,7 +66,8 @@ def modelplan_build(ckpt: Path, store: Path, outputs: Path) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, "-m", "planner.cli.main", "run", "model=local_hf",
                            f"model.path={ckpt}", *BUILD, "--store", str(store), "--outputs",
                            str(outputs), "--json", "--quiet"],
-                          cwd=ROOT, capture_output=True, text=True, check=False)
+                          cwd=ROOT, capture_output=True, text=True, check=False,
+                          env={**os.environ, "MODELPLAN_SERVER": "0"})  # the steps' own peaks
     wall = time.perf_counter() - t0
     if not proc.stdout.strip().startswith("{"):
         raise SystemExit(f"modelplan build failed: {proc.stderr.strip()[-2000:]}")

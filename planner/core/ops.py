@@ -106,11 +106,8 @@ class Memory:
     by_bits: tuple[tuple[int, float], ...] = ()
     checkpoint: float = 0.0
     per_part: bool = False
-    inline: float | None = None  # instead of `weights` under 2 GiB: the graph serialized whole
 
-    def factor(self, weight_bits: int, fp32_bytes: int) -> float:
-        if self.inline is not None and fp32_bytes < 2**31:
-            return self.inline
+    def factor(self, weight_bits: int) -> float:
         return dict(self.by_bits).get(weight_bits, self.weights)
 
 
@@ -198,7 +195,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.HEAVY}),
        tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy"),
        publish=("hierarchy",), headline=("opset_used",),
-       memory=Memory(weights=2.0, checkpoint=0.7, inline=4.4)),
+       memory=Memory(weights=2.0, checkpoint=0.7)),
     Op("fix_shapes", 1, "fix the free axes of an exported graph to the target's static "
        "shapes (normalize then folds what became constant): one export for every target",
        params=("inputs",), inputs=("model",),

@@ -71,11 +71,13 @@ def test_the_estimate_grows_with_the_weights(tmp_path: Path) -> None:
         assert big[sid] - memory.RUNTIME == pytest.approx(10 * grows, rel=1e-6, abs=10), sid
 
 
-def test_an_export_over_2_gib_writes_its_weights_as_it_goes(tmp_path: Path) -> None:
+def test_an_export_scales_with_its_weights_across_2_gib(tmp_path: Path) -> None:
     under = peaks(plan(checkpoint(tmp_path, "under", 1024 * MB)))
     over = peaks(plan(checkpoint(tmp_path, "over", 3072 * MB)))
-    # under 2 GiB the exporter holds the serialized model whole: a larger multiple
-    assert (over["prefill.export"] - memory.RUNTIME) < 3 * (under["prefill.export"] - memory.RUNTIME)
+    # the exporter serializes no weights at any size (executors/runtime/torch_initializers.py):
+    # under 2 GiB its peak is the same multiple as over
+    assert over["prefill.export"] - memory.RUNTIME == \
+        pytest.approx(3 * (under["prefill.export"] - memory.RUNTIME), abs=4)
     assert over["prefill.normalize"] - memory.RUNTIME == \
         pytest.approx(3 * (under["prefill.normalize"] - memory.RUNTIME), abs=4)
 
