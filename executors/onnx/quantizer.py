@@ -78,13 +78,15 @@ def stage(src: Path, staged: Path, p: dict[str, Any], feeds: list[dict[str, Any]
 def unstage(staged: Staged) -> None:
     staged.path.unlink()
     staged.path.with_name(f"{staged.path.name}.data").unlink(missing_ok=True)
+    for cache in staged.path.parent.glob(f"{staged.path.name}.ranges-*.json"):
+        cache.unlink()
 
 
 def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[str, Any]:
     """Quantize the staged model into `out` under `rules`; what the output carries besides the
     defaults. Raises mp.SelectionError when a rule selects no node."""
     import onnx
-    from onnxruntime.quantization import CalibrationDataReader, quantize
+    from onnxruntime.quantization import CalibrationDataReader
 
     graph_only = onnx.load(str(staged.path), load_external_data=False)
     settings = mp.decide(rules, graph_only.graph, staged.tags)
@@ -103,7 +105,7 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
     p = staged.params
     with quiet_logging():
         config = _config(p, staged.path, Reader(), overrides, settings.float_nodes(), qtype)
-        quantize(str(staged.path), str(out), config)
+        _quantize(staged.path, out, config, _calibrated(staged, config))
     model = load(out, external=False)
     blocked = four_bit.to_blocks(model, graph_only, staged.path.parent, p, four) if four else 0
     save(model, out)  # metadata in canonical order, as every artifact
@@ -115,6 +117,63 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
         found["overridden"] = mp.types_used(model, p, settings.float_nodes())
         found["selected"] = settings.selected
     return found
+
+
+def _calibrated(staged: Staged, config: Any) -> Path:
+    """The activation ranges of the staged model under `config`'s calibration, collected by
+    ONNX Runtime's own calibrator and kept in its calibration-cache format beside the staged
+    model: once per staged model and calibration (the repair search quantizes one staged
+    model several times), and before the quantizer loads the model, so that the float
+    weights are held once at a time: by the calibrator until it has written its augmented
+    graph, then by its session; the quantizer then reads only the ranges."""
+    import hashlib
+    import tempfile
+
+    from onnxruntime.quantization.calibrate import create_calibrator, save_tensors_data
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    extra = config.extra_options or {}
+    options = {key: extra[name] for name, key in _CALIBRATION_OPTIONS if name in extra}
+    ops = sorted(config.op_types_to_quantize or {*QLinearOpsRegistry, *QDQRegistry})
+    what = json.dumps([str(config.calibrate_method), ops, options], sort_keys=True, default=str)
+    cache = staged.path.with_name(
+        f"{staged.path.name}.ranges-{hashlib.sha256(what.encode()).hexdigest()[:16]}.json")
+    if cache.is_file():
+        return cache
+    with tempfile.TemporaryDirectory(prefix="calibrate.", dir=staged.path.parent) as tmp:
+        calibrator = create_calibrator(
+            staged.path, ops, augmented_model_path=str(Path(tmp) / "augmented.onnx"),
+            calibrate_method=config.calibrate_method,
+            use_external_data_format=True,  # its copy of the weights goes to disk, not memory
+            providers=config.calibration_providers, extra_options=options)
+        calibrator.collect_data(config.calibration_data_reader)
+        save_tensors_data(calibrator.compute_data(), cache)
+        del calibrator
+    return cache
+
+
+# quantize_static's calibration options: (its extra_options name, the calibrator's)
+_CALIBRATION_OPTIONS = (("CalibTensorRangeSymmetric", "symmetric"),
+                        ("CalibMovingAverage", "moving_average"),
+                        ("CalibMovingAverageConstant", "averaging_constant"),
+                        ("CalibMaxIntermediateOutputs", "max_intermediate_outputs"),
+                        ("CalibPercentile", "percentile"))
+
+
+def _quantize(src: Path, out: Path, config: Any, ranges: Path) -> None:
+    """ONNX Runtime's static quantization of `src` into `out` under `config`, with the
+    activation ranges read from `ranges` (its calibration cache) instead of calibrating."""
+    from onnxruntime.quantization import quantize_static
+
+    quantize_static(
+        str(src), str(out), None, calibrate_method=config.calibrate_method,
+        quant_format=config.quant_format, activation_type=config.activation_type,
+        weight_type=config.weight_type, op_types_to_quantize=config.op_types_to_quantize,
+        nodes_to_quantize=config.nodes_to_quantize, nodes_to_exclude=config.nodes_to_exclude,
+        per_channel=config.per_channel, reduce_range=config.reduce_range,
+        use_external_data_format=config.use_external_data_format,
+        calibration_providers=config.calibration_providers, extra_options=config.extra_options,
+        calibration_cache_path=str(ranges))
 
 
 def _qtypes() -> dict[str, Any]:
