@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from planner.config import composecache
 from planner.config.conftree import (
     CONF_DIR,  # noqa: F401 (importers find it here, as before)
     PACKAGED,
@@ -33,6 +34,9 @@ def compose(overrides: list[str] | tuple[str, ...] = (),
     """Compose the tree's primary config (conf/config.yaml) with Hydra overrides into a plain
     dict (values resolved). With user config dirs the result is validated here, so that an
     error names the user's file that set the bad value."""
+    remembered = composecache.recall(overrides, tree)
+    if remembered is not None:
+        return remembered
     from omegaconf import OmegaConf
 
     check_overrides(parse_overrides(overrides), tree)
@@ -45,6 +49,7 @@ def compose(overrides: list[str] | tuple[str, ...] = (),
     settle_chosen(config, overrides)
     if not tree.packaged_only:
         check_with_files(config, tree, list(overrides))
+    composecache.remember(overrides, tree, cfg, config)
     return config
 
 
