@@ -77,9 +77,9 @@ def _plan_sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"plan -m --format {args.format}: a sweep plan is text or json; "
                          "plan one job for md or mermaid")
     with collector_paused(then_freeze=True):  # the command ends after printing
-        return _print_sweep(args, plan_sweep(args.overrides, store=args.store, tree=args.tree,
-                                             symbolic=args.symbolic_sources,
-                                             timings=args.timings).to_json())
+        sweep = plan_sweep(args.overrides, store=args.store, tree=args.tree,
+                           symbolic=args.symbolic_sources, timings=args.timings)
+        return _print_sweep(args, sweep.to_json(whole_plans=args.format == "json"))
 
 
 def _print_sweep(args: argparse.Namespace, data: dict[str, Any]) -> int:
