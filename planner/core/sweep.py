@@ -50,6 +50,7 @@ class Composer:
     def __init__(self, tree: ConfigTree = PACKAGED) -> None:
         self.tree = tree
         self.cache: dict[tuple[str, ...], dict[str, Any]] = {}
+        self.checked: dict[str, list[str]] = {}  # each override's findings, by its text
         self.composes = 0
 
     def __call__(self, overrides: list[str]) -> dict[str, Any]:
@@ -65,7 +66,7 @@ class Composer:
 
     def _compose_job(self, overrides: list[str]) -> dict[str, Any]:
         parsed = parse_overrides(overrides)
-        check_overrides(parsed, self.tree)
+        check_overrides(parsed, self.tree, self.checked)
         structural = tuple(o.input_line for o in parsed if _structural(o))
         values = [o for o in parsed if not _structural(o)]
         if any("${" in str(ov.value()) for ov in values):
