@@ -3,6 +3,8 @@ accuracy matrix (`modelplan report <sweep dir>`, text or Markdown)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
 from planner.render import matrix, results
@@ -27,6 +29,26 @@ def render(sweep: dict[str, Any]) -> str:
                    f"{s['elided']} elided), {s['shared_steps']} shared, "
                    f"{s['failed_jobs']} job(s) with config errors.")]
     return "\n".join(lines) + "\n"
+
+
+def json_pieces(sweep: dict[str, Any]) -> Iterator[str]:
+    """`json.dumps(sweep, indent=2)` and a newline, in pieces of one item of a top-level list
+    each (a job's whole plan): a 10,000-job sweep is never one string of 300 MB, nor a list of
+    millions of its tokens. JSON strings hold no raw newline, so an item dumped alone and
+    indented after each newline reads as it does in place."""
+    if not sweep:
+        yield "{}\n"
+        return
+    for n, (key, value) in enumerate(sweep.items()):
+        yield ("{" if n == 0 else ",") + "\n  " + json.dumps(key) + ": "
+        if isinstance(value, list) and value:
+            for i, item in enumerate(value):
+                yield ("[" if i == 0 else ",") + "\n    " + \
+                    json.dumps(item, indent=2).replace("\n", "\n    ")
+            yield "\n  ]"
+        else:
+            yield json.dumps(value, indent=2).replace("\n", "\n  ")
+    yield "\n}\n"
 
 
 def spans(jobs: list[int]) -> str:
