@@ -198,6 +198,9 @@ def _wait_for_command(conn: socket.socket) -> None:
         code = _relay(conn, pid, done)
         with contextlib.suppress(OSError):
             server.send_message(conn, {"exit": code})
+        conn.close()
+        with contextlib.suppress(ChildProcessError):  # reaped here, not left to init
+            os.waitpid(pid, 0)
         code = 0
     except BaseException:  # noqa: BLE001 - the client falls back or reports; the log says why
         traceback.print_exc()
