@@ -25,6 +25,7 @@ from typing import Any
 from planner.config.conftree import CONF_DIR, ConfigTree
 
 MAX_ENTRIES = 256
+MAX_BYTES = 16 << 20  # a server keeps at most this much of them
 # OmegaConf's resolvers that compute from the config alone
 PURE_RESOLVERS = frozenset({"oc.select", "oc.dict.keys", "oc.dict.values", "oc.create",
                             "oc.decode", "oc.deprecated"})
@@ -49,10 +50,10 @@ def disable() -> None:
 
 
 def learn(key: str, entry: str) -> None:
-    """Keep an entry (the oldest goes when there are MAX_ENTRIES)."""
+    """Keep an entry (the oldest go when there are more than MAX_ENTRIES, or MAX_BYTES)."""
     _entries.pop(key, None)
     _entries[key] = entry
-    while len(_entries) > MAX_ENTRIES:
+    while len(_entries) > MAX_ENTRIES or sum(map(len, _entries.values())) > MAX_BYTES:
         _entries.pop(next(iter(_entries)))
 
 

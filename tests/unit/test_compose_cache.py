@@ -89,3 +89,17 @@ def test_the_cache_is_off_until_enabled(composes: list[list[str]]) -> None:
     compose(["model=tiny_bert"])
     compose(["model=tiny_bert"])
     assert len(composes) == 2 and composecache._entries == {}
+
+
+def test_a_server_keeps_the_newest_entries_within_its_bounds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(composecache, "MAX_ENTRIES", 3)
+    monkeypatch.setattr(composecache, "MAX_BYTES", 100)
+    try:
+        for n in range(5):
+            composecache.learn(f"k{n}", "x" * 10)
+        assert list(composecache._entries) == ["k2", "k3", "k4"]
+        composecache.learn("big", "x" * 95)  # with k4: over MAX_BYTES
+        assert list(composecache._entries) == ["big"]
+    finally:
+        composecache.disable()
