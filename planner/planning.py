@@ -92,11 +92,12 @@ def _plan_jobs(job_overrides: list[list[str]], store: str | None, first_index: i
                timings: dict[str, float] | None) -> SweepPlan:
     composer = Composer(tree)
     jobs = [Job(first_index + i, list(ov)) for i, ov in enumerate(job_overrides)]
+    store_path = str(Path(store).expanduser().resolve()) if store else None
     for job in jobs:
         try:
             config = composer(job.overrides)
-            if store:
-                config["store"]["path"] = str(Path(store).expanduser().resolve())
+            if store_path:
+                config["store"]["path"] = store_path
             job.plan = plan_for(config, symbolic=symbolic, timings=timings)
         except ModelplanError as exc:
             job.error = "; ".join(exc.lines)

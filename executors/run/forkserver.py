@@ -84,6 +84,8 @@ def warm_up() -> None:
     global _warm
     if _server_pid() is not None:  # an earlier run in this process started one
         return
+    if warmfork.imported():  # forked warm when a step needs it: no imports to overlap
+        return
     try:
         preload(sorted({t for op in OPS.values() if op.has(Trait.HEAVY) for t in op.tools}),
                 start=True)

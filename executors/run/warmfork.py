@@ -11,11 +11,14 @@ keeps only the fork server's own file descriptors and stdio.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import importlib
 import os
 import socket
 import sys
 import threading
+import weakref
 from contextlib import suppress
 
 _imported = False  # import_modules ran here (or in the process this one was forked from)
@@ -29,6 +32,28 @@ def import_modules(modules: list[str]) -> None:
         with suppress(ImportError):
             importlib.import_module(name)
     _imported = True
+    _exit_without_undoing_imports()
+
+
+def _exit_without_undoing_imports() -> None:
+    """Let the processes forked from this one exit without undoing what the imports did: torch
+    deregisters each operator library at exit (one finalizer each) and logs dynamo's compile
+    times, 50 ms of a command's exit that frees nothing the kernel does not."""
+    library = sys.modules.get("torch.library")
+    if library is not None:
+        for obj in gc.get_objects():
+            if type(obj) is weakref.finalize and obj.atexit:  # no isinstance: no __class__ calls
+                found = obj.peek()
+                if found is not None and found[1] is library._del_library:
+                    obj.atexit = False
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    if dynamo is not None:
+        atexit.unregister(dynamo.dump_compile_times)
+
+
+def imported() -> bool:
+    """Whether this process (or the one it was forked from) imported the tools on purpose."""
+    return _imported
 
 
 def can_fork(preload: set[str]) -> bool:

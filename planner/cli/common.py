@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,8 @@ from planner.errors import UsageError
 from planner.support.atomic import write_atomic
 
 
-def write_output(path: Path, text: str) -> None:
-    """Write a file the user named (-o FILE) whole or not at all."""
+def write_output(path: Path, text: str | Iterable[str]) -> None:
+    """Write a file the user named (-o FILE) whole or not at all (text: or its pieces)."""
     try:
         if path.is_dir():
             raise IsADirectoryError(21, "it is a directory")

@@ -77,9 +77,9 @@ def _plan_sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"plan -m --format {args.format}: a sweep plan is text or json; "
                          "plan one job for md or mermaid")
     with collector_paused(then_freeze=True):  # the command ends after printing
-        return _print_sweep(args, plan_sweep(args.overrides, store=args.store, tree=args.tree,
-                                             symbolic=args.symbolic_sources,
-                                             timings=args.timings).to_json())
+        sweep = plan_sweep(args.overrides, store=args.store, tree=args.tree,
+                           symbolic=args.symbolic_sources, timings=args.timings)
+        return _print_sweep(args, sweep.to_json(whole_plans=args.format == "json"))
 
 
 def _print_sweep(args: argparse.Namespace, data: dict[str, Any]) -> int:
@@ -89,11 +89,17 @@ def _print_sweep(args: argparse.Namespace, data: dict[str, Any]) -> int:
               for j in data["jobs"] if j["error"]]
     if errors:  # a dry run exists to find these: report them and write nothing
         raise UsageError(*errors)
-    out = json.dumps(data, indent=2) + "\n" if args.format == "json" else render_sweep.render(data)
+    if args.format == "json":  # written a job at a time: 10,000 jobs are 300 MB of JSON
+        if args.output:
+            write_output(Path(args.output), render_sweep.json_pieces(data))
+            print(f"Sweep plan written to {args.output}.")
+        else:
+            sys.stdout.writelines(render_sweep.json_pieces(data))
+        return 0
+    out = render_sweep.render(data)
     if args.output:
         write_output(Path(args.output), out)
-        print(out.strip().splitlines()[-1] if args.format != "json" else
-              f"Sweep plan written to {args.output}.")
+        print(out.strip().splitlines()[-1])
     else:
         sys.stdout.write(out)
     return 0

@@ -16,7 +16,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import gc
 import io
+import json
 import os
 import select
 import signal
@@ -30,9 +32,12 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.cli import server
+from planner.config import composecache
 
 CHECK_S = 30.0  # how often an idle server checks that its key is still the code's
+MAX_LEARNED = 1 << 20  # the largest composed config a command sends the server, in bytes
 _SET_ON_IMPORT: dict[str, str] = {}  # the defaults the imports set (executors/__init__.py's)
+_LEARNING: list[socket.socket] = []  # where a command sends what it composed
 
 
 def warm() -> None:
@@ -68,8 +73,10 @@ def serve(key: str) -> int:
     if server.digest(environ) != key:
         return 0  # the code changed since the client asked
     started = time.perf_counter()
+    composecache.enable()  # what the warm-up and the commands compose is kept here
     warm()
     _SET_ON_IMPORT.update({k: v for k, v in os.environ.items() if k not in environ})
+    gc.freeze()  # the commands' collections never walk (and so copy) the server's objects
     print(f"{time.strftime('%F %T')} server {key} pid {os.getpid()}: warm in "
           f"{time.perf_counter() - started:.1f} s", flush=True)
     path = server.socket_path(key)
@@ -80,8 +87,11 @@ def serve(key: str) -> int:
     os.replace(tmp, path)
     pidfile = path.with_suffix(".pid")
     pidfile.write_text(f"{os.getpid()}\n")
+    learned, sender = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sender.setblocking(False)  # a command never waits on the server
+    _LEARNING[:] = [sender]
     try:
-        _loop(listener, lambda: server.digest(environ) == key, lock)
+        _loop(listener, learned, lambda: server.digest(environ) == key, lock)
     finally:
         listener.close()
         for own in (path, pidfile):
@@ -90,7 +100,8 @@ def serve(key: str) -> int:
     return 0
 
 
-def _loop(listener: socket.socket, current: Callable[[], bool], lock: Any) -> None:
+def _loop(listener: socket.socket, learned: socket.socket, current: Callable[[], bool],
+          lock: Any) -> None:
     stop: list[int] = []
     woken, wake = os.pipe()  # a signal wakes the select (which Python would resume)
     os.set_blocking(wake, False)
@@ -106,9 +117,12 @@ def _loop(listener: socket.socket, current: Callable[[], bool], lock: Any) -> No
             print(f"{time.strftime('%F %T')} "
                   f"{'stopped' if stop else f'idle for {idle:.0f} s'}: exiting", flush=True)
             return
-        ready, _, _ = _select([listener, woken], min(left, CHECK_S))
+        ready, _, _ = _select([listener, woken, learned], min(left, CHECK_S))
         if woken in ready:
             os.read(woken, 512)
+            continue
+        if learned in ready:
+            _learn(learned)
             continue
         if not ready:
             if not current():
@@ -122,12 +136,28 @@ def _loop(listener: socket.socket, current: Callable[[], bool], lock: Any) -> No
         last = time.monotonic()
         if os.fork() == 0:  # the waiter holds neither the socket nor the key's lock
             listener.close()
+            learned.close()
             lock.close()
             signal.set_wakeup_fd(-1)
             os.close(woken)
             os.close(wake)
             _wait_for_command(conn)
         conn.close()
+
+
+def _learn(learned: socket.socket) -> None:
+    """Keep a config a command composed, for the commands forked after it."""
+    try:
+        message = json.loads(learned.recv(MAX_LEARNED))
+        composecache.learn(str(message["key"]), str(message["entry"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+
+
+def _share(key: str, entry: str) -> None:
+    """A command's newly composed config, sent to the server (dropped if it cannot take it)."""
+    with contextlib.suppress(OSError):
+        _LEARNING[0].send(json.dumps({"key": key, "entry": entry}).encode())
 
 
 def _select(reads: list[Any], timeout: float) -> tuple[list, list, list]:
@@ -149,10 +179,13 @@ def _wait_for_command(conn: socket.socket) -> None:
             raise PermissionError(f"a client of uid {uid} is not served")
         server.send_message(conn, {"ready": os.getpid()})
         request, fds = server.recv_message(conn, with_fds=True)
+        done, said = os.pipe()  # the command's exit status, said before its process is gone
         pid = os.fork()
         if pid == 0:
             conn.close()
-            _command(request, fds)
+            os.close(done)
+            _command(request, fds, said)
+        os.close(said)
         for fd in fds:
             os.close(fd)
         try:
@@ -162,11 +195,12 @@ def _wait_for_command(conn: socket.socket) -> None:
             raise
         print(f"{time.strftime('%F %T')} pid {pid}: modelplan {' '.join(request['argv'])}",
               flush=True)
-        status = _relay(conn, pid)
-        code = os.waitstatus_to_exitcode(status)
-        code = 128 - code if code < 0 else code
+        code = _relay(conn, pid, done)
         with contextlib.suppress(OSError):
             server.send_message(conn, {"exit": code})
+        conn.close()
+        with contextlib.suppress(ChildProcessError):  # reaped here, not left to init
+            os.waitpid(pid, 0)
         code = 0
     except BaseException:  # noqa: BLE001 - the client falls back or reports; the log says why
         traceback.print_exc()
@@ -174,10 +208,11 @@ def _wait_for_command(conn: socket.socket) -> None:
         os._exit(code)
 
 
-def _relay(conn: socket.socket, pid: int) -> int:
-    """Forward the client's signals to `pid` until it exits; its wait status."""
+def _relay(conn: socket.socket, pid: int, done: int) -> int:
+    """Forward the client's signals to `pid` until it says its exit status on `done` or exits;
+    its exit status (128 + N when signal N ended it)."""
     pidfd = os.pidfd_open(pid)
-    watching = [conn, pidfd]
+    watching = [conn, pidfd, done]
     while True:
         ready, _, _ = _select(watching, 3600)
         if conn in ready:
@@ -188,12 +223,20 @@ def _relay(conn: socket.socket, pid: int) -> int:
                 watching.remove(conn)  # the client went away: interrupt the command
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGINT)
+        if done in ready:
+            said = os.read(done, 16)
+            if said:
+                return int(said)
+            watching.remove(done)  # it ended before saying: its wait status says how
         if pidfd in ready:
-            return os.waitpid(pid, 0)[1]
+            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            return 128 - code if code < 0 else code
 
 
-def _command(request: dict[str, Any], fds: list[int]) -> None:
-    """The command's process: the client's fds, cwd and environment; then the CLI's main."""
+def _command(request: dict[str, Any], fds: list[int], said: int) -> None:
+    """The command's process: the client's fds, cwd and environment; then the CLI's main.
+    When it is done it closes its files (the client's streams, the store's locks) and says
+    its exit status on `said`: the client need not wait while the kernel frees its memory."""
     code = 1
     try:
         for target, fd in enumerate(fds[:3]):
@@ -206,6 +249,7 @@ def _command(request: dict[str, Any], fds: list[int]) -> None:
         for name, value in _SET_ON_IMPORT.items():  # as the imports would set them here
             os.environ.setdefault(name, value)
         tempfile.tempdir = None  # TMPDIR is read again
+        composecache.enable(_share)
         os.chdir(request["cwd"])
         for sig in (signal.SIGTERM, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
@@ -220,6 +264,10 @@ def _command(request: dict[str, Any], fds: list[int]) -> None:
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
+        os.closerange(0, said)
+        os.closerange(said + 1, os.sysconf("SC_OPEN_MAX"))
+        with contextlib.suppress(OSError):
+            os.write(said, str(code & 0xFF).encode())
         os._exit(code)
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import UsageError
+from planner.support import dists
 from planner.support.machine import user_cache_dir
 
 ENV = "MODELPLAN_SERVER"
@@ -107,15 +108,8 @@ def digest(environ: dict[str, str] | None = None) -> str:
 
 
 def _versions() -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    return out
+    found = dists.installed()
+    return {name: found.get(dists.normalize(name)) for name in PACKAGES}
 
 
 def socket_path(key: str) -> Path:

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from planner.config import composecache
 from planner.config.conftree import (
     CONF_DIR,  # noqa: F401 (importers find it here, as before)
     PACKAGED,
@@ -33,6 +34,9 @@ def compose(overrides: list[str] | tuple[str, ...] = (),
     """Compose the tree's primary config (conf/config.yaml) with Hydra overrides into a plain
     dict (values resolved). With user config dirs the result is validated here, so that an
     error names the user's file that set the bad value."""
+    remembered = composecache.recall(overrides, tree)
+    if remembered is not None:
+        return remembered
     from omegaconf import OmegaConf
 
     check_overrides(parse_overrides(overrides), tree)
@@ -45,6 +49,7 @@ def compose(overrides: list[str] | tuple[str, ...] = (),
     settle_chosen(config, overrides)
     if not tree.packaged_only:
         check_with_files(config, tree, list(overrides))
+    composecache.remember(overrides, tree, cfg, config)
     return config
 
 
@@ -109,30 +114,42 @@ def compose_timed(overrides: list[str] | tuple[str, ...] = (), store: str | None
     return config
 
 
-def check_overrides(parsed: list[Any], tree: ConfigTree = PACKAGED) -> None:
-    """Reject overrides that name an unknown group option or key, with a did-you-mean."""
+def check_overrides(parsed: list[Any], tree: ConfigTree = PACKAGED,
+                    memo: dict[str, list[str]] | None = None) -> None:
+    """Reject overrides that name an unknown group option or key, with a did-you-mean.
+    memo: each override's findings by its text, for a caller that checks the same ones often
+    (a sweep's jobs)."""
     errors: list[str] = []
-    paths = known_paths()
     for ov in parsed:
-        key = ov.key_or_group
-        if not key:
-            errors.append(f"override '{ov.input_line}': no key before '='; write key=value")
+        if memo is None:
+            errors += override_errors(ov, tree)
             continue
-        if ov.is_add() and "." not in key and tree.has_group(key):
-            errors.extend(_check_group_choice(key, ov, tree))  # +experiment=NAME
-            continue
-        if ov.is_add() or ov.is_delete() or key.startswith("hydra"):
-            continue
-        if key in GROUPS:
-            errors.extend(_check_group_choice(key, ov, tree))
-        elif key not in paths and any(key.startswith(f"{o}.") for o in open_paths()):
-            errors.append(f"{key}: not in the config yet; add it with "
-                          f"+{key}={ov.value() if ov.value() is not None else 'VALUE'}")
-        elif key not in paths:
-            errors.append(f"{key}: unknown key{did_you_mean(key, _siblings(key, paths))}; "
-                          "see `modelplan config` for the keys this config has")
+        if ov.input_line not in memo:
+            memo[ov.input_line] = override_errors(ov, tree)
+        errors += memo[ov.input_line]
     if errors:
         raise ConfigError(*errors)
+
+
+def override_errors(ov: Any, tree: ConfigTree = PACKAGED) -> list[str]:
+    """What is wrong with one parsed override: an unknown group option or key."""
+    key = ov.key_or_group
+    paths = known_paths()
+    if not key:
+        return [f"override '{ov.input_line}': no key before '='; write key=value"]
+    if ov.is_add() and "." not in key and tree.has_group(key):
+        return _check_group_choice(key, ov, tree)  # +experiment=NAME
+    if ov.is_add() or ov.is_delete() or key.startswith("hydra"):
+        return []
+    if key in GROUPS:
+        return _check_group_choice(key, ov, tree)
+    if key not in paths and any(key.startswith(f"{o}.") for o in open_paths()):
+        return [(f"{key}: not in the config yet; add it with "
+                f"+{key}={ov.value() if ov.value() is not None else 'VALUE'}")]
+    if key not in paths:
+        return [(f"{key}: unknown key{did_you_mean(key, _siblings(key, paths))}; "
+                "see `modelplan config` for the keys this config has")]
+    return []
 
 
 def _check_group_choice(group: str, ov: Any, tree: ConfigTree) -> list[str]:

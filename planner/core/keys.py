@@ -5,40 +5,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
-import sys
 from functools import cache, partial
 from typing import Any
 
 from planner.core.ops import OPS
 from planner.core.plan import Plan, Step
 from planner.models.sources import canonical_json
+from planner.support.dists import installed, normalize
 from planner.support.memo import active, frozen, remembered
 
 NOT_INSTALLED = "not-installed"
 
 
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
+_normalize = normalize
 
 
 @cache
 def installed_versions() -> dict[str, str]:
-    """Installed distributions by normalized name, read from *.dist-info folder names.
-
-    importlib.metadata gives the same answer but costs more than the whole plan."""
-    found: dict[str, str] = {}
-    for entry in sys.path:
-        try:
-            names = os.listdir(entry or ".")
-        except OSError:
-            continue
-        for name in names:
-            if name.endswith(".dist-info") and "-" in name:
-                dist, _, version = name[: -len(".dist-info")].partition("-")
-                found.setdefault(_normalize(dist), version)
-    return found
+    """Installed distributions by normalized name (planner/support/dists.py), read once."""
+    return installed()
 
 
 def tool_version(dist: str) -> str:

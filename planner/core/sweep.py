@@ -50,6 +50,7 @@ class Composer:
     def __init__(self, tree: ConfigTree = PACKAGED) -> None:
         self.tree = tree
         self.cache: dict[tuple[str, ...], dict[str, Any]] = {}
+        self.checked: dict[str, list[str]] = {}  # each override's findings, by its text
         self.composes = 0
 
     def __call__(self, overrides: list[str]) -> dict[str, Any]:
@@ -65,7 +66,7 @@ class Composer:
 
     def _compose_job(self, overrides: list[str]) -> dict[str, Any]:
         parsed = parse_overrides(overrides)
-        check_overrides(parsed, self.tree)
+        check_overrides(parsed, self.tree, self.checked)
         structural = tuple(o.input_line for o in parsed if _structural(o))
         values = [o for o in parsed if not _structural(o)]
         if any("${" in str(ov.value()) for ov in values):
@@ -180,6 +181,15 @@ class Job:
         """The job's Plan IR, rendered once (a planned job does not change)."""
         return self.plan.to_json() if self.plan is not None else None
 
+    @property
+    def outline(self) -> dict[str, Any] | None:
+        """What a sweep's text view shows of the job's plan: its summary, symbolic sources."""
+        if self.plan is None:
+            return None
+        symbolic = {"symbolic_sources": self.plan.symbolic_sources} \
+            if self.plan.symbolic_sources else {}
+        return {"summary": self.plan.summary(), **symbolic}
+
 
 @dataclass
 class SweepPlan:
@@ -187,29 +197,44 @@ class SweepPlan:
     merges: list[Rewrite] = field(default_factory=list)
 
     @cached_property
-    def unique(self) -> dict[str, dict[str, Any]]:
-        """key -> {step (IR of its first use that runs, else of its first use), jobs using
-        it}: each key once. A step one job elides and another runs is run: an absorbed
-        elision's output is not its input (its readers read past it), so the jobs that read
-        it need it built."""
+    def uses(self) -> dict[str, dict[str, Any]]:
+        """key -> {step (its first use that runs, else its first use), job (that use's),
+        jobs using it}: each key once. A step one job elides and another runs is run: an
+        absorbed elision's output is not its input (its readers read past it), so the jobs
+        that read it need it built."""
         out: dict[str, dict[str, Any]] = {}
         for job in self.jobs:
-            for s in job.ir["steps"] if job.ir else []:
-                entry = out.setdefault(s["key"], {"step": s, "jobs": []})
+            for s in job.plan.steps if job.plan is not None else []:
+                entry = out.get(s.key)
+                if entry is None:
+                    out[s.key] = entry = {"step": s, "job": job, "jobs": []}
                 entry["jobs"].append(job.index)
-                if entry["step"]["action"] == "elided" and s["action"] != "elided":
-                    entry["step"] = s
+                if entry["step"].action == "elided" and s.action != "elided":
+                    entry["step"], entry["job"] = s, job
         return out
 
-    def to_json(self) -> dict[str, Any]:
-        unique = self.unique
-        steps = [{"key": k, "id": v["step"]["id"], "op": v["step"]["op"],
-                  "action": v["step"]["action"], "jobs": v["jobs"]} for k, v in unique.items()]
+    @cached_property
+    def unique(self) -> dict[str, dict[str, Any]]:
+        """`uses` with each step as its job's Plan IR gives it (what executors run)."""
+        ir_steps: dict[int, dict[str, dict[str, Any]]] = {}
+        out: dict[str, dict[str, Any]] = {}
+        for key, entry in self.uses.items():
+            job = entry["job"]
+            if job.index not in ir_steps:
+                ir_steps[job.index] = {st["id"]: st for st in job.ir["steps"]}
+            out[key] = {"step": ir_steps[job.index][entry["step"].id], "jobs": entry["jobs"]}
+        return out
+
+    def to_json(self, whole_plans: bool = True) -> dict[str, Any]:
+        """The sweep's JSON. whole_plans=False: each job's plan holds only what the text view
+        shows of it (its summary and symbolic sources), not its whole Plan IR."""
+        steps = [{"key": k, "id": v["step"].id, "op": v["step"].op,
+                  "action": v["step"].action, "jobs": v["jobs"]} for k, v in self.uses.items()]
         total = sum(len(j.plan.steps) for j in self.jobs if j.plan is not None)
         return {
             "format_version": 1,
             "jobs": [{"index": j.index, "overrides": j.overrides, "error": j.error,
-                      "plan": j.ir} for j in self.jobs],
+                      "plan": j.ir if whole_plans else j.outline} for j in self.jobs],
             "steps": steps,
             "rewrites": [rw.record() for rw in self.merges],
             "summary": {"jobs": len(self.jobs), "failed_jobs": sum(j.error is not None

@@ -3,9 +3,10 @@ accuracy matrix (`modelplan report <sweep dir>`, text or Markdown)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from planner.render import matrix, results
+from planner.render import jsontext, matrix, results
 from planner.render.common import short, summary_line
 from planner.render.markdown import cell
 
@@ -27,6 +28,24 @@ def render(sweep: dict[str, Any]) -> str:
                    f"{s['elided']} elided), {s['shared_steps']} shared, "
                    f"{s['failed_jobs']} job(s) with config errors.")]
     return "\n".join(lines) + "\n"
+
+
+def json_pieces(sweep: dict[str, Any]) -> Iterator[str]:
+    """`json.dumps(sweep, indent=2)` and a newline, in pieces of one item of a top-level list
+    each (a job's whole plan): a 10,000-job sweep is never one string of 300 MB, nor a list of
+    millions of its tokens."""
+    if not sweep:
+        yield "{}\n"
+        return
+    for n, (key, value) in enumerate(sweep.items()):
+        yield ("{" if n == 0 else ",") + "\n  " + jsontext.dumps(key) + ": "
+        if isinstance(value, list) and value:
+            for i, item in enumerate(value):
+                yield ("[" if i == 0 else ",") + "\n    " + jsontext.dumps(item, "\n    ")
+            yield "\n  ]"
+        else:
+            yield jsontext.dumps(value, "\n  ")
+    yield "\n}\n"
 
 
 def spans(jobs: list[int]) -> str:

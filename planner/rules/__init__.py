@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cache
 from string import Formatter
 from types import ModuleType
@@ -54,28 +54,57 @@ APPLY = {"elide": Plan.elide, "insert": Plan.insert_after, "reorder": Plan.move_
          "drop": Plan.drop, "reject": _reject}
 
 
+@dataclass(frozen=True)
+class Shape:
+    """What the rules made of a lowered plan: its rewrites, and its steps as they left them
+    (id, the step if a rule inserted it, inputs, via, action, proof, inserted_by, moved_by),
+    to give every lowered plan with equal rule inputs in one pass."""
+
+    rewrites: tuple[Rewrite, ...]
+    steps: tuple[tuple[Any, ...], ...]
+    deliverable: str
+
+    @staticmethod
+    def of(plan: Plan, rewrites: list[Rewrite], lowered: set[str]) -> Shape:
+        return Shape(tuple(rewrites), tuple(
+            (s.id, None if s.id in lowered else _fresh(s), dict(s.inputs), dict(s.via),
+             s.action, s.proof, s.inserted_by, s.moved_by) for s in plan.steps),
+            plan.deliverable)
+
+    def give(self, plan: Plan) -> None:
+        """Shape `plan` (lowered, with equal rule inputs) as the rules shaped the first."""
+        lowered = {s.id: s for s in plan.steps}
+        steps = []
+        for sid, inserted, inputs, via, action, proof, inserted_by, moved_by in self.steps:
+            s = lowered[sid] if inserted is None else _fresh(inserted)
+            s.inputs, s.via, s.action = dict(inputs), dict(via), action
+            s.proof, s.inserted_by, s.moved_by = proof, inserted_by, moved_by
+            steps.append(s)
+        plan.steps[:] = steps
+        plan.deliverable = self.deliverable
+        plan.rewrites.extend(self.rewrites)
+
+
 def rewrite(plan: Plan, switches: dict[str, Any]) -> None:
     """Apply the enabled rules to a fixed point, recording every rewrite in the plan.
     In a memo session, a lowered plan whose rule inputs (rule_inputs) equal an earlier one's
-    gets that plan's rewrites replayed: the rules, reading the same, would find the same."""
+    is given that plan's shape (Shape): the rules, reading the same, would do the same."""
     rules = enabled(switches)
     if not memo.active():
         _fixed_point(plan, rules)
         return
+
     here: list[bool] = []
 
-    def on_this_plan() -> list[Rewrite]:
+    def on_this_plan() -> Shape:
         here.append(True)
-        return _fixed_point(plan, rules)
+        lowered = {s.id for s in plan.steps}
+        return Shape.of(plan, _fixed_point(plan, rules), lowered)
 
     plan.rewritten_from = rule_inputs(plan, rules)
-    found = memo.remembered("rewrites", plan.rewritten_from, on_this_plan)
-    if here:
-        return
-    for rw in found:
-        rw = replace(rw, new_step=_fresh(rw.new_step))
-        APPLY[rw.action](plan, rw)
-        plan.rewrites.append(rw)
+    shape = memo.remembered("rewrites", plan.rewritten_from, on_this_plan)
+    if not here:
+        shape.give(plan)
 
 
 def _fresh(step: Step | None) -> Step | None:

@@ -14,11 +14,11 @@ SCOPE = "sweep"
 
 def apply(sweep: Any) -> list[Rewrite]:
     merges = []
-    for key, entry in sweep.unique.items():
+    for key, entry in sweep.uses.items():
         jobs = entry["jobs"]
         if len(jobs) < 2:
             continue
-        step_id = entry["step"]["id"]
+        step_id = entry["step"].id
         premises = [{"fact": "key", "claim": f"{step_id} has key {key[:12]} in jobs "
                      f"{', '.join(map(str, jobs))}", "by": None}]
         merges.append(Rewrite(NAME, "merge", step_id, premises,

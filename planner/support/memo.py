@@ -20,6 +20,9 @@ T = TypeVar("T")
 _tables: ContextVar[dict[str, dict[Any, Any]] | None] = ContextVar("memo_tables", default=None)
 
 
+_MISSING = object()
+
+
 class _Raised:
     """A memoised failure: the same error for every job that asks the same question."""
 
@@ -73,10 +76,12 @@ def remembered(kind: str, key: Any, compute: Callable[[], T]) -> T:
     tables = _tables.get()
     if tables is None:
         return compute()
-    table = tables.setdefault(kind, {})
-    if key in table:
-        hit = table[key]
-        if isinstance(hit, _Raised):
+    table = tables.get(kind)
+    if table is None:
+        table = tables[kind] = {}
+    hit = table.get(key, _MISSING)  # one lookup: a key's hash can cost more than the lookup
+    if hit is not _MISSING:
+        if type(hit) is _Raised:
             raise hit.exc
         return hit  # type: ignore[no-any-return]
     try:
