@@ -357,13 +357,15 @@ def _rss_mb() -> float:
         return _peak_mb()
 
 
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MAP_THRESHOLD = 1 << 20  # blocks from 1 MiB are mapped on their own and unmapped when freed
+
+
 def _set_up_process(step_id: str) -> None:
     """Ignore SIGINT (the parent decides what an interrupt does), take the step's name, ask
-    the kernel to kill this process when its parent (the fork server) exits, and have every
-    large block mapped on its own (MAP_THRESHOLD), so that what a step frees goes back to the
-    system: glibc otherwise raises its threshold once a large block is freed and serves later
-    ones of up to 32 MB from its heap, which keeps them (BERT-large's export at 512 tokens:
-    3.5 GB peak, 3.1 GB with this)."""
+    the kernel to kill this process when its parent (the fork server) exits, and map every
+    large block on its own, so that what a step frees goes back to the system (glibc would
+    raise its threshold after the first large free and keep later blocks in its heap)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _name(step_id)
@@ -375,10 +377,6 @@ def _set_up_process(step_id: str) -> None:
         libc.mallopt(M_MMAP_THRESHOLD, MAP_THRESHOLD)
     if os.getppid() == 1:  # the parent is already gone
         os._exit(1)
-
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-MAP_THRESHOLD = 1 << 20  # blocks from 1 MiB are mapped on their own and unmapped when freed
 
 
 def _name(step_id: str) -> None:

@@ -14,9 +14,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from executors.store import weights
+
+if TYPE_CHECKING:
+    import onnx
 
 
 @contextlib.contextmanager
@@ -40,10 +43,10 @@ def held_back() -> Iterator[dict[str, Any]]:
         torch._C._jit_pass_onnx_deduplicate_initializers = dedup
 
 
-def store(model: Any, held: dict[str, Any], out: Path) -> None:
-    """Make the graph inputs of `model` (an onnx.ModelProto) that `held` names initializers in
-    their input order, as the exporter would have written them, each large one a blob in
-    `out`; `held` is emptied as it goes, so a tensor's memory can go once it is stored."""
+def store(model: onnx.ModelProto, held: dict[str, Any], out: Path) -> None:
+    """Make the graph inputs of `model` that `held` names initializers in their input order, as
+    the exporter would have written them, each large one a blob in `out`; `held` is emptied as
+    it goes, so a tensor's memory can go once it is stored."""
     inputs = list(model.graph.input)
     del model.graph.input[:]
     for value in inputs:
@@ -55,8 +58,6 @@ def store(model: Any, held: dict[str, Any], out: Path) -> None:
                                             data_type=value.type.tensor_type.elem_type)
         proto.dims.extend(tensor.shape)
         weights.set_data(proto, _bytes(tensor), out)
-    if held:  # a captured tensor the graph does not take: the exporter dropped its use
-        held.clear()
 
 
 def _bytes(tensor: Any) -> memoryview:
@@ -64,5 +65,5 @@ def _bytes(tensor: Any) -> memoryview:
     when it is contiguous."""
     import torch
 
-    flat = tensor.detach().contiguous().reshape(-1)
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
     return memoryview(flat.view(torch.uint8).numpy())

@@ -253,7 +253,7 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
         try:
             torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs,
                               opset_version=opset, dynamo=dynamo, do_constant_folding=True,
-                              external_data=True, dynamic_axes=axes)  # no 2 GB limit; `save` makes them blobs
+                              external_data=True, dynamic_axes=axes)  # dynamo: no 2 GB limit
         except Exception as exc:
             text = str(exc).strip()
             first = text.splitlines()[0] if text else ""

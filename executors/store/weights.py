@@ -115,7 +115,8 @@ def set_data(tensor: onnx.TensorProto, data: bytes | memoryview, out: Path) -> N
     in `out` (written unless it is already there or in the pool)."""
     if len(data) < THRESHOLD:
         del tensor.external_data[:]
-        tensor.ClearField("data_location")
+        if tensor.HasField("data_location"):  # it was external: now it is not
+            tensor.data_location = 0
         tensor.raw_data = bytes(data)
         return
     digest = hashlib.sha256(data).hexdigest()

@@ -42,7 +42,8 @@ def parts(plan: Plan) -> int:
 def step_peak(s: Step, weights: Weights, wbits: int, cut: int) -> int:
     """The expected peak of one step's process, in bytes."""
     scale = s.decl.memory
-    grows = scale.factor(wbits) * weights.fp32 + scale.checkpoint * weights.stored
+    grows = scale.factor(wbits) * weights.fp32 + scale.checkpoint * weights.stored \
+        + (scale.upcast * weights.fp32 if weights.stored < weights.fp32 else 0)
     return RUNTIME + int(grows / (cut if scale.per_part else 1))
 
 

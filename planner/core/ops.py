@@ -99,13 +99,16 @@ class Memory:
     """How a step's peak memory scales with its graph (planner/core/memory.py adds the runtime's
     own): `weights` times the graph's weights as fp32 bytes, `by_bits` instead at the build's
     weight bits where measured apart, `checkpoint` times the checkpoint as stored (a step that
-    loads the torch model), each per part when `per_part` (a cut graph handled part by part).
+    loads the torch model), `upcast` times the fp32 weights more when the checkpoint is stored
+    in fewer bits (a step that loads it as fp32 holds both while it converts), each per part
+    when `per_part` (a cut graph handled part by part).
     Calibrated on this machine (benchmarks/REPORT.md: the llm_bench and scale_bench sections)."""
 
     weights: float = 0.0
     by_bits: tuple[tuple[int, float], ...] = ()
     checkpoint: float = 0.0
     per_part: bool = False
+    upcast: float = 0.0  # more times the fp32 weights when the checkpoint is stored narrower
 
     def factor(self, weight_bits: int) -> float:
         return dict(self.by_bits).get(weight_bits, self.weights)
@@ -195,7 +198,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.HEAVY}),
        tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy"),
        publish=("hierarchy",), headline=("opset_used",),
-       memory=Memory(weights=2.0, checkpoint=0.7)),
+       memory=Memory(weights=2.0, checkpoint=0.7, upcast=0.9)),
     Op("fix_shapes", 1, "fix the free axes of an exported graph to the target's static "
        "shapes (normalize then folds what became constant): one export for every target",
        params=("inputs",), inputs=("model",),

@@ -89,8 +89,9 @@ def test_a_bf16_checkpoint_counts_its_parameters_as_an_fp32_one_of_twice_its_byt
     assert fp32["memory"]["weights"]["params"] == bf16["memory"]["weights"]["params"]
     assert bf16["memory"]["weights"]["dtype"] == "bfloat16"
     a, b = peaks(fp32), peaks(bf16)
-    # export loads the checkpoint as saved: half the bytes; normalize reads the fp32 graph
-    assert b["prefill.export"] < a["prefill.export"]
+    # export loads the checkpoint and converts it to fp32, holding both meanwhile (llm_bench's
+    # small shape: 1.92 GiB from bf16 against 1.63 from fp32); normalize reads the fp32 graph
+    assert b["prefill.export"] > a["prefill.export"]
     assert b["prefill.normalize"] == a["prefill.normalize"]
 
 
@@ -295,3 +296,4 @@ def test_a_run_record_holds_the_plans_estimate_beside_the_measured_peak() -> Non
     rec = step_record(export, export["key"], wall_s=1.0, peak_rss_mb=400.0)
     assert rec["planned_peak_mb"] == round(export["memory"]["peak"] / 2**20, 1)
     assert _cost(rec) == ("1.00 s", f"400 MB (plan ~{rec['planned_peak_mb']:.0f})")
+

@@ -75,6 +75,10 @@ def test_held_back_export_is_the_exporters_graph(tmp_path: Path) -> None:
     got, want = _tensors(written, tmp_path / "held"), _tensors(plain, tmp_path / "plain")
     assert len(got) == held_count
     assert got == want
+    inline = [(t.name, t.SerializeToString()) for t in written.graph.initializer
+              if t.data_location != weights.EXTERNAL]
+    assert inline == [(t.name, t.SerializeToString()) for t in plain.graph.initializer
+                      if t.data_location != weights.EXTERNAL and t.name in dict(inline)]
     bf16 = [t for t in written.graph.initializer if t.data_type == onnx.TensorProto.BFLOAT16]
     assert bf16, "the bf16 layer's weights kept their dtype"
     tied = [t for t in written.graph.initializer if list(t.dims) == [300, 64]]
