@@ -40,7 +40,8 @@ plan: $(VENV)/.installed-run
 	$(BIN)/modelplan plan
 
 # The docs site first (a broken link or a missing page fails), then two pytest-xdist workers;
-# tests that must share one worker carry xdist_group marks. The 25 slowest tests are listed at
+# tests that must share one worker carry xdist_group marks, and the tests of a module that use
+# its module-scoped fixture share one (tests/xdist_groups.py). The 25 slowest tests are listed at
 # the end; on CI (CI set) a session past pyproject's [tool.modelplan.test_budget] fails.
 test: $(VENV)/.installed-test $(CLIENTS)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet

@@ -14,12 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import budget
-
-try:
-    from _pytest.nodeid import NodeId  # pytest >= 9
-except ImportError:  # pytest 8: pytest-xdist's own suffix works
-    NodeId = None
+from tests import budget, xdist_groups
 
 ROOT = Path(__file__).resolve().parent.parent
 # Commands run in-process, as before the build server; its own tests turn it on for theirs.
@@ -39,17 +34,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`--dist loadgroup` sends the tests of one xdist_group to one worker by the `@group`
-    suffix pytest-xdist (3.8) adds to their ids; it sets `item._nodeid`, which pytest 9 no
-    longer reads (a test's id is `item._id`), so the groups were ignored. Add the suffix here."""
-    if NodeId is None or not getattr(config.option, "loadgroup", False):
-        return
-    for item in items:
-        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                        for m in item.iter_markers("xdist_group")})
-        suffix = "@" + "_".join(names)
-        if names and not item.nodeid.endswith(suffix):
-            item._id = NodeId.parse(item.nodeid + suffix)
+    xdist_groups.assign(config, items)
 
 
 @pytest.fixture(scope="session")

@@ -60,6 +60,15 @@ def shared_build(factory: pytest.TempPathFactory, name: str, *args: str) -> dict
             "outputs": root / "outputs", "pristine": root / "pristine"}
 
 
+def minilm_store(factory: pytest.TempPathFactory) -> Path:
+    """The store every build of the packaged MiniLM in this session goes to, whichever test
+    and xdist worker builds first: its export, quantize and compile steps run once (the store
+    locks each key while it builds), not once per test."""
+    store = shared_dir(factory) / "minilm-store"
+    store.mkdir(exist_ok=True)
+    return store
+
+
 def store_copy(build: dict[str, Any], dest: Path) -> Path:
     """A store of the test's own holding what `build` built (and nothing other tests added):
     new inodes, so every file is re-hashed once. Paths in the build's record are under

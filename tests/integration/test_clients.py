@@ -21,7 +21,7 @@ import pytest
 from planner.models.sources import packaged_dir
 from tests.checkpoints import bpe_tokenizer, text_checkpoint
 from tests.conftest import ROOT, run_cli
-from tests.integration.conftest import built, step
+from tests.integration.conftest import built, minilm_store, run_json, step
 
 CLIENTS_PYTHON = ROOT / ".venv-clients" / "bin" / "python"
 OPEN_FOLDER = ROOT / "tests" / "clients" / "open_folder.py"
@@ -58,7 +58,12 @@ def card_meta(folder: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def minilm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return built(tmp_path_factory, "clients-minilm", "target=cpu", "quant=none", "perf=none")
+    # in the store the session's MiniLM builds share: test_minilm's export, normalize and tag
+    outputs = tmp_path_factory.mktemp("clients-minilm-outputs")
+    code, record, err = run_json("target=cpu", "quant=none", "perf=none",
+                                 store=minilm_store(tmp_path_factory), outputs=outputs)
+    assert code == 0, err
+    return {"record": record, "outputs": outputs}
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import run_cli, run_cli_here
+from tests.integration.conftest import minilm_store
 
 TINY = ("model=tiny_bert", "export.shapes.sequence_length=32", "quant=w8a8", "target=cpu")
 
@@ -171,9 +172,11 @@ def test_an_eval_regression_puts_the_modules_in_the_record(
 
 
 @pytest.mark.slow
-def test_minilm_w8a8_names_the_modules_that_lose_accuracy(tmp_path: Path) -> None:
-    code, data, _out, err = diagnose(tmp_path, "model=minilm", "quant=w8a8", "target=cpu",
-                                     "--json")
+def test_minilm_w8a8_names_the_modules_that_lose_accuracy(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    # in the store the session's MiniLM builds share: the CPU export is test_minilm's
+    code, data, _out, err = diagnose(minilm_store(tmp_path_factory), "model=minilm", "quant=w8a8",
+                                     "target=cpu", "--json")
     assert code == 0, err
     rows = sorted(data["modules"], key=lambda r: r["sqnr_db"])
     assert data["graph"]["cosine"] < 0.99  # the known drop of the whole model

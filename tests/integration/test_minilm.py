@@ -9,16 +9,13 @@ import pytest
 
 from executors.onnx import pieces
 from executors.onnx.artifacts import MODEL, problems
-from tests.conftest import shared_dir
-from tests.integration.conftest import run_json, step
+from tests.integration.conftest import minilm_store, run_json, step
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One store for both tests, whichever xdist worker runs them: MiniLM is exported once."""
-    store = shared_dir(tmp_path_factory) / "minilm-store"
-    store.mkdir(exist_ok=True)
-    return store
+    """One store for both tests (and every MiniLM build of the session): exported once."""
+    return minilm_store(tmp_path_factory)
 
 
 def test_minilm_export_normalize_tag(store: Path, tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import shared_dir
+from tests.integration.conftest import minilm_store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -280,8 +280,7 @@ def front_snippets() -> list[str]:
 
 def build_minilm(work: Path, factory: pytest.TempPathFactory, *overrides: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    store = shared_dir(factory) / "minilm-store"  # the store tests/integration/test_minilm.py uses
-    store.mkdir(exist_ok=True)
+    store = minilm_store(factory)  # the session's MiniLM builds share their steps
     done = subprocess.run([sys.executable, "-m", "planner.cli.main", "run", *overrides,
                            "verify=none", "perf=none", "--store", str(store), "--quiet"],
                           cwd=work, env=env, text=True, capture_output=True, timeout=1800,

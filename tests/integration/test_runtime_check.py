@@ -15,7 +15,7 @@ import pytest
 from planner.cli.main import main
 from planner.core import keys
 from tests.conftest import run_cli
-from tests.integration.conftest import run_json
+from tests.integration.conftest import minilm_store, run_json
 
 TINY_HTP = ("model=tiny_bert", "target=qnn_htp", "verify.samples=1", "perf=none")
 TINY_LLM = ("model=tiny_random", "model.random_init.model_type=llama",
@@ -179,8 +179,14 @@ def test_check_on_a_tiny_llm_bundle(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_check_on_the_default_minilm_build(tmp_path: Path) -> None:
-    folder = build(tmp_path, "perf=none")["folder"]
+def test_check_on_the_default_minilm_build(tmp_path: Path,
+                                           tmp_path_factory: pytest.TempPathFactory) -> None:
+    # the README's `make run` build (verify plays no part in what check loads), in the store
+    # the session's MiniLM builds share
+    code, record, err = run_json("verify=none", "perf=none", store=minilm_store(tmp_path_factory),
+                                 outputs=tmp_path / "outputs")
+    assert code == 0, err
+    folder = Path(record["outputs_dir"])
     done = run_cli("check", str(folder))
     assert done.returncode == 0, done.stderr
     assert [m[0] for m in LOADED.findall(done.stdout)] == ["model.onnx"]
