@@ -196,8 +196,8 @@ def fusion_build(tmp: Path, runs: int, winml: Path | None, baseline: Path | None
 
 def measured(command: list[str], env: dict[str, str], cwd: Path,
              server: bool = False) -> tuple[subprocess.CompletedProcess, float, dict[str, int]]:
-    """Run `command`; its wall and the peak of the summed PSS (and RSS) of its process tree,
-    with the build server's tree added when `server` (the steps run there)."""
+    """Run `command`; its wall and the peaks of the summed PSS and of the summed RSS of its
+    process tree, with the build server's tree added when `server` (the steps run there)."""
     from memory import tree_memory
 
     from planner.cli.server import servers
@@ -217,8 +217,7 @@ def measured(command: list[str], env: dict[str, str], cwd: Path,
             for pid in extra:
                 p, r = tree_memory(pid)
                 pss, rss = pss + p, rss + r
-            if pss > peak["pss"]:
-                peak.update(pss=pss, rss=max(rss, peak["rss"]))
+            peak.update(pss=max(pss, peak["pss"]), rss=max(rss, peak["rss"]))
             done.wait(0.1)
 
     sampler = threading.Thread(target=poll, daemon=True)
@@ -247,6 +246,8 @@ def trees(tmp: Path, winml: Path | None, baseline: Path | None) -> None:
     large = make_checkpoint("large", tmp / "bert-large")
     against_winml(tmp, "BERT-large", ["model=local_hf", f"model.path={large}", *FUSIONS], large,
                   winml, baseline)
+    subprocess.run([sys.executable, "-m", "planner.cli.main", "server", "stop"], env=env,
+                   cwd=ROOT, check=False, capture_output=True)
 
 
 def against_winml(tmp: Path, name: str, args: list[str], ckpt: Path, winml: Path | None,
@@ -284,7 +285,8 @@ def against_winml(tmp: Path, name: str, args: list[str], ckpt: Path, winml: Path
         subprocess.run(command, cwd=out, check=True, capture_output=True)
         command = [str(winml / "bin" / "winml"), "build", "-c", str(out / "cfg.json"), "-m",
                    str(ckpt), "--output-dir", str(out / "build")]
-        done, wall, peak = measured(command, dict(os.environ), out)
+        theirs = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        done, wall, peak = measured(command, theirs, out)
         if done.returncode != 0:
             sys.exit(f"winml build failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
         rows.append(("winml-cli", wall, peak, {}))

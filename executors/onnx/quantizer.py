@@ -105,7 +105,7 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
     p = staged.params
     with quiet_logging():
         config = _config(p, staged.path, Reader(), overrides, settings.float_nodes(), qtype)
-        _quantize(staged.path, out, config, _calibrated(staged, config))
+        _quantize(staged.path, out, config, _calibrated(staged, config, graph_only.graph))
     model = load(out, external=False)
     blocked = four_bit.to_blocks(model, graph_only, staged.path.parent, p, four) if four else 0
     save(model, out)  # metadata in canonical order, as every artifact
@@ -119,13 +119,15 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
     return found
 
 
-def _calibrated(staged: Staged, config: Any) -> Path:
+def _calibrated(staged: Staged, config: Any, graph: Any) -> Path:
     """The activation ranges of the staged model under `config`'s calibration, collected by
     ONNX Runtime's own calibrator and kept in its calibration-cache format beside the staged
     model: once per staged model and calibration (the repair search quantizes one staged
     model several times), and before the quantizer loads the model, so that the float
     weights are held once at a time: by the calibrator until it has written its augmented
-    graph, then by its session; the quantizer then reads only the ranges."""
+    graph, then by its session; the quantizer then reads only the ranges. A configuration
+    that names op types (QNN's: those of the nodes it quantizes) is calibrated on every op
+    type of the graph, so that the nodes a rule keeps in float change no range."""
     import hashlib
     import tempfile
 
@@ -133,8 +135,12 @@ def _calibrated(staged: Staged, config: Any) -> Path:
     from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
     extra = config.extra_options or {}
+    unsupported = [k for k in ("SmoothQuant", "CalibStridedMinMax", "BlockSize") if extra.get(k)]
+    if unsupported:  # quantize_static calibrates these its own way
+        raise ValueError(f"calibration with {', '.join(unsupported)} is not supported")
     options = {key: extra[name] for name, key in _CALIBRATION_OPTIONS if name in extra}
-    ops = sorted(config.op_types_to_quantize or {*QLinearOpsRegistry, *QDQRegistry})
+    ops = sorted({n.op_type for n in graph.node} if config.op_types_to_quantize
+                 else {*QLinearOpsRegistry, *QDQRegistry})
     what = json.dumps([str(config.calibrate_method), ops, options], sort_keys=True, default=str)
     cache = staged.path.with_name(
         f"{staged.path.name}.ranges-{hashlib.sha256(what.encode()).hexdigest()[:16]}.json")

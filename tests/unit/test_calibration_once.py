@@ -80,6 +80,26 @@ def test_quantized_as_ort_quantizes_with_calibration_inside(
     assert not list(tmp_path.glob("staged.onnx*"))  # the ranges go with the staged model
 
 
+def test_a_node_kept_in_float_changes_no_range(tmp_path: Path) -> None:
+    """QNN's configuration names the op types of the nodes it quantizes: with the only Relu
+    kept in float, Relu is not among them, and the ranges are still the ones calibrated for
+    the whole graph (one calibration), the quantized graph still ORT's own."""
+    from onnxruntime.quantization import quantize
+
+    _model(tmp_path / "float.onnx")
+    p = _params("qnn_htp", False)
+    staged = Q.stage(tmp_path / "float.onnx", tmp_path / "staged.onnx", p, _feeds(), None)
+    rules = [{"nodes": ["relu"], "precision": "float"}]
+    with Q.quiet_logging():
+        Q.quantize_to(staged, [], tmp_path / "all.onnx")
+        Q.quantize_to(staged, rules, tmp_path / "ours.onnx")
+        config = Q._config(p, staged.path, _Reader(_feeds()), {}, ["relu"], Q._qtypes())
+        assert "Relu" not in config.op_types_to_quantize
+        quantize(str(staged.path), str(tmp_path / "reference.onnx"), config)
+    assert len(list(tmp_path.glob("staged.onnx.ranges-*.json"))) == 1
+    assert _graph(tmp_path / "ours.onnx") == _graph(tmp_path / "reference.onnx")
+
+
 def test_one_staged_model_is_calibrated_once(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from onnxruntime.quantization import calibrate
@@ -109,11 +129,12 @@ def test_the_calibration_options_of_the_config_are_the_calibrators(tmp_path: Pat
     p = _params("cpu", False)
     staged = Q.stage(tmp_path / "float.onnx", tmp_path / "staged.onnx", p, _feeds(), None)
     config = Q._config(p, staged.path, _Reader(_feeds()), {}, [], Q._qtypes())
+    graph = onnx.load(str(staged.path), load_external_data=False).graph
     with Q.quiet_logging():
-        plain = load_tensors_data(Q._calibrated(staged, config))
+        plain = load_tensors_data(Q._calibrated(staged, config, graph))
         config.extra_options["CalibTensorRangeSymmetric"] = True
         config.calibration_data_reader = _Reader(_feeds())
-        symmetric = load_tensors_data(Q._calibrated(staged, config))
+        symmetric = load_tensors_data(Q._calibrated(staged, config, graph))
     assert set(plain.data) == set(symmetric.data) >= {"x", "h", "hb", "r", "y"}
     lows = {k: np.ravel(v.range_value[0])[0] for k, v in symmetric.data.items()}
     highs = {k: np.ravel(v.range_value[1])[0] for k, v in symmetric.data.items()}
