@@ -56,13 +56,12 @@ def image_processor(checkpoint: Path | None) -> Any:
 
 
 def pixels(img: np.ndarray, shape: list[int], processor: Any) -> np.ndarray:
-    """One image as pixel_values [C, H, W] of `shape`: resized to the exported size with the
-    model's processor's filter, then rescaled and normalized as the processor does (bicubic
-    and ImageNet statistics without one)."""
+    """One image as pixel_values [C, H, W] of `shape`: resized to the exported size, then
+    rescaled and normalized as the model's processor does (ImageNet statistics without one)."""
     from PIL import Image
 
     _, channels, h, w = shape
-    resized = np.asarray(Image.fromarray(img).convert("RGB").resize((w, h), resample(processor)))
+    resized = np.asarray(Image.fromarray(img).convert("RGB").resize((w, h), Image.BICUBIC))
     if processor is not None:
         try:
             out = processor(images=resized, do_resize=False, do_center_crop=False,
@@ -74,17 +73,6 @@ def pixels(img: np.ndarray, shape: list[int], processor: Any) -> np.ndarray:
     x = resized.astype(np.float32) / 255.0
     x = (x - np.array(IMAGENET_MEAN, np.float32)) / np.array(IMAGENET_STD, np.float32)
     return x.transpose(2, 0, 1)[:channels].astype(np.float32)
-
-
-def resample(processor: Any) -> Any:
-    """The PIL filter the model's image processor resizes with (its `resample`: ViT, DETR and
-    YOLOS bilinear, ConvNeXt bicubic), bicubic when it names none."""
-    from PIL import Image
-
-    try:
-        return Image.Resampling(int(processor.resample))
-    except (AttributeError, TypeError, ValueError):
-        return Image.Resampling.BICUBIC
 
 
 class Speaker:
