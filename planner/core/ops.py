@@ -351,7 +351,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("torch", "transformers", "onnxruntime", "onnxruntime-qnn"),
        outputs=("metrics",), chain_role="candidate",
        headline=("token_agreement", "first_divergence", "cosine_mean"),
-       memory=Memory(weights=2.3, checkpoint=1.0), dropped_by="verify=none"),
+       memory=Memory(weights=2.3, checkpoint=1.0, upcast=0.9), dropped_by="verify=none"),
     Op("generate_loop", 1, "export an encoder-decoder's greedy decoding as one ONNX graph (the "
        "decoder in a Loop) and open it through the session cache, cold and warm",
        params=("encoder_inputs", "decoder_length", "start", "pad", "masked", "opset"),
