@@ -33,7 +33,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -198,34 +197,20 @@ def measured(command: list[str], env: dict[str, str], cwd: Path,
              server: bool = False) -> tuple[subprocess.CompletedProcess, float, dict[str, int]]:
     """Run `command`; its wall and the peaks of the summed PSS and of the summed RSS of its
     process tree, with the build server's tree added when `server` (the steps run there)."""
-    from memory import tree_memory
+    from memory import TreeMemory
 
     from planner.cli.server import servers
 
     t0 = time.perf_counter()
     proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    extra = [s["pid"] for s in servers() if s["current"]] if server else []
+    extra = tuple(s["pid"] for s in servers() if s["current"]) if server else ()
     if server and not extra:
         sys.exit("no build server serves this code: its tree could not be measured")
-    peak = {"pss": 0, "rss": 0}
-    done = threading.Event()
-
-    def poll() -> None:
-        while not done.is_set():
-            pss, rss = tree_memory(proc.pid)
-            for pid in extra:
-                p, r = tree_memory(pid)
-                pss, rss = pss + p, rss + r
-            peak.update(pss=max(pss, peak["pss"]), rss=max(rss, peak["rss"]))
-            done.wait(0.1)
-
-    sampler = threading.Thread(target=poll, daemon=True)
-    sampler.start()
+    sampler = TreeMemory(proc.pid, also=extra)
     out, err = proc.communicate()
     wall = time.perf_counter() - t0
-    done.set()
-    sampler.join()
+    peak = sampler.stop()
     return subprocess.CompletedProcess(command, proc.returncode, out, err), wall, peak
 
 

@@ -58,10 +58,12 @@ def tree_memory(root: int) -> tuple[int, int]:
 
 
 class TreeMemory:
-    """Samples a process tree's summed PSS and RSS every `interval` s until `stop()`."""
+    """Samples a process tree's summed PSS and RSS every `interval` s until `stop()`, with the
+    trees under the pids in `also` summed in (a server that runs the command's work)."""
 
-    def __init__(self, pid: int, interval: float = 0.1) -> None:
+    def __init__(self, pid: int, interval: float = 0.1, also: tuple[int, ...] = ()) -> None:
         self.pid, self.interval, self.t0 = pid, interval, time.perf_counter()
+        self.also = also
         self.samples: list[tuple[float, int, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -70,6 +72,9 @@ class TreeMemory:
     def _poll(self) -> None:
         while not self._stop.is_set():
             pss, rss = tree_memory(self.pid)
+            for pid in self.also:
+                p, r = tree_memory(pid)
+                pss, rss = pss + p, rss + r
             self.samples.append((time.perf_counter() - self.t0, pss, rss))
             self._stop.wait(self.interval)
 
