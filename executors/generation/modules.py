@@ -28,6 +28,7 @@ import contextlib
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
 from executors.runtime import torchmodel
@@ -185,11 +186,27 @@ def decode(model: Any, states: Any, ids: Any, encoder_mask: Any = None,
                                   use_cache=use_cache, return_dict=True, **kwargs)
     if "past_key_values" in kwargs and "cache" in inspect.signature(model.forward).parameters:
         kwargs["cache"] = kwargs.pop("past_key_values")  # its name from transformers 5.40 on
-    kw = {"encoder_outputs": (states,), "decoder_input_ids": ids, "return_dict": True,
-          "use_cache": use_cache, **kwargs}
+    kw = {"encoder_outputs": encoder_states()(last_hidden_state=states),
+          "decoder_input_ids": ids, "return_dict": True, "use_cache": use_cache, **kwargs}
     if encoder_mask is not None:
         kw["attention_mask"] = encoder_mask
     return model(**kw)
+
+
+@cache
+def encoder_states() -> type:
+    """The encoder's output a decoder forward is given: its states, as the model's own encoder
+    gives them (forwards read `.last_hidden_state` or `[0]`); any other field an encoder may
+    give is none (the host passes the encoder's mask itself; Moonshine reads `.attention_mask`)."""
+    from transformers.modeling_outputs import BaseModelOutput
+
+    class EncoderStates(BaseModelOutput):
+        def __getattr__(self, name: str) -> Any:
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return None
+
+    return EncoderStates
 
 
 def prefix_decoder(model: Any, feed: dict[str, Any]) -> Any:

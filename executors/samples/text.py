@@ -45,6 +45,42 @@ def tokenizer(ckpt: Path | None) -> Any:
         return None
 
 
+def waveform_for(model: Any, speech: list[np.ndarray], positions: int,
+                 extractor: Any) -> np.ndarray:
+    """`speech` fitted (cut or padded with silence) to the fewest samples from which the
+    model's waveform encoder gives `positions` positions."""
+    from executors.samples import media
+
+    count = _positions_counter(model)
+    high = 1024
+    while count(high) < positions:
+        high *= 2
+    low = high // 2
+    while high - low > 1:  # the fewest that still give them
+        mid = (low + high) // 2
+        low, high = (low, mid) if count(mid) >= positions else (mid, high)
+    return np.stack([media.fitted_waveform(w, high, extractor, media.RATE) for w in speech])
+
+
+def _positions_counter(model: Any) -> Any:
+    """samples -> the positions a waveform encoder gives: the model's own count of what its
+    convolutions make of a length where it has one, else the encoder's output on silence."""
+    import torch
+
+    from executors.runtime.torchmodel import encoder_of
+
+    own = getattr(model, "_get_feat_extract_output_lengths", None)
+    if own is not None:
+        return lambda samples: int(own(torch.tensor(samples)))
+
+    def run(samples: int) -> int:
+        with torch.no_grad():
+            out = encoder_of(model)(input_values=torch.zeros(1, samples), return_dict=True)
+        return int(out.last_hidden_state.shape[1])
+
+    return run
+
+
 def _padded_mask(rng: np.random.Generator, batch: int, seq: int) -> np.ndarray:
     """A mask with padding in every row: a trace must see masking at work (a mask of all ones
     lets the model skip it, and the export would have no mask handling)."""
@@ -190,6 +226,13 @@ def _encoder_inputs(model: Any, tok: Any, texts: list[str], enc_seq: int, pool: 
     from executors.samples import media
 
     config = model.config
+    from executors.runtime.torchmodel import encoder_of
+
+    if getattr(encoder_of(model), "main_input_name", None) == "input_values":  # a waveform
+        extractor = media.feature_extractor(ckpt)
+        speech = [media.speaker().say(t) for t in texts]
+        return {"input_values": waveform_for(model, speech, enc_seq, extractor)}, \
+            np.ones((batch, enc_seq), np.int64)
     if hasattr(config, "max_source_positions") and hasattr(config, "num_mel_bins"):
         shape = [batch, config.num_mel_bins, 2 * config.max_source_positions]
         extractor = media.feature_extractor(ckpt)

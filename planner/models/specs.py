@@ -16,6 +16,7 @@ DEFAULT_SEQUENCE = 128
 DEFAULT_DECODER_SEQUENCE = 32
 DEFAULT_QUERIES = 2          # text queries per image for zero-shot detection
 DEFAULT_RATE = 16000
+SPEECH_SECONDS = 10          # a speech recognizer's waveform, when export.shapes does not say
 
 
 def _spec(name: str, dtype: str, shape: list[int], lo: float, hi: float,
@@ -184,6 +185,44 @@ def speech_features(info: dict[str, Any], batch: int) -> list[dict[str, Any]]:
                   "mel_features")]
 
 
+def speech_inputs(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType | None,
+                  shapes: dict[str, Any], batch: int) -> tuple[list[dict[str, Any]], int]:
+    """A speech encoder's inputs and the positions it gives. Its feature extractor says which
+    input: one value per time step (`feature_size` 1) is the waveform itself, under the name
+    the extractor gives it (`input_values`), `export.shapes.audio_samples` of them (default
+    SPEECH_SECONDS at its sampling rate); else Whisper's log-mel features."""
+    if preproc.get("feature_size") == 1 or (mt is not None and mt.audio_convs
+                                            and not preproc):
+        rate = preproc.get("sampling_rate") or DEFAULT_RATE
+        samples = shapes.get("audio_samples") or SPEECH_SECONDS * rate
+        name = (preproc.get("model_input_names") or ["input_values"])[0]
+        return ([_spec(name, "float32", [batch, samples], -1.0, 1.0, "waveform")],
+                waveform_positions(info, mt, samples))
+    return speech_features(info, batch), int(info.get("max_source_positions") or 1500)
+
+
+def waveform_positions(info: dict[str, Any], mt: T.ModelType | None, samples: int) -> int:
+    """The positions a waveform encoder's unpadded convolutions make of `samples`: from
+    config.json's `conv_kernel` and `conv_stride`, else its model type's."""
+    kernels, strides = info.get("conv_kernel"), info.get("conv_stride")
+    convs = tuple(zip(kernels, strides, strict=True)) if isinstance(kernels, list) and \
+        isinstance(strides, list) and len(kernels) == len(strides) else \
+        (mt.audio_convs if mt is not None else ())
+    if not convs:
+        raise ConfigError(f"model: config.json says no convolutions of the waveform encoder of "
+                          f"model_type {info.get('model_type')!r} (conv_kernel, conv_stride), "
+                          "so the positions its samples give are unknown; add them to "
+                          "config.json")
+    positions = samples
+    for kernel, stride in convs:
+        positions = (positions - kernel) // stride + 1
+    if positions < 1:
+        raise ConfigError(f"export.shapes.audio_samples: {samples} samples are too few for the "
+                          f"encoder's convolutions (kernels {[k for k, _ in convs]}); set "
+                          "export.shapes.audio_samples higher")
+    return positions
+
+
 def _encoder_decoder(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType | None,
                      modality: str, shapes: dict[str, Any], batch: int,
                      outputs: list[str]) -> dict[str, dict[str, Any]]:
@@ -192,8 +231,8 @@ def _encoder_decoder(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelT
     limit = decoder_info.get("max_target_positions") or position_limit(decoder_info, mt)
     dec_seq = sequence_length(shapes, limit, "decoder_sequence_length", DEFAULT_DECODER_SEQUENCE)
     if modality == T.SPEECH2TEXT:
-        encoder, width, cross = speech_features(info, batch), info.get("d_model"), []
-        enc_seq = int(info.get("max_source_positions") or 1500)
+        encoder, enc_seq = speech_inputs(info, preproc, mt, shapes, batch)
+        width, cross = info.get("d_model") or info.get("hidden_size"), []
     elif modality == T.TEXT2TEXT:
         enc_seq = sequence_length(shapes, position_limit(info, mt))
         encoder = text_inputs(info, None, batch, enc_seq)

@@ -75,6 +75,9 @@ class ModelType:
     outputs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # task -> other outputs
     image_size: int | None = None                # when config.json does not say
     end_token: str = "eos_token_id"              # the config field generation stops at
+    # a waveform encoder's convolutions (kernel, stride), when config.json does not say them
+    # (as `conv_kernel` and `conv_stride`): how many positions its samples give
+    audio_convs: tuple[tuple[int, int], ...] = ()
 
 
 _TEXT_TASKS = ("feature-extraction", "fill-mask", "text-classification",
@@ -139,6 +142,8 @@ MODEL_TYPES: dict[str, ModelType] = {m.name: m for m in (
                                   "zero-shot-classification"), position_offset=2),
     ModelType("whisper", SPEECH2TEXT, ("automatic-speech-recognition",),
               classes={"automatic-speech-recognition": "WhisperForConditionalGeneration"}),
+    ModelType("moonshine", SPEECH2TEXT, ("automatic-speech-recognition",),
+              absolute_positions=False, audio_convs=((127, 64), (7, 3), (3, 2))),
     ModelType("vision-encoder-decoder", IMAGE2TEXT, ("image-to-text",), image_size=224),
     # BLIP captioning: its vision model is the encoder, its text decoder reads the image
     ModelType("blip", IMAGE2TEXT, ("image-to-text",),
