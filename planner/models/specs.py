@@ -188,11 +188,12 @@ def speech_features(info: dict[str, Any], batch: int) -> list[dict[str, Any]]:
 def speech_inputs(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType | None,
                   shapes: dict[str, Any], batch: int) -> tuple[list[dict[str, Any]], int]:
     """A speech encoder's inputs and the positions it gives. Its feature extractor says which
-    input: one value per time step (`feature_size` 1) is the waveform itself, under the name
-    the extractor gives it (`input_values`), `export.shapes.audio_samples` of them (default
-    SPEECH_SECONDS at its sampling rate); else Whisper's log-mel features."""
-    if preproc.get("feature_size") == 1 or (mt is not None and mt.audio_convs
-                                            and not preproc):
+    input: one value per time step (`feature_size` 1; a model type with waveform convolutions
+    when no preprocessor_config.json says) is the waveform itself, under the name the extractor
+    gives it (`input_values`), `export.shapes.audio_samples` of them (default SPEECH_SECONDS at
+    its sampling rate); else Whisper's log-mel features."""
+    waveform = 1 if mt is not None and mt.audio_convs else None
+    if preproc.get("feature_size", waveform) == 1:
         rate = preproc.get("sampling_rate") or DEFAULT_RATE
         samples = shapes.get("audio_samples") or SPEECH_SECONDS * rate
         name = (preproc.get("model_input_names") or ["input_values"])[0]
@@ -202,17 +203,14 @@ def speech_inputs(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType
 
 
 def waveform_positions(info: dict[str, Any], mt: T.ModelType | None, samples: int) -> int:
-    """The positions a waveform encoder's unpadded convolutions make of `samples`: from
-    config.json's `conv_kernel` and `conv_stride`, else its model type's."""
-    kernels, strides = info.get("conv_kernel"), info.get("conv_stride")
-    convs = tuple(zip(kernels, strides, strict=True)) if isinstance(kernels, list) and \
-        isinstance(strides, list) and len(kernels) == len(strides) else \
-        (mt.audio_convs if mt is not None else ())
+    """The positions a waveform encoder's unpadded convolutions (its model type's) make of
+    `samples`."""
+    convs = mt.audio_convs if mt is not None else ()
     if not convs:
-        raise ConfigError(f"model: config.json says no convolutions of the waveform encoder of "
-                          f"model_type {info.get('model_type')!r} (conv_kernel, conv_stride), "
-                          "so the positions its samples give are unknown; add them to "
-                          "config.json")
+        raise ConfigError(f"model: the encoder of model_type {info.get('model_type')!r} takes "
+                          "a waveform, and the positions its convolutions make of the samples "
+                          "are not declared for this type (planner/models/tasks.py declares "
+                          "them by type); build a speech model of a declared type")
     positions = samples
     for kernel, stride in convs:
         positions = (positions - kernel) // stride + 1

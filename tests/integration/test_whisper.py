@@ -1,15 +1,19 @@
 """Whisper is speech recognition with an encoder of log-mel features (from its feature
 extractor, on synthesized speech) and a text decoder: planned, built, verified and evaluated
-(WER against PyTorch's transcripts, decoding from the start and forced tokens)."""
+(WER against PyTorch's transcripts, decoding from the start and forced tokens). Moonshine's
+encoder takes the waveform itself, by the name its feature extractor gives it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from planner.models import tasks as T
 from planner.planning import plan_from_overrides
+from tests.checkpoints import text_checkpoint
+from tests.conftest import run_cli
 from tests.integration.conftest import run_json, step
 
 WHISPER = ("model=tiny_random", "model.random_init.model_type=whisper", "perf=none")
@@ -62,3 +66,70 @@ def test_whisper_builds_and_transcribes_like_pytorch(tmp_path: Path, target: str
         ev = step(record, "eval")["metrics"]
         assert ev["metric"] == "wer" and ev["eval_verdict"] == "PASS"
         assert ev["scores"]["fp32_onnx"]["wer"] == ev["scores"]["pytorch"]["wer"] == 0.0
+
+
+# 2 layers and 2 heads in each part; untied and widely initialized, so that a random model's
+# tokens follow the speech (tied at transformers' init it repeats its start token)
+MOONSHINE = {**{f"{part}_{field}": 2 for part in ("encoder", "decoder")
+                for field in ("num_hidden_layers", "num_attention_heads", "num_key_value_heads")},
+             "tie_word_embeddings": False, "initializer_range": 0.2, "pad_token_id": 0,
+             "bos_token_id": 101, "eos_token_id": 102, "decoder_start_token_id": 101}
+SAMPLES = 32000  # 2 s at 16 kHz: 82 encoder positions
+
+
+def test_moonshine_transcribes_a_waveform_as_transformers_does(tmp_path: Path) -> None:
+    """A tiny Moonshine with its feature extractor (a waveform, feature_size 1) builds for the
+    CPU in fp32 (with export=dynamo: TorchScript's exporter fails on its rotary embedding):
+    the encoder takes `input_values` [1, samples]; verify, verify_generation and eval feed it
+    synthesized speech; `modelplan generate --audio` transcribes a WAV file into the tokens
+    transformers' own `generate` gives for the same samples."""
+    import numpy as np
+    import soundfile
+    import torch
+    import transformers
+
+    from executors.samples import media
+    from executors.samples.preprocessors import write_preprocessor
+
+    ckpt = text_checkpoint(tmp_path / "ckpt", cls="MoonshineForConditionalGeneration",
+                           model_type="moonshine", **MOONSHINE)
+    assert write_preprocessor("moonshine", transformers.AutoConfig.from_pretrained(ckpt), ckpt,
+                              {}) == "Wav2Vec2FeatureExtractor"
+    code, record, err = run_json("model=local_hf", f"model.path={ckpt}", "export=dynamo",
+                                 f"export.shapes.audio_samples={SAMPLES}", "target=cpu",
+                                 "quant=none", "perf=none", "verify.samples=1",
+                                 "eval=task", "eval.dataset.samples=1", store=tmp_path / "store",
+                                 outputs=tmp_path / "out")
+    assert code == 0, err
+    encoder = onnx_inputs(step(record, "encoder.export")["outputs"]["model.onnx"])
+    assert encoder == [("input_values", [1, SAMPLES])]
+    verify = step(record, "encoder.verify")["metrics"]
+    assert verify["data"] == "speech via the model's feature extractor"
+    assert verify["cosine_min"] > 0.9999
+    gen = step(record, "verify_generation")["metrics"]
+    assert gen["token_agreement"] == 1.0 and gen["wer_vs_pytorch"] == 0.0, gen
+    ev = step(record, "eval")["metrics"]
+    assert ev["metric"] == "wer" and ev["eval_verdict"] == "PASS"
+    assert ev["scores"]["fp32_onnx"]["wer"] == ev["scores"]["pytorch"]["wer"] == 0.0
+    folder = Path(record["published"]["bundle.json"]).parent
+    wav = tmp_path / "speech.wav"
+    soundfile.write(wav, media.speaker().say("the cat sat on the mat"), media.RATE)
+    mine = run_cli("generate", str(folder), "--audio", str(wav), "--new-tokens", "8", "--json")
+    assert mine.returncode == 0, mine.stderr
+    tokens = json.loads(mine.stdout)["tokens"]
+    audio, rate = soundfile.read(wav, dtype="float32")
+    audio = np.pad(audio[:SAMPLES], (0, max(0, SAMPLES - len(audio))))
+    values = transformers.AutoFeatureExtractor.from_pretrained(str(folder))(
+        audio, sampling_rate=rate, return_tensors="pt").input_values
+    model = transformers.MoonshineForConditionalGeneration.from_pretrained(str(ckpt)).eval()
+    with torch.no_grad():
+        want = model.generate(input_values=values, max_new_tokens=8, do_sample=False,
+                              num_beams=1)[0, 1:].tolist()  # after the start token
+    assert len(set(tokens)) > 2 and tokens == want, (tokens, want)
+
+
+def onnx_inputs(path: str) -> list[tuple[str, list[int]]]:
+    import onnx
+
+    graph = onnx.load(path, load_external_data=False).graph
+    return [(i.name, [d.dim_value for d in i.type.tensor_type.shape.dim]) for i in graph.input]

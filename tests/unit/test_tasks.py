@@ -135,6 +135,40 @@ def test_input_specs_per_modality(tmp_path: Path, config: dict[str, Any],
     assert {s["name"]: s["shape"] for s in inputs} == want
 
 
+MOONSHINE = {"model_type": "moonshine", "architectures": ["MoonshineForConditionalGeneration"],
+             "is_encoder_decoder": True, "hidden_size": 64, "vocab_size": 100,
+             "max_position_embeddings": 128}
+WAVEFORM = {"feature_extractor_type": "Wav2Vec2FeatureExtractor", "feature_size": 1,
+            "sampling_rate": 16000}
+
+
+@pytest.mark.parametrize(("shapes", "samples", "positions"), [
+    ([], 160000, 415),  # 10 s: (((160000 - 127) // 64 + 1 - 7) // 3 + 1 - 3) // 2 + 1
+    (["export.shapes.audio_samples=32000"], 32000, 82),
+])
+def test_a_speech_encoder_takes_what_its_feature_extractor_gives(
+        tmp_path: Path, shapes: list[str], samples: int, positions: int) -> None:
+    """One value per time step from the feature extractor: the encoder takes the waveform by
+    the extractor's name, and the decoder as many encoder positions as its convolutions make
+    of the samples (Moonshine's, which transformers counts the same way)."""
+    ckpt = checkpoint(tmp_path, MOONSHINE, preprocessor_config__json=json.dumps(WAVEFORM))
+    ir = plan(ckpt, "quant=none", *shapes)
+    assert [(s["name"], s["shape"], s["kind"])
+            for s in export_params(ir, "encoder.export")["inputs"]] == [
+        ("input_values", [1, samples], "waveform")]
+    states = next(s for s in export_params(ir, "decoder.export")["inputs"]
+                  if s["name"] == "encoder_hidden_states")
+    assert states["shape"] == [1, positions, 64]
+
+
+def test_too_few_samples_for_the_encoder_is_one_line(tmp_path: Path) -> None:
+    ckpt = checkpoint(tmp_path, MOONSHINE, preprocessor_config__json=json.dumps(WAVEFORM))
+    with pytest.raises(ConfigError) as err:
+        plan(ckpt, "quant=none", "export.shapes.audio_samples=400")
+    assert str(err.value).startswith("export.shapes.audio_samples: 400 samples are too few")
+    assert "set export.shapes.audio_samples higher" in str(err.value)
+
+
 def test_encoder_decoder_is_one_plan_with_two_chains() -> None:
     ir = plan_from_overrides(["model=tiny_random", "model.random_init.model_type=marian",
                               "target=qnn_htp", "export.shapes.decoder_cache=false"]).to_json()
