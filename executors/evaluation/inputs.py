@@ -88,10 +88,13 @@ def audio_feed(cx: Context, value: Any) -> Feed:
                             "spectrogram its graph takes; add preprocessor_config.json")
     if kind_of(spec) == "mel_features":  # [mel bins, frames]: the extractor pads to its window
         return {spec["name"]: media.extracted(wav, extractor, rate, "input_features")[None]}
-    feats = media.extracted(wav, extractor, rate, "input_values")
-    frames = int(spec["shape"][1])
-    feats = np.pad(feats[:frames], ((0, max(0, frames - len(feats))), (0, 0)))
-    return {spec["name"]: feats[None]}
+    feats = media.extracted(wav, extractor, rate, spec["name"])  # by the graph's input name
+    try:
+        return {spec["name"]: media.fitted_frames(feats, int(spec["shape"][1]),
+                                                  int(spec["shape"][2]))[None]}
+    except LookupError as exc:
+        raise EvalDataError(f"eval: {exc}; rebuild with the checkpoint's feature "
+                            "extractor") from exc
 
 
 def dense_rows(rows: list[dict[str, Any]], cx: Context, role: str,

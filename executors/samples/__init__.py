@@ -124,9 +124,11 @@ class Samples:
                                                      if extractor is not None else "normalization")
             return {spec["name"]: np.stack([media.waveform(s, spec["shape"][1], extractor)
                                             for s in said])}
-        make = media.mel_features if "mel_features" in wanted else media.spectrogram
         try:
-            out = np.stack([make(s, spec["shape"], extractor) for s in said])
+            out = np.stack([media.mel_features(s, spec["shape"], extractor)
+                            if "mel_features" in wanted else
+                            media.spectrogram(s, spec["shape"], extractor, spec["name"])
+                            for s in said])
         except LookupError:
             self.origins["audio"] = "random values (no feature extractor for spectrograms)"
             return {spec["name"]: self._random(spec)}

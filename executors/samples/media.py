@@ -191,14 +191,20 @@ def mel_features(text: str, shape: list[int], extractor: Any) -> np.ndarray:
     return out
 
 
-def spectrogram(text: str, shape: list[int], extractor: Any) -> np.ndarray:
-    """`text` spoken, as the [frames, mel bins] features a spectrogram model takes (its
-    feature extractor computes them; without one there are none to compute)."""
+def spectrogram(text: str, shape: list[int], extractor: Any,
+                field: str = "input_values") -> np.ndarray:
+    """`text` spoken, as the [frames, mel bins] features a spectrogram or filter-bank model
+    takes under `field` (its feature extractor computes them, cut or padded with silence's
+    zeros to the graph's frames; without one there are none to compute)."""
     _, frames, mels = shape
     if extractor is None:
         raise LookupError("the checkpoint has no feature extractor to compute spectrograms")
-    out = extracted(speaker().say(text), extractor, RATE, "input_values")
-    if out.shape != (frames, mels):
+    return fitted_frames(extracted(speaker().say(text), extractor, RATE, field), frames, mels)
+
+
+def fitted_frames(out: np.ndarray, frames: int, mels: int) -> np.ndarray:
+    """Features [frames, mel bins] cut or padded with zeros to `frames`."""
+    if out.ndim != 2 or out.shape[1] != mels:
         raise LookupError(f"the feature extractor gives {list(out.shape)} features, the graph "
                           f"takes [{frames}, {mels}]")
-    return out
+    return np.pad(out[:frames], ((0, max(0, frames - len(out))), (0, 0)))

@@ -70,13 +70,21 @@ def _feature_extractor(model_type: str, config: Any, rate: int) -> Any:
     cls = getattr(transformers, name or "", None)
     if cls is None:
         return None
-    if hasattr(config, "max_source_positions"):  # Whisper-like: log-mel frames, 10 ms each,
-        frames = 2 * config.max_source_positions    # two per encoder position
+    if hasattr(config, "max_source_positions") and hasattr(config, "num_mel_bins"):
+        # Whisper-like: log-mel frames, 10 ms each, two per encoder position
+        frames = 2 * config.max_source_positions
         return cls(feature_size=config.num_mel_bins, sampling_rate=rate,
                    chunk_length=max(1, frames * 160 // rate), hop_length=160)
-    if hasattr(config, "num_mel_bins"):  # a spectrogram model: the extractor makes its frames
-        return cls(num_mel_bins=config.num_mel_bins, max_length=config.max_length,
-                   sampling_rate=rate)
+    # a spectrogram or filter-bank model: the extractor makes its frames, as wide as the
+    # config's features (Speech2Text calls them input_feat_per_channel)
+    mels = getattr(config, "num_mel_bins", None) or getattr(config, "input_feat_per_channel", None)
+    if mels:
+        import inspect
+
+        takes = inspect.signature(cls.__init__).parameters
+        wanted = {"num_mel_bins": mels, "feature_size": mels, "sampling_rate": rate,
+                  "max_length": getattr(config, "max_length", None)}
+        return cls(**{k: v for k, v in wanted.items() if k in takes and v is not None})
     return cls(sampling_rate=rate, do_normalize=True, return_attention_mask=False)
 
 

@@ -45,37 +45,45 @@ def tokenizer(ckpt: Path | None) -> Any:
         return None
 
 
-def waveform_for(model: Any, speech: list[np.ndarray], positions: int,
-                 extractor: Any) -> np.ndarray:
-    """`speech` fitted (cut or padded with silence) to the fewest samples from which the
-    model's waveform encoder gives `positions` positions."""
+def speech_for(model: Any, name: str, speech: list[np.ndarray], positions: int,
+               extractor: Any) -> np.ndarray:
+    """`speech` as the encoder's input `name` (a waveform [samples], else the extractor's
+    frames [frames, features]) of the fewest samples or frames from which it gives
+    `positions` positions, cut or padded with silence."""
     from executors.samples import media
 
-    count = _positions_counter(model)
-    high = 1024
+    width = None if name == "input_values" else \
+        int(getattr(extractor, "feature_size", 0) or model.config.input_feat_per_channel)
+    count = _positions_counter(model, name, width)
+    high = 16
     while count(high) < positions:
         high *= 2
     low = high // 2
     while high - low > 1:  # the fewest that still give them
         mid = (low + high) // 2
         low, high = (low, mid) if count(mid) >= positions else (mid, high)
-    return np.stack([media.fitted_waveform(w, high, extractor, media.RATE) for w in speech])
+    if width is None:
+        return np.stack([media.fitted_waveform(w, high, extractor, media.RATE) for w in speech])
+    return np.stack([media.fitted_frames(media.extracted(w, extractor, media.RATE, name), high,
+                                         width) for w in speech])
 
 
-def _positions_counter(model: Any) -> Any:
-    """samples -> the positions a waveform encoder gives: the model's own count of what its
-    convolutions make of a length where it has one, else the encoder's output on silence."""
+def _positions_counter(model: Any, name: str, width: int | None) -> Any:
+    """steps -> the positions a speech encoder gives of that many samples or frames: the
+    model's own count of what its convolutions make of a length where it has one, else the
+    encoder's output on silence."""
     import torch
 
     from executors.runtime.torchmodel import encoder_of
 
     own = getattr(model, "_get_feat_extract_output_lengths", None)
     if own is not None:
-        return lambda samples: int(own(torch.tensor(samples)))
+        return lambda steps: int(own(torch.tensor(steps)))
 
-    def run(samples: int) -> int:
+    def run(steps: int) -> int:
+        blank = torch.zeros(1, steps) if width is None else torch.zeros(1, steps, width)
         with torch.no_grad():
-            out = encoder_of(model)(input_values=torch.zeros(1, samples), return_dict=True)
+            out = encoder_of(model)(**{name: blank}, return_dict=True)
         return int(out.last_hidden_state.shape[1])
 
     return run
@@ -228,10 +236,13 @@ def _encoder_inputs(model: Any, tok: Any, texts: list[str], enc_seq: int, pool: 
     config = model.config
     from executors.runtime.torchmodel import encoder_of
 
-    if getattr(encoder_of(model), "main_input_name", None) == "input_values":  # a waveform
+    takes = getattr(encoder_of(model), "main_input_name", None)
+    if takes == "input_values" or (takes == "input_features"
+                                   and not hasattr(config, "num_mel_bins")):
+        # a waveform, or filter-bank frames (Speech2Text), the encoder's positions' worth
         extractor = media.feature_extractor(ckpt)
         speech = [media.speaker().say(t) for t in texts]
-        return {"input_values": waveform_for(model, speech, enc_seq, extractor)}, \
+        return {takes: speech_for(model, takes, speech, enc_seq, extractor)}, \
             np.ones((batch, enc_seq), np.int64)
     if hasattr(config, "max_source_positions") and hasattr(config, "num_mel_bins"):
         shape = [batch, config.num_mel_bins, 2 * config.max_source_positions]

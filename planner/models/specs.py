@@ -7,6 +7,7 @@ a mask, pixels, a waveform...), which calibration and verification read.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from planner.errors import ConfigError
@@ -187,37 +188,67 @@ def speech_features(info: dict[str, Any], batch: int) -> list[dict[str, Any]]:
 
 def speech_inputs(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType | None,
                   shapes: dict[str, Any], batch: int) -> tuple[list[dict[str, Any]], int]:
-    """A speech encoder's inputs and the positions it gives. Its feature extractor says which
-    input: one value per time step (`feature_size` 1; a model type with waveform convolutions
-    when no preprocessor_config.json says) is the waveform itself, under the name the extractor
-    gives it (`input_values`), `export.shapes.audio_samples` of them (default SPEECH_SECONDS at
-    its sampling rate); else Whisper's log-mel features."""
+    """A speech encoder's inputs and the positions it gives, as its feature extractor makes
+    them and by the name it gives them: the waveform itself for one value per time step
+    (`feature_size` 1, `input_values` [batch, samples]); Whisper's log-mel window (config.json
+    says `num_mel_bins`: [batch, mel bins, frames]); else filter-bank frames, frames first
+    (Speech2Text: `input_features` [batch, frames, features], one per hop). As many samples
+    as `export.shapes.audio_samples` says, else SPEECH_SECONDS' (or as many frames as the
+    encoder's positions take)."""
+    rate = preproc.get("sampling_rate") or DEFAULT_RATE
+    asked = shapes.get("audio_samples")
+    convs = encoder_convs(info, mt)
     waveform = 1 if mt is not None and mt.audio_convs else None
     if preproc.get("feature_size", waveform) == 1:
-        rate = preproc.get("sampling_rate") or DEFAULT_RATE
-        samples = shapes.get("audio_samples") or SPEECH_SECONDS * rate
+        samples = asked or SPEECH_SECONDS * rate
         name = (preproc.get("model_input_names") or ["input_values"])[0]
         return ([_spec(name, "float32", [batch, samples], -1.0, 1.0, "waveform")],
-                waveform_positions(info, mt, samples))
-    return speech_features(info, batch), int(info.get("max_source_positions") or 1500)
+                positions_of(info, convs, samples))
+    if "num_mel_bins" in info:
+        return speech_features(info, batch), int(info.get("max_source_positions") or 1500)
+    hop = preproc.get("hop_length") or rate // 100  # 10 ms frames
+    frames = (asked or SPEECH_SECONDS * rate) // hop
+    limit = info.get("max_source_positions")
+    per_position = math.prod(stride for _, stride, _ in convs)
+    if asked is None and isinstance(limit, int):
+        frames = min(frames, limit * per_position)
+    width = preproc.get("feature_size") or info.get("input_feat_per_channel") or 80
+    positions = positions_of(info, convs, frames)
+    if isinstance(limit, int) and positions > limit:
+        raise ConfigError(f"export.shapes.audio_samples: {asked} samples make {positions} "
+                          f"encoder positions, and the model has {limit}; set "
+                          f"export.shapes.audio_samples={limit * per_position * hop} or less")
+    name = (preproc.get("model_input_names") or ["input_features"])[0]
+    return [_spec(name, "float32", [batch, frames, width], -5.0, 5.0, "spectrogram")], positions
 
 
-def waveform_positions(info: dict[str, Any], mt: T.ModelType | None, samples: int) -> int:
-    """The positions a waveform encoder's unpadded convolutions (its model type's) make of
-    `samples`."""
-    convs = mt.audio_convs if mt is not None else ()
+def encoder_convs(info: dict[str, Any], mt: T.ModelType | None) -> tuple[tuple[int, int, int],
+                                                                          ...]:
+    """(kernel, stride, padding) of a speech encoder's convolutions over time: its model
+    type's, or config.json's `conv_kernel_sizes` at its model type's stride."""
+    if mt is None:
+        return ()
+    kernels = info.get("conv_kernel_sizes")
+    if mt.kernel_stride and isinstance(kernels, list):
+        return tuple((int(k), mt.kernel_stride, int(k) // 2) for k in kernels)
+    return mt.audio_convs
+
+
+def positions_of(info: dict[str, Any], convs: tuple[tuple[int, int, int], ...],
+                 steps: int) -> int:
+    """The positions a speech encoder's convolutions make of `steps` samples or frames."""
     if not convs:
-        raise ConfigError(f"model: the encoder of model_type {info.get('model_type')!r} takes "
-                          "a waveform, and the positions its convolutions make of the samples "
+        raise ConfigError(f"model: the speech encoder of model_type {info.get('model_type')!r} "
+                          "convolves its input, and the positions its convolutions make of it "
                           "are not declared for this type (planner/models/tasks.py declares "
                           "them by type); build a speech model of a declared type")
-    positions = samples
-    for kernel, stride in convs:
-        positions = (positions - kernel) // stride + 1
+    positions = steps
+    for kernel, stride, padding in convs:
+        positions = (positions + 2 * padding - kernel) // stride + 1
     if positions < 1:
-        raise ConfigError(f"export.shapes.audio_samples: {samples} samples are too few for the "
-                          f"encoder's convolutions (kernels {[k for k, _ in convs]}); set "
-                          "export.shapes.audio_samples higher")
+        raise ConfigError(f"export.shapes.audio_samples: {steps} samples or frames are too few "
+                          f"for the encoder's convolutions (kernels {[c[0] for c in convs]}); "
+                          "set export.shapes.audio_samples higher")
     return positions
 
 

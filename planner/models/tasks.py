@@ -75,9 +75,12 @@ class ModelType:
     outputs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # task -> other outputs
     image_size: int | None = None                # when config.json does not say
     end_token: str = "eos_token_id"              # the config field generation stops at
-    # a waveform encoder's convolutions (kernel, stride), when config.json does not say them
-    # (as `conv_kernel` and `conv_stride`): how many positions its samples give
-    audio_convs: tuple[tuple[int, int], ...] = ()
+    # a speech encoder's convolutions (kernel, stride, padding), which config.json does not
+    # say: how many positions its samples give (Moonshine's on the waveform)
+    audio_convs: tuple[tuple[int, int, int], ...] = ()
+    # or the stride of each of config.json's `conv_kernel_sizes`, padded by half the kernel
+    # (Speech2Text's subsampler of filter-bank frames)
+    kernel_stride: int = 0
 
 
 _TEXT_TASKS = ("feature-extraction", "fill-mask", "text-classification",
@@ -143,7 +146,8 @@ MODEL_TYPES: dict[str, ModelType] = {m.name: m for m in (
     ModelType("whisper", SPEECH2TEXT, ("automatic-speech-recognition",),
               classes={"automatic-speech-recognition": "WhisperForConditionalGeneration"}),
     ModelType("moonshine", SPEECH2TEXT, ("automatic-speech-recognition",),
-              absolute_positions=False, audio_convs=((127, 64), (7, 3), (3, 2))),
+              absolute_positions=False, audio_convs=((127, 64, 0), (7, 3, 0), (3, 2, 0))),
+    ModelType("speech_to_text", SPEECH2TEXT, ("automatic-speech-recognition",), kernel_stride=2),
     ModelType("vision-encoder-decoder", IMAGE2TEXT, ("image-to-text",), image_size=224),
     # BLIP captioning: its vision model is the encoder, its text decoder reads the image
     ModelType("blip", IMAGE2TEXT, ("image-to-text",),

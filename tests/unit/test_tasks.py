@@ -161,11 +161,40 @@ def test_a_speech_encoder_takes_what_its_feature_extractor_gives(
     assert states["shape"] == [1, positions, 64]
 
 
+S2T = {"model_type": "speech_to_text", "architectures": ["Speech2TextForConditionalGeneration"],
+       "is_encoder_decoder": True, "d_model": 64, "vocab_size": 100, "max_source_positions": 100,
+       "max_target_positions": 64, "input_feat_per_channel": 80, "conv_kernel_sizes": [5, 5]}
+FILTER_BANK = {"feature_extractor_type": "Speech2TextFeatureExtractor", "feature_size": 80,
+               "num_mel_bins": 80, "sampling_rate": 16000}
+
+
+def test_filter_bank_frames_come_frames_first_as_many_as_the_positions_take(
+        tmp_path: Path) -> None:
+    """Speech2Text's extractor gives [frames, features] under `input_features`; two stride-2
+    convolutions take 4 frames a position: 100 positions take 400 frames (4 s, under the 10 s
+    default), 2 s of samples 200 frames, and 8 s more positions than the model has."""
+    ckpt = checkpoint(tmp_path, S2T, preprocessor_config__json=json.dumps(FILTER_BANK))
+    for shapes, frames, positions in (([], 400, 100),
+                                      (["export.shapes.audio_samples=32000"], 200, 50)):
+        ir = plan(ckpt, "quant=none", *shapes)
+        assert [(s["name"], s["shape"], s["kind"])
+                for s in export_params(ir, "encoder.export")["inputs"]] == [
+            ("input_features", [1, frames, 80], "spectrogram")]
+        states = next(s for s in export_params(ir, "decoder.export")["inputs"]
+                      if s["name"] == "encoder_hidden_states")
+        assert states["shape"] == [1, positions, 64]
+    with pytest.raises(ConfigError) as err:
+        plan(ckpt, "quant=none", "export.shapes.audio_samples=128000")
+    assert str(err.value) == ("export.shapes.audio_samples: 128000 samples make 200 encoder "
+                              "positions, and the model has 100; set "
+                              "export.shapes.audio_samples=64000 or less")
+
+
 def test_too_few_samples_for_the_encoder_is_one_line(tmp_path: Path) -> None:
     ckpt = checkpoint(tmp_path, MOONSHINE, preprocessor_config__json=json.dumps(WAVEFORM))
     with pytest.raises(ConfigError) as err:
         plan(ckpt, "quant=none", "export.shapes.audio_samples=400")
-    assert str(err.value).startswith("export.shapes.audio_samples: 400 samples are too few")
+    assert str(err.value).startswith("export.shapes.audio_samples: 400 samples or frames are too few")
     assert "set export.shapes.audio_samples higher" in str(err.value)
 
 
