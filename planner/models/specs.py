@@ -256,7 +256,8 @@ def _encoder_decoder(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelT
                      modality: str, shapes: dict[str, Any], batch: int,
                      outputs: list[str]) -> dict[str, dict[str, Any]]:
     decoder_info = info.get("decoder") or info.get("text_config") or info
-    vocab = decoder_info.get("vocab_size")
+    # a translator with a vocabulary per side (FSMT) names them src_ and tgt_vocab_size
+    vocab = decoder_info.get("vocab_size") or decoder_info.get("tgt_vocab_size")
     limit = decoder_info.get("max_target_positions") or position_limit(decoder_info, mt)
     dec_seq = sequence_length(shapes, limit, "decoder_sequence_length", DEFAULT_DECODER_SEQUENCE)
     if modality == T.SPEECH2TEXT:
@@ -264,7 +265,8 @@ def _encoder_decoder(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelT
         width, cross = info.get("d_model") or info.get("hidden_size"), []
     elif modality == T.TEXT2TEXT:
         enc_seq = sequence_length(shapes, position_limit(info, mt))
-        encoder = text_inputs(info, None, batch, enc_seq)
+        encoder = text_inputs({**info, "vocab_size": info.get("vocab_size")
+                               or info.get("src_vocab_size")}, None, batch, enc_seq)
         width = info.get("d_model") or info.get("hidden_size")
         cross = [_spec("encoder_attention_mask", "int64", [batch, enc_seq], 0, 1,
                        "encoder_attention_mask")]
