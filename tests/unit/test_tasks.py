@@ -190,6 +190,16 @@ def test_filter_bank_frames_come_frames_first_as_many_as_the_positions_take(
                               "export.shapes.audio_samples=64000 or less")
 
 
+def test_a_translator_with_a_vocabulary_per_side_takes_each_sides_ids(tmp_path: Path) -> None:
+    """FSMT names its vocabularies src_vocab_size and tgt_vocab_size (no vocab_size)."""
+    fsmt = {"model_type": "fsmt", "architectures": ["FSMTForConditionalGeneration"],
+            "is_encoder_decoder": True, "d_model": 64, "src_vocab_size": 300,
+            "tgt_vocab_size": 200, "max_position_embeddings": 64, "decoder_start_token_id": 2}
+    ir = plan(checkpoint(tmp_path, fsmt), "quant=none", "export.shapes.sequence_length=16")
+    assert export_params(ir, "encoder.export")["inputs"][0]["max"] == 299
+    assert export_params(ir, "decoder.export")["inputs"][0]["max"] == 199
+
+
 def test_too_few_samples_for_the_encoder_is_one_line(tmp_path: Path) -> None:
     ckpt = checkpoint(tmp_path, MOONSHINE, preprocessor_config__json=json.dumps(WAVEFORM))
     with pytest.raises(ConfigError) as err:
