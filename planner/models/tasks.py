@@ -146,8 +146,11 @@ MODEL_TYPES: dict[str, ModelType] = {m.name: m for m in (
     ModelType("whisper", SPEECH2TEXT, ("automatic-speech-recognition",),
               classes={"automatic-speech-recognition": "WhisperForConditionalGeneration"}),
     ModelType("moonshine", SPEECH2TEXT, ("automatic-speech-recognition",),
+              classes={"automatic-speech-recognition": "MoonshineForConditionalGeneration"},
               absolute_positions=False, audio_convs=((127, 64, 0), (7, 3, 0), (3, 2, 0))),
-    ModelType("speech_to_text", SPEECH2TEXT, ("automatic-speech-recognition",), kernel_stride=2),
+    ModelType("speech_to_text", SPEECH2TEXT, ("automatic-speech-recognition",),
+              classes={"automatic-speech-recognition": "Speech2TextForConditionalGeneration"},
+              kernel_stride=2),
     ModelType("vision-encoder-decoder", IMAGE2TEXT, ("image-to-text",), image_size=224),
     # BLIP captioning: its vision model is the encoder, its text decoder reads the image
     ModelType("blip", IMAGE2TEXT, ("image-to-text",),

@@ -125,6 +125,12 @@ TINY: dict[str, dict[str, Any]] = {
     "whisper": {**{k: v for k, v in _SEQ2SEQ.items() if k != "max_position_embeddings"},
                 "num_mel_bins": 80, "max_source_positions": 100, "max_target_positions": 64,
                 "decoder_start_token_id": 3},
+    # 80 filter-bank features a frame, two stride-2 convolutions: 400 frames (4 s), 100
+    # positions (config.json says the kernels; the planner counts positions from them)
+    "speech_to_text": {**{k: v for k, v in _SEQ2SEQ.items() if k != "max_position_embeddings"},
+                       "input_feat_per_channel": 80, "conv_kernel_sizes": [5, 5],
+                       "conv_channels": 64, "max_source_positions": 100,
+                       "max_target_positions": 64},
     **{name: {**_LM, **extra} for name, extra in (
         ("llama", {}), ("mistral", {}), ("qwen2", {}), ("phi3", {}),
         ("qwen3", {"head_dim": 16}), ("gemma", {"head_dim": 16}))},  # their defaults: 128, 256
