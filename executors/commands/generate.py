@@ -30,7 +30,8 @@ def add_command(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
                     help="the prompt text (a language model), or the text to translate (an "
                     "encoder-decoder text model)")
     sp.add_argument("--audio", metavar="FILE",
-                    help="speech to transcribe (a speech model's bundle: Whisper)")
+                    help="speech to transcribe (a speech model's bundle: Whisper, "
+                    "Moonshine, Speech2Text)")
     sp.add_argument("--image", metavar="FILE",
                     help="an image to caption (an image-to-text model's bundle)")
     sp.add_argument("--new-tokens", type=int, default=32, metavar="N",

@@ -52,8 +52,10 @@ def speech_for(model: Any, name: str, speech: list[np.ndarray], positions: int,
     `positions` positions, cut or padded with silence."""
     from executors.samples import media
 
-    width = None if name == "input_values" else \
-        int(getattr(extractor, "feature_size", 0) or model.config.input_feat_per_channel)
+    if name != "input_values" and extractor is None:
+        raise LookupError("the checkpoint has no feature extractor to compute the filter-bank "
+                          "frames its encoder takes; add its preprocessor_config.json")
+    width = None if name == "input_values" else int(extractor.feature_size)
     count = _positions_counter(model, name, width)
     high = 16
     while count(high) < positions:
