@@ -134,3 +134,51 @@ def onnx_inputs(path: str) -> list[tuple[str, list[int]]]:
 
     graph = onnx.load(path, load_external_data=False).graph
     return [(i.name, [d.dim_value for d in i.type.tensor_type.shape.dim]) for i in graph.input]
+
+
+def test_speech2text_transcribes_filter_bank_frames_as_transformers_does(
+        tmp_path: Path) -> None:
+    """A tiny random Speech2Text takes its feature extractor's frames first, by the name the
+    extractor gives them (`input_features` [1, 400 frames, 80]: the 100 positions its two
+    stride-2 convolutions make); verify feeds it synthesized speech, and `modelplan generate
+    --audio` gives transformers' own `generate` tokens for the same frames."""
+    import numpy as np
+    import soundfile
+    import torch
+    import transformers
+
+    from executors.samples import media
+
+    code, record, err = run_json("model=tiny_random", "model.random_init.model_type=speech_to_text",
+                                 "+model.random_init.config.init_std=0.2",
+                                 "+model.random_init.config.tie_word_embeddings=false",
+                                 "target=cpu",
+                                 "quant=none", "perf=none", "verify.samples=1",
+                                 store=tmp_path / "store", outputs=tmp_path / "out")
+    assert code == 0, err
+    assert onnx_inputs(step(record, "encoder.export")["outputs"]["model.onnx"]) == [
+        ("input_features", [1, 400, 80])]
+    assert step(record, "encoder.verify")["metrics"]["data"] == \
+        "speech via the model's feature extractor"
+    assert "encoder states of the torch encoder" in step(record, "decoder.verify")["metrics"]["data"]
+    assert step(record, "verify_generation")["metrics"]["token_agreement"] == 1.0
+    folder = Path(record["published"]["bundle.json"]).parent
+    wav = tmp_path / "speech.wav"
+    soundfile.write(wav, media.speaker().say("the cat sat on the mat"), media.RATE)
+    mine = run_cli("generate", str(folder), "--audio", str(wav), "--new-tokens", "8", "--json")
+    assert mine.returncode == 0, mine.stderr
+    tokens = json.loads(mine.stdout)["tokens"]
+    audio, rate = soundfile.read(wav, dtype="float32")
+    frames = transformers.AutoFeatureExtractor.from_pretrained(str(folder))(
+        audio, sampling_rate=rate, return_tensors="np").input_features[0]
+    frames = np.pad(frames[:400], ((0, max(0, 400 - len(frames))), (0, 0)))[None]
+    checkpoint = Path(next(p for k, p in step(record, "resolve")["outputs"].items()
+                           if k.endswith("config.json"))).parent
+    model = transformers.Speech2TextForConditionalGeneration.from_pretrained(
+        str(checkpoint)).eval()
+    with torch.no_grad():
+        want = model.generate(input_features=torch.from_numpy(frames), max_new_tokens=8,
+                              do_sample=False, num_beams=1)[0, 1:].tolist()
+    eos = model.config.eos_token_id
+    assert len(set(tokens)) > 2 and tokens == (want[:-1] if want[-1:] == [eos] else want), \
+        (tokens, want)
