@@ -77,7 +77,7 @@ MOONSHINE = {**{f"{part}_{field}": 2 for part in ("encoder", "decoder")
 SAMPLES = 32000  # 2 s at 16 kHz: 82 encoder positions
 
 
-@pytest.mark.slow  # 32-50 s on the shared 2-core machine
+@pytest.mark.slow  # 26-50 s on the shared 2-core machine
 def test_moonshine_transcribes_a_waveform_as_transformers_does(tmp_path: Path) -> None:
     """A tiny Moonshine with its feature extractor (a waveform, feature_size 1) builds for the
     CPU in fp32 (with export=dynamo: TorchScript's exporter fails on its rotary embedding):
