@@ -119,7 +119,7 @@ def layer_lists(config_cls: Any, fields: dict[str, Any]) -> dict[str, Any]:
         try:
             value = getattr(default, name)
         except Exception:  # noqa: BLE001 - a property that refuses the default
-            continue
+            value = None
         if fields.get(name) is None and isinstance(value, (list, tuple)) and \
                 len(value) == layers:
             lists[name] = value
