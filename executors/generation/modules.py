@@ -147,9 +147,34 @@ def _lm_positions_at(model: Any, position_ids: Any) -> contextlib.AbstractContex
     return positions_at(model, position_ids)
 
 
+class RecurrentState(Exception):
+    """A causal LM with layers that keep a recurrent state, which no graph input carries."""
+
+
+def recurrent_layers(model: Any) -> dict[int, str]:
+    """The layers whose transformers cache keeps a recurrent state (a convolution's or a
+    state-space model's, alone or beside keys and values), as transformers' cache classes
+    say, with their cache class's name: the static cache holds keys and values only."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import LinearAttentionCacheLayerMixin
+
+    cache = DynamicCache(config=model.config)
+    return {i: type(layer).__name__ for i, layer in enumerate(cache.layers)
+            if isinstance(layer, LinearAttentionCacheLayerMixin)}
+
+
 def lm_module(model: Any, input_names: list[str], output_names: list[str],
               free_past: bool = False) -> Any:
-    """The module a causal LM's prefill or decode graph traces."""
+    """The module a causal LM's prefill or decode graph traces (RecurrentState where a layer
+    keeps a recurrent state: the graphs would drop it between steps)."""
+    recurrent = recurrent_layers(model)
+    if recurrent:
+        kinds = sorted(set(recurrent.values()))
+        raise RecurrentState(
+            f"{type(model).__name__} keeps a recurrent state in layer"
+            f"{'s' if len(recurrent) > 1 else ''} {', '.join(map(str, recurrent))} "
+            f"(transformers' {', '.join(kinds)}: convolution or state-space states), which "
+            "the static key/value cache does not carry from one step to the next")
     headless = output_names[0] == "hidden_states"
 
     def run(held: Any, feed: dict[str, Any]) -> Any:

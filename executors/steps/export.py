@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from executors.generation.modules import gives_cross, graph_module
+from executors.generation.modules import RecurrentState, gives_cross, graph_module
 from executors.onnx import hierarchy
 from executors.onnx.artifacts import (
     MODEL,
@@ -54,7 +54,12 @@ def run(ctx: StepContext) -> StepResult:
     names = [s["name"] for s in specs]
     role = role_of(p["graph"], names)
     free_past = bool(p.get("dynamic")) and role.reads_cache
-    module = graph_module(model, role, names, outputs, free_past)
+    try:
+        module = graph_module(model, role, names, outputs, free_past)
+    except RecurrentState as exc:
+        raise ctx.fail(str(exc), "modelplan's generation graphs carry an attention key/value "
+                       "cache only: recurrent and state-space models are not supported") \
+            from None
     samples = Samples(specs, "verify", source=ctx.inputs["model"])
     feed = samples.feeds(1)[0]
     args = tuple(torch.from_numpy(feed[n]) for n in names)
