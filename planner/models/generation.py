@@ -84,6 +84,18 @@ def shape_of(info: dict[str, Any]) -> Shape:
     return Shape(layers, int(kv), int(head_dim), int(vocab), _first(text, _POSITIONS))
 
 
+def layer_shapes(info: dict[str, Any]) -> list[tuple[int, int]]:
+    """Each layer's (key/value heads, head width): the model's, or those its config.json's
+    `per_layer_config` (transformers' per-layer overrides, by layer index) gives a layer
+    (Gemma 4's full-attention layers are wider)."""
+    s = shape_of(info)
+    text = info.get("text_config") or info
+    overrides = {int(i): o for i, o in (text.get("per_layer_config") or {}).items()
+                 if isinstance(o, dict)}
+    return [(int(overrides.get(i, {}).get("num_key_value_heads") or s.kv_heads),
+             int(overrides.get(i, {}).get("head_dim") or s.head_dim)) for i in range(s.layers)]
+
+
 def window(info: dict[str, Any]) -> int | None:
     """The sliding attention window, where the model uses one (its cache then keeps only the
     last `window` tokens, which a static cache of more slots would not match)."""
@@ -151,8 +163,10 @@ def lm_graph_specs(info: dict[str, Any], shapes: dict[str, Any], batch: int,
     prompt = [_spec("input_ids", "int64", [1, prefill], 0, s.vocab - 1, "lm_prompt_ids"),
               _spec("attention_mask", "int64", [1, prefill], 0, 1, "lm_prompt_mask"),
               _spec("position_ids", "int64", [1, prefill], 0, top, "lm_prompt_positions")]
-    past = [_spec(n, "float32", [1, s.kv_heads, context, s.head_dim], -8.0, 8.0, "lm_past")
-            for n in cache_names(s.layers, CACHE.past)]
+    per_layer = [shape for shape in layer_shapes(info) for _ in CACHE.parts]  # as the names
+    past = [_spec(n, "float32", [1, heads, context, width], -8.0, 8.0, "lm_past")
+            for n, (heads, width) in zip(cache_names(s.layers, CACHE.past), per_layer,
+                                         strict=True)]
     step = [_spec("input_ids", "int64", [1, 1], 0, s.vocab - 1, "lm_step_ids"),
             _spec("position_ids", "int64", [1, 1], 0, top, "lm_step_positions"),
             _spec("attention_mask", "int64", [1, context + 1], 0, 1, "lm_step_mask"), *past]

@@ -103,6 +103,19 @@ def test_two_graphs_over_a_static_cache(tmp_path: Path) -> None:
     assert params(ir, "verify_generation")["new_tokens"] == 16
 
 
+def test_a_layer_of_its_own_geometry_gets_buffers_of_its_shape(tmp_path: Path) -> None:
+    """transformers' per_layer_config (Gemma 4's full-attention layers: wider heads, fewer of
+    them) gives that layer's buffers their own shape; the other layers keep the model's."""
+    config = {**LLAMA, "per_layer_config": {"1": {"head_dim": 16, "num_key_value_heads": 1}}}
+    decode = params(plan(checkpoint(tmp_path, config), "export.shapes.prefill_length=8",
+                         "export.shapes.context_length=40"), "decode.export")
+    shapes = {s["name"]: s["shape"] for s in decode["inputs"]}
+    assert {n: shapes[f"past_key_values.{n}.key"] for n in range(3)} == {
+        0: [1, 2, 40, 8], 1: [1, 1, 40, 16], 2: [1, 2, 40, 8]}
+    assert all(shapes[f"past_key_values.{n}.value"] == shapes[f"past_key_values.{n}.key"]
+               for n in range(3))
+
+
 def test_default_lengths_fit_the_positions(tmp_path: Path) -> None:
     assert lm.lengths(LLAMA, {}) == (64, 64)  # 64 positions: tokens 0 .. 63
     assert lm.lengths({**LLAMA, "max_position_embeddings": 4096}, {}) == (64, 256)
