@@ -38,12 +38,13 @@ COMMON = ("model=local_hf", "verify.samples=2", "perf=none", "export.shapes.pref
 HTP = ("target=qnn_htp", "quant=w8a16_pc", "quant.calibration.samples=4")
 # the values no rule below gives, which the class's defaults leave out and checkpoints have:
 # GPT-Neo's layer pattern is a list of (kinds, repeats); DBRX's attention reads a rope_theta its
-# attention config does not declare; LFM2-MoE's layer types and Cohere Compass's rotary
+# attention config does not declare, and clamps by clip_qkv (its forward fails on the default,
+# None); LFM2-MoE's layer types and Cohere Compass's rotary
 # parameters per layer type have no default; Mamba-2's SSM heads are hidden * expand /
 # head_dim
 NEEDS: dict[str, dict[str, Any]] = {
     "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
-    "dbrx": {"attn_config": {"rope_theta": 10000.0}},
+    "dbrx": {"attn_config": {"rope_theta": 10000.0, "clip_qkv": 8.0}},
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
     "cohere_compass_text": {"rope_parameters": {"full_attention": {
         "rope_type": "default", "rope_theta": 10000.0}}},

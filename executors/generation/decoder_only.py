@@ -82,14 +82,17 @@ class LMGraphs:
 
 
 class TorchLM:
-    """PyTorch's side: the checkpoint stepped with its own (dynamic) cache, at the positions
+    """PyTorch's side: the checkpoint stepped with a dynamic cache of its config (the cache its
+    graphs are traced with: a BERT-like decoder left to make its own makes an encoder-decoder
+    cache, whose self-attention half holds the same entries), at the positions
     transformers' generate gives (0, 1, ... from the first token, for a forward that takes
     position ids: a model that would count from its padding index, as RoBERTa's, gets them
     too, so the prompt and the steps agree)."""
 
     def __init__(self, model: Any) -> None:
-        from executors.generation.modules import takes_positions
+        from executors.generation.modules import dynamic_cache, takes_positions
 
+        self.empty = lambda: dynamic_cache(model)
         self.model, self.cache, self.seen = model, None, 0
         self.positions = takes_positions(model)
 
@@ -97,7 +100,8 @@ class TorchLM:
         import torch
 
         at = {"position_ids": torch.arange(len(ids))[None]} if self.positions else {}
-        out = self.model(input_ids=torch.tensor([ids]), use_cache=True, return_dict=True, **at)
+        out = self.model(input_ids=torch.tensor([ids]), past_key_values=self.empty(),
+                         use_cache=True, return_dict=True, **at)
         self.cache, self.seen = out.past_key_values, len(ids)
         return out.logits[0, -1].float().numpy()
 

@@ -86,7 +86,8 @@ def layer_count(model: Any) -> int:
     return int(config.num_hidden_layers)
 
 
-def _dynamic_cache(model: Any, past: tuple[Any, ...]) -> Any:
+def dynamic_cache(model: Any, past: tuple[Any, ...] = ()) -> Any:
+    """A transformers cache of the model's config holding `past` (key, value, key, ...)."""
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
@@ -114,7 +115,7 @@ def lm_step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
     the new entries after it). `embedded`: `tokens` are the embeddings the host looked up;
     `headless`: the final hidden states instead of the logits (the host applies the head)."""
     layers = layer_count(model)
-    cache = _dynamic_cache(model, past)
+    cache = dynamic_cache(model, past)
     kwargs = {"inputs_embeds" if embedded else "input_ids": tokens,
               "attention_mask": attention_mask, "past_key_values": cache, "use_cache": True,
               "return_dict": True}

@@ -23,3 +23,28 @@ def test_each_layer_buffer_keeps_its_own_heads_and_width() -> None:
         "past_key_values.1.key": (1, 1, 10, 16), "past_key_values.1.value": (1, 1, 10, 16)}
     np.testing.assert_array_equal(feed["past_key_values.1.value"][:, :, :3], -wide.numpy())
     assert not feed["past_key_values.1.key"][:, :, 3:].any()
+
+
+def test_pytorch_reference_cache_fills_the_buffers_of_a_bert_like_decoder() -> None:
+    """A BERT-like decoder (RemBERT) left to make its own cache makes an encoder-decoder one;
+    PyTorch's reference gives it the dynamic cache its graphs are traced with, whose layers
+    fill the static buffers, and its steps still match the whole sequence's forward."""
+    import transformers
+
+    from executors.generation.decoder_only import TorchLM
+    from planner.models.tiny import tiny_fields
+
+    config = transformers.RemBertConfig(**tiny_fields(transformers.RemBertConfig),
+                                        input_embedding_size=32, output_embedding_size=32,
+                                        is_decoder=True)
+    torch.manual_seed(0)
+    model = transformers.RemBertForCausalLM(config).eval()
+    lm = TorchLM(model)
+    with torch.no_grad():
+        lm.prompt([5, 6, 7])
+        last = lm.step(8)
+        whole = model(input_ids=torch.tensor([[5, 6, 7, 8]])).logits[0, -1].numpy()
+    feed = static_entries(lm.cache.layers, 4, [1, 2, 10, 32])
+    assert feed["past_key_values.1.value"].shape == (1, 2, 10, 32)
+    assert feed["past_key_values.1.value"][:, :, :4].any()
+    np.testing.assert_allclose(last, whole, atol=1e-5)
