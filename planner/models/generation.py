@@ -45,6 +45,7 @@ _HEADS = ("num_attention_heads", "n_head", "n_heads", "num_heads", "attention_he
           "decoder_attention_heads")
 _WIDTH = ("hidden_size", "n_embd", "d_model", "emb_dim")
 _POSITIONS = ("max_position_embeddings", "n_positions", "max_sequence_length", "n_ctx")
+_WINDOW = ("sliding_window", "window_size")  # GPT-Neo's local attention: window_size
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def window(info: dict[str, Any]) -> int | None:
     """The sliding attention window, where the model uses one (its cache then keeps only the
     last `window` tokens, which a static cache of more slots would not match)."""
     text = info.get("text_config") or info
-    size = text.get("sliding_window")
+    size = _first(text, _WINDOW)
     if not isinstance(size, int) or text.get("use_sliding_window") is False:
         return None
     return size

@@ -249,6 +249,9 @@ def test_review_findings_are_plan_time_lines(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="sliding window of 16 tokens"):
         lm.lengths(mistral, {"context_length": 32})
     assert lm.lengths({**mistral, "use_sliding_window": False}, {})[1] == 64
+    neo = {**GPT2, "model_type": "gpt_neo", "window_size": 16}  # GPT-Neo's local attention
+    with pytest.raises(ConfigError, match="sliding window of 16 tokens"):
+        lm.lengths(neo, {"context_length": 32})
     ckpt = checkpoint(tmp_path, {**LLAMA, "final_logit_softcapping": 30.0})
     with pytest.raises(ConfigError, match="final_logit_softcapping"):
         plan(ckpt, "export.on_host=[head]")
