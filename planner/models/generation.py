@@ -79,7 +79,10 @@ def shape_of(info: dict[str, Any]) -> Shape:
     if missing:
         raise ConfigError(f"model: the checkpoint's config.json has no {', '.join(missing)} "
                           f"(model_type {info.get('model_type')!r}); a causal LM's key/value "
-                          "cache is derived from them: add them to config.json")
+                          "cache is derived from them: add them to config.json"
+                          + ("" if heads else "; a model without attention layers (recurrent or "
+                             "state-space, as Mamba's) keeps a state that cache does not hold, "
+                             "and is not supported"))
     kv = text.get("num_key_value_heads") or (1 if text.get("multi_query") else heads)
     head_dim = text.get("head_dim") or width // heads
     return Shape(layers, int(kv), int(head_dim), int(vocab), _first(text, _POSITIONS))

@@ -260,8 +260,13 @@ def test_review_findings_are_plan_time_lines(tmp_path: Path) -> None:
         plan(ckpt, "export.on_host=[embeddings]", "eval=task")
     with pytest.raises(ConfigError, match="export.parts: 2 parts"):
         plan_from_overrides(["model=tiny_bert", "target=cpu", "export.parts=2"])
-    with pytest.raises(ConfigError, match="has no num_hidden_layers"):
+    with pytest.raises(ConfigError, match="has no num_hidden_layers") as got:
         lm.shape_of({k: v for k, v in LLAMA.items() if k != "num_hidden_layers"})
+    assert "recurrent" not in str(got.value)
+    mamba = {"model_type": "mamba", "hidden_size": 32, "num_hidden_layers": 2,
+             "vocab_size": 100, "state_size": 16}  # no attention heads
+    with pytest.raises(ConfigError, match="no num_attention_heads .*recurrent or state-space"):
+        lm.shape_of(mamba)
 
 
 @pytest.mark.parametrize(("overrides", "free"), [
