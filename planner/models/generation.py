@@ -45,7 +45,6 @@ _HEADS = ("num_attention_heads", "n_head", "n_heads", "num_heads", "attention_he
           "decoder_attention_heads")
 _WIDTH = ("hidden_size", "n_embd", "d_model", "emb_dim")
 _POSITIONS = ("max_position_embeddings", "n_positions", "max_sequence_length", "n_ctx")
-_WINDOW = ("sliding_window", "window_size")  # GPT-Neo's local attention: window_size
 
 
 @dataclass(frozen=True)
@@ -100,14 +99,19 @@ def layer_shapes(info: dict[str, Any]) -> list[tuple[int, int]]:
              int(overrides.get(i, {}).get("head_dim") or s.head_dim)) for i in range(s.layers)]
 
 
-def window(info: dict[str, Any]) -> int | None:
+def window(info: dict[str, Any]) -> tuple[str, int, int] | None:
     """The sliding attention window, where the model uses one (its cache then keeps only the
-    last `window` tokens, which a static cache of more slots would not match)."""
+    last tokens of it, which a static cache of more slots would not match): its field, its
+    size, and the cache slots it covers. Mistral's `sliding_window` covers as many; GPT-Neo's
+    `window_size` one less: its local mask is cut from a bias over key indices, where a step's
+    token, after the slots, is at index context_length."""
     text = info.get("text_config") or info
-    size = _first(text, _WINDOW)
-    if not isinstance(size, int) or text.get("use_sliding_window") is False:
+    if text.get("use_sliding_window") is False:
         return None
-    return size
+    for field, reach in (("sliding_window", 0), ("window_size", 1)):
+        if isinstance(text.get(field), int):
+            return field, text[field], text[field] - reach
+    return None
 
 
 def lengths(info: dict[str, Any], shapes: dict[str, Any]) -> tuple[int, int]:
@@ -115,7 +119,8 @@ def lengths(info: dict[str, Any], shapes: dict[str, Any]) -> tuple[int, int]:
     sliding window: the tokens take positions 0 .. context_length - 1."""
     limit = shape_of(info).positions
     slide = window(info)
-    bound = min(b for b in (limit, slide, 2**31) if b)
+    reach = slide[2] if slide else None
+    bound = min(b for b in (limit, reach, 2**31) if b)
     context = shapes.get("context_length")
     if context is None:
         context = min(DEFAULT_CONTEXT, bound)
@@ -123,11 +128,11 @@ def lengths(info: dict[str, Any], shapes: dict[str, Any]) -> tuple[int, int]:
         raise ConfigError(f"export.shapes.context_length: {context} tokens need {context} "
                           f"positions, but the model has {limit}; set "
                           f"export.shapes.context_length={limit} or less")
-    elif slide is not None and context > slide:
+    elif slide and reach is not None and context > reach:
         raise ConfigError(f"export.shapes.context_length: {context} cache slots, but the "
-                          f"model attends to a sliding window of {slide} tokens, which a static "
-                          f"cache does not slide; set export.shapes.context_length={slide} or "
-                          "less")
+                          f"model attends to a sliding window of {slide[1]} tokens "
+                          f"({slide[0]}), which covers {reach} slots and a static cache does "
+                          f"not slide; set export.shapes.context_length={reach} or less")
     prefill = shapes.get("prefill_length")
     if prefill is None:
         prefill = min(DEFAULT_PREFILL, context)

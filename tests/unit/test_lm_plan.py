@@ -246,12 +246,14 @@ def test_review_findings_are_plan_time_lines(tmp_path: Path) -> None:
     mistral = {**LLAMA, "model_type": "mistral", "architectures": ["MistralForCausalLM"],
                "sliding_window": 16}
     assert lm.lengths(mistral, {}) == (16, 16)
-    with pytest.raises(ConfigError, match="sliding window of 16 tokens"):
+    with pytest.raises(ConfigError, match="sliding window of 16 tokens.*length=16 or less"):
         lm.lengths(mistral, {"context_length": 32})
     assert lm.lengths({**mistral, "use_sliding_window": False}, {})[1] == 64
-    neo = {**GPT2, "model_type": "gpt_neo", "window_size": 16}  # GPT-Neo's local attention
-    with pytest.raises(ConfigError, match="sliding window of 16 tokens"):
-        lm.lengths(neo, {"context_length": 32})
+    # GPT-Neo's local attention: its window also covers the step's token, after the slots
+    neo = {**GPT2, "model_type": "gpt_neo", "window_size": 16}
+    assert lm.lengths(neo, {}) == (15, 15)
+    with pytest.raises(ConfigError, match=r"16 tokens \(window_size\).*length=15 or less"):
+        lm.lengths(neo, {"context_length": 16})
     ckpt = checkpoint(tmp_path, {**LLAMA, "final_logit_softcapping": 30.0})
     with pytest.raises(ConfigError, match="final_logit_softcapping"):
         plan(ckpt, "export.on_host=[head]")
