@@ -80,12 +80,6 @@ def positional(model: Any, input_names: list[str],
 
 
 # -- a causal LM ---------------------------------------------------------------------------------
-def layer_count(model: Any) -> int:
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
-        else model.config
-    return int(config.num_hidden_layers)
-
-
 def dynamic_cache(model: Any, past: tuple[Any, ...] = ()) -> Any:
     """A transformers cache of the model's config holding `past` (key, value, key, ...)."""
     from transformers import DynamicCache
@@ -96,10 +90,13 @@ def dynamic_cache(model: Any, past: tuple[Any, ...] = ()) -> Any:
     return cache
 
 
-def _presents(cache: Any, layers: int, last: int | None) -> list[Any]:
+def _presents(cache: Any, last: int | None) -> list[Any]:
+    from transformers.cache_utils import DummyLayer
+
     out = []
-    for i in range(layers):
-        layer = cache.layers[i]
+    for layer in cache.layers:
+        if isinstance(layer, DummyLayer):  # it reuses an earlier layer's keys and values
+            continue
         keys, values = layer.keys, layer.values
         if last is not None:
             keys, values = keys[:, :, -last:], values[:, :, -last:]
@@ -114,7 +111,6 @@ def lm_step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
     cache, or one token on the fed cache (the new entries only; `whole`: the fed past and
     the new entries after it). `embedded`: `tokens` are the embeddings the host looked up;
     `headless`: the final hidden states instead of the logits (the host applies the head)."""
-    layers = layer_count(model)
     cache = dynamic_cache(model, past)
     kwargs = {"inputs_embeds" if embedded else "input_ids": tokens,
               "attention_mask": attention_mask, "past_key_values": cache, "use_cache": True,
@@ -127,7 +123,7 @@ def lm_step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
         out = model.base_model(**kwargs) if headless else model(**kwargs)
     new = tokens.shape[1] if past and not whole else None
     first = out.last_hidden_state if headless else out.logits
-    return (first, *_presents(out.past_key_values, layers, new))
+    return (first, *_presents(out.past_key_values, new))
 
 
 def takes_positions(model: Any) -> bool:

@@ -87,16 +87,25 @@ def shape_of(info: dict[str, Any]) -> Shape:
     return Shape(layers, int(kv), int(head_dim), int(vocab), _first(text, _POSITIONS))
 
 
+def cache_layers(info: dict[str, Any]) -> int:
+    """The layers with a cache of their own: all but the last `num_kv_shared_layers`, which
+    reuse an earlier layer's keys and values (Gemma 3n's and Gemma 4's)."""
+    text = info.get("text_config") or info
+    shared = text.get("num_kv_shared_layers")
+    return shape_of(info).layers - (shared if isinstance(shared, int) else 0)
+
+
 def layer_shapes(info: dict[str, Any]) -> list[tuple[int, int]]:
-    """Each layer's (key/value heads, head width): the model's, or those its config.json's
-    `per_layer_config` (transformers' per-layer overrides, by layer index) gives a layer
-    (Gemma 4's full-attention layers are wider)."""
+    """Each cached layer's (key/value heads, head width): the model's, or those its
+    config.json's `per_layer_config` (transformers' per-layer overrides, by layer index)
+    gives a layer (Gemma 4's full-attention layers are wider)."""
     s = shape_of(info)
     text = info.get("text_config") or info
     overrides = {int(i): o for i, o in (text.get("per_layer_config") or {}).items()
                  if isinstance(o, dict)}
     return [(int(overrides.get(i, {}).get("num_key_value_heads") or s.kv_heads),
-             int(overrides.get(i, {}).get("head_dim") or s.head_dim)) for i in range(s.layers)]
+             int(overrides.get(i, {}).get("head_dim") or s.head_dim))
+            for i in range(cache_layers(info))]
 
 
 def window(info: dict[str, Any]) -> tuple[str, int, int] | None:
@@ -166,7 +175,7 @@ def lm_graph_specs(info: dict[str, Any], shapes: dict[str, Any], batch: int,
     s = shape_of(info)
     prefill, context = lengths(info, shapes)
     outputs = ["hidden_states" if "head" in on_host else "logits",
-               *cache_names(s.layers, CACHE.present)]
+               *cache_names(cache_layers(info), CACHE.present)]
     width = _first(info.get("text_config") or info, _WIDTH)
     top = context - 1  # positions run 0 .. context - 1
     prompt = [_spec("input_ids", "int64", [1, prefill], 0, s.vocab - 1, "lm_prompt_ids"),
@@ -174,7 +183,7 @@ def lm_graph_specs(info: dict[str, Any], shapes: dict[str, Any], batch: int,
               _spec("position_ids", "int64", [1, prefill], 0, top, "lm_prompt_positions")]
     per_layer = [shape for shape in layer_shapes(info) for _ in CACHE.parts]  # as the names
     past = [_spec(n, "float32", [1, heads, context, width], -8.0, 8.0, "lm_past")
-            for n, (heads, width) in zip(cache_names(s.layers, CACHE.past), per_layer,
+            for n, (heads, width) in zip(cache_names(cache_layers(info), CACHE.past), per_layer,
                                          strict=True)]
     step = [_spec("input_ids", "int64", [1, 1], 0, s.vocab - 1, "lm_step_ids"),
             _spec("position_ids", "int64", [1, 1], 0, top, "lm_step_positions"),

@@ -116,6 +116,19 @@ def test_a_layer_of_its_own_geometry_gets_buffers_of_its_shape(tmp_path: Path) -
                for n in range(3))
 
 
+def test_layers_that_reuse_another_layers_cache_have_no_buffers(tmp_path: Path) -> None:
+    """Gemma 3n's and Gemma 4's last `num_kv_shared_layers` layers read an earlier layer's
+    keys and values: the graphs take and give the other layers' entries only."""
+    config = {**LLAMA, "num_hidden_layers": 4, "num_kv_shared_layers": 2}
+    ir = plan(checkpoint(tmp_path, config), "export.shapes.prefill_length=8",
+              "export.shapes.context_length=40")
+    decode = params(ir, "decode.export")
+    assert [s["name"] for s in decode["inputs"] if s["name"].startswith("past_")] == [
+        f"past_key_values.{i}.{p}" for i in range(2) for p in ("key", "value")]
+    assert params(ir, "prefill.export")["outputs"] == decode["outputs"] == [
+        "logits", *[f"present.{i}.{p}" for i in range(2) for p in ("key", "value")]]
+
+
 def test_default_lengths_fit_the_positions(tmp_path: Path) -> None:
     assert lm.lengths(LLAMA, {}) == (64, 64)  # 64 positions: tokens 0 .. 63
     assert lm.lengths({**LLAMA, "max_position_embeddings": 4096}, {}) == (64, 256)

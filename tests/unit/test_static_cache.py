@@ -17,6 +17,9 @@ def test_each_layer_buffer_keeps_its_own_heads_and_width() -> None:
     narrow, wide = torch.randn(1, 2, 3, 8), torch.randn(1, 1, 3, 16)
     layers = [SimpleNamespace(keys=narrow, values=-narrow), SimpleNamespace(keys=wide,
                                                                             values=-wide)]
+    from transformers.cache_utils import DummyLayer
+
+    layers.append(DummyLayer())  # a last layer that reuses an earlier one's entries: none
     feed = static_entries(layers, 3, [1, 2, 10, 8])
     assert {n: b.shape for n, b in feed.items()} == {
         "past_key_values.0.key": (1, 2, 10, 8), "past_key_values.0.value": (1, 2, 10, 8),
@@ -48,3 +51,24 @@ def test_pytorch_reference_cache_fills_the_buffers_of_a_bert_like_decoder() -> N
     assert feed["past_key_values.1.value"].shape == (1, 2, 10, 32)
     assert feed["past_key_values.1.value"][:, :, :4].any()
     np.testing.assert_allclose(last, whole, atol=1e-5)
+
+
+def test_the_traced_step_gives_the_entries_of_layers_with_a_cache_of_their_own() -> None:
+    """Gemma 4 with its last 2 of 4 layers reading an earlier layer's keys and values: the
+    traced forward gives the logits and the 2 other layers' keys and values, a tensor each."""
+    import transformers
+
+    from executors.generation.modules import lm_step
+    from planner.models.tiny import tiny_fields
+
+    cls = transformers.Gemma4TextConfig
+    config = cls(**{**tiny_fields(cls), "num_hidden_layers": 4, "num_kv_shared_layers": 2,
+                    "layer_types": ["sliding_attention", "full_attention"] * 2,
+                    "vocab_size_per_layer_input": 1000, "hidden_size_per_layer_input": 16})
+    torch.manual_seed(0)
+    model = transformers.Gemma4ForCausalLM(config).eval()
+    with torch.no_grad():
+        out = lm_step(model, torch.tensor([[5, 6, 7]]), torch.ones(1, 3, dtype=torch.long),
+                      torch.arange(3)[None])
+    assert len(out) == 1 + 2 * 2 and all(isinstance(t, torch.Tensor) for t in out)
+    assert [t.shape[2] for t in out[1:]] == [3] * 4
