@@ -1,7 +1,9 @@
 """Generative families: every causal-LM, seq2seq and speech seq2seq model type the installed
-transformers ships, made tiny from its config class alone (hidden 64, 2 layers, MiniLM's
-tokenizer-sized vocabulary; the fields set through the names the config class has and its
-attribute_map, never from a per-family table), saved by `save_pretrained` and built through the
+transformers ships, made tiny from the config class its model class takes (hidden 64, 2
+layers, MiniLM's tokenizer-sized vocabulary; the fields set through the names the config class
+has and its attribute_map, size fields of other names made as small, per-layer lists cut to the
+layers kept; NEEDS lists, with why, the few values no rule gives, which the class's defaults
+leave out and checkpoints have), saved by `save_pretrained` and built through the
 real CLI with `model=local_hf model.path=DIR target=cpu quant=none` (then `target=qnn_htp`
 with --htp). Prints a Markdown table: model type, what kind it is, the CPU fp32 build, the HTP
 build, and the first line of each failure.
@@ -49,6 +51,10 @@ NEEDS: dict[str, dict[str, Any]] = {
     "cohere_compass_text": {"rope_parameters": {"full_attention": {
         "rope_type": "default", "rope_theta": 10000.0}}},
     "mamba2": {"num_heads": 4, "n_groups": 1},
+    # Gemma 3n's last layers read earlier layers' keys and values: two of four, as its 15 of 35
+    "gemma3n_text": {"num_hidden_layers": 4, "num_kv_shared_layers": 2,
+                     "layer_types": ["sliding_attention", "full_attention"] * 2,
+                     "activation_sparsity_pattern": [0.95, 0.95, 0.0, 0.0]},
     # Zamba ties one shared attention block across its hybrid layers: two of them at least
     "zamba": {"num_hidden_layers": 3, "layers_block_type": ["mamba", "hybrid", "hybrid"]},
     # Reformer's axial position embeddings: dims that sum to hidden_size, a shape of 128 slots
@@ -100,10 +106,9 @@ def sizes(config_cls: Any, fields: dict[str, Any], vocab: int) -> dict[str, Any]
 def layer_lists(config_cls: Any, fields: dict[str, Any]) -> dict[str, Any]:
     """The per-layer lists of the class's default config (layer types, sparsity patterns, ...)
     cut to the tiny layer count, keeping one layer of each kind (in the order the kinds first
-    appear; more layers where there are more kinds), the same layers from every list; and
-    counts of layers (`num_kv_shared_layers`) scaled down alike."""
+    appear; more layers where there are more kinds), the same layers from every list; a list
+    of layer indices (`moe_layers`) renumbered to the layers kept."""
     import inspect
-    import re
 
     aliases = dict(getattr(config_cls, "attribute_map", {}) or {})
     count = aliases.get("num_hidden_layers", "num_hidden_layers")
@@ -129,13 +134,13 @@ def layer_lists(config_cls: Any, fields: dict[str, Any]) -> dict[str, Any]:
     first = sorted({k: i for i, k in reversed(list(enumerate(kinds)))}.values())
     rest = [i for i in range(layers) if i not in first][:max(0, tiny - len(first))]
     picked = sorted(first + rest)
-    out: dict[str, Any] = {name: type(v)(v[i] for i in picked) for name, v in lists.items()}
+    out: dict[str, Any] = {}
+    for name, v in lists.items():
+        indices = all(type(k) is int for k in v) and list(v) == sorted(set(v))  # ascending
+        out[name] = type(v)(j for j, i in enumerate(picked) if i in v) if indices else \
+            type(v)(v[i] for i in picked)
     if len(picked) != tiny:
         out[count] = len(picked)
-    for name in inspect.signature(config_cls.__init__).parameters:
-        value = getattr(default, name, None) if re.fullmatch(r"num_\w+_layers", name) else None
-        if name != count and type(value) is int and 0 < value < layers:
-            out[name] = value * len(picked) // layers
     return out
 
 
