@@ -90,17 +90,18 @@ class TorchLM:
     too, so the prompt and the steps agree)."""
 
     def __init__(self, model: Any) -> None:
-        from executors.generation.modules import dynamic_cache, takes_positions
+        from executors.generation.modules import takes_positions
 
-        self.empty = lambda: dynamic_cache(model)
         self.model, self.cache, self.seen = model, None, 0
         self.positions = takes_positions(model)
 
     def prompt(self, ids: list[int]) -> np.ndarray:
         import torch
 
+        from executors.generation.modules import dynamic_cache
+
         at = {"position_ids": torch.arange(len(ids))[None]} if self.positions else {}
-        out = self.model(input_ids=torch.tensor([ids]), past_key_values=self.empty(),
+        out = self.model(input_ids=torch.tensor([ids]), past_key_values=dynamic_cache(self.model),
                          use_cache=True, return_dict=True, **at)
         self.cache, self.seen = out.past_key_values, len(ids)
         return out.logits[0, -1].float().numpy()

@@ -152,11 +152,9 @@ def recurrent_layers(model: Any) -> dict[int, str]:
     """The layers whose transformers cache keeps a recurrent state (a convolution's or a
     state-space model's, alone or beside keys and values), as transformers' cache classes
     say, with their cache class's name: the static cache holds keys and values only."""
-    from transformers import DynamicCache
     from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
-    cache = DynamicCache(config=model.config)
-    return {i: type(layer).__name__ for i, layer in enumerate(cache.layers)
+    return {i: type(layer).__name__ for i, layer in enumerate(dynamic_cache(model).layers)
             if isinstance(layer, LinearAttentionCacheLayerMixin)}
 
 
