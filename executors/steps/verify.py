@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -74,6 +75,26 @@ def cosines(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     return np.where(both_zero, 1.0, num / np.maximum(norms, np.finfo(np.float64).tiny))
 
 
+def reference_run(ctx: StepContext, session: Any, names: list[str], feed: dict[str, Any],
+                  path: Path) -> list[Any]:
+    """The fp32 graph's outputs on one of verify's inputs; where ONNX Runtime fails on them
+    (export ran the graph on its example), the trace kept what that example's values chose."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import Fail, RuntimeException
+
+    try:
+        return session.run(names, feed)
+    except (Fail, RuntimeException) as exc:
+        cause = str(exc).strip().splitlines()[0][:300]
+        raise ctx.fail(f"the fp32 graph fails in ONNX Runtime on verify's inputs ({cause}), "
+                       "though it ran on the example it was exported with: the export kept "
+                       "what that example's values decided (a loop or branch on them, as a "
+                       "mixture of experts that visits only the experts its tokens pick), "
+                       "which other inputs break",
+                       "no quant setting mends this: try the other exporter (export=dynamo or "
+                       "export=torchscript); a forward that branches on its values is not "
+                       "supported otherwise", where=str(path)) from None
+
+
 def run(ctx: StepContext) -> StepResult:
     p = ctx.params
     ref_path = ctx.input_model("reference")
@@ -83,7 +104,7 @@ def run(ctx: StepContext) -> StepResult:
     host = reference()
     fp32, _ = adapter(host).step_session(ref_path, host, host.provider_options, ctx.cache_dir)
     names = [o.name for o in fp32.get_outputs()]
-    wanted = [fp32.run(names, feed) for feed in feeds]
+    wanted = [reference_run(ctx, fp32, names, feed, ref_path) for feed in feeds]
     del fp32  # one session at a time: two would hold a big model's weights twice
     candidate = candidate_session(ctx)
     per_output: dict[str, list[float]] = {n: [] for n in names}

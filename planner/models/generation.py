@@ -41,7 +41,7 @@ PART_BYTES = int(1.8 * 2**30)  # a part's weights stay under one protobuf's (and
                                # context binary's) 2 GB, with room for the graph itself
 # config.json fields that name the same quantity across model families
 _LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")
-_HEADS = ("num_attention_heads", "n_head", "n_heads", "attention_heads",
+_HEADS = ("num_attention_heads", "n_head", "n_heads", "num_heads", "attention_heads",
           "decoder_attention_heads")
 _WIDTH = ("hidden_size", "n_embd", "d_model", "emb_dim")
 _POSITIONS = ("max_position_embeddings", "n_positions", "max_sequence_length", "n_ctx")
@@ -78,20 +78,49 @@ def shape_of(info: dict[str, Any]) -> Shape:
     if missing:
         raise ConfigError(f"model: the checkpoint's config.json has no {', '.join(missing)} "
                           f"(model_type {info.get('model_type')!r}); a causal LM's key/value "
-                          "cache is derived from them: add them to config.json")
+                          "cache is derived from them: add them to config.json"
+                          + ("" if heads else "; a model without attention layers (recurrent or "
+                             "state-space, as Mamba's) keeps a state that cache does not hold, "
+                             "and is not supported"))
     kv = text.get("num_key_value_heads") or (1 if text.get("multi_query") else heads)
     head_dim = text.get("head_dim") or width // heads
     return Shape(layers, int(kv), int(head_dim), int(vocab), _first(text, _POSITIONS))
 
 
-def window(info: dict[str, Any]) -> int | None:
-    """The sliding attention window, where the model uses one (its cache then keeps only the
-    last `window` tokens, which a static cache of more slots would not match)."""
+def cache_layers(info: dict[str, Any]) -> int:
+    """The layers with a cache of their own: all but the last `num_kv_shared_layers`, which
+    reuse an earlier layer's keys and values (Gemma 3n's and Gemma 4's)."""
     text = info.get("text_config") or info
-    size = text.get("sliding_window")
-    if not isinstance(size, int) or text.get("use_sliding_window") is False:
+    shared = text.get("num_kv_shared_layers")
+    return shape_of(info).layers - (shared if isinstance(shared, int) else 0)
+
+
+def layer_shapes(info: dict[str, Any]) -> list[tuple[int, int]]:
+    """Each cached layer's (key/value heads, head width): the model's, or those its
+    config.json's `per_layer_config` (transformers' per-layer overrides, by layer index)
+    gives a layer (Gemma 4's full-attention layers are wider)."""
+    s = shape_of(info)
+    text = info.get("text_config") or info
+    overrides = {int(i): o for i, o in (text.get("per_layer_config") or {}).items()
+                 if isinstance(o, dict)}
+    return [(int(overrides.get(i, {}).get("num_key_value_heads") or s.kv_heads),
+             int(overrides.get(i, {}).get("head_dim") or s.head_dim))
+            for i in range(cache_layers(info))]
+
+
+def window(info: dict[str, Any]) -> tuple[str, int, int] | None:
+    """The sliding attention window, where the model uses one (its cache then keeps only the
+    last tokens of it, which a static cache of more slots would not match): its field, its
+    size, and the cache slots it covers. Mistral's `sliding_window` covers as many; GPT-Neo's
+    `window_size` one less: its local mask is cut from a bias over key indices, where a step's
+    token, after the slots, is at index context_length."""
+    text = info.get("text_config") or info
+    if text.get("use_sliding_window") is False:
         return None
-    return size
+    for field, reach in (("sliding_window", 0), ("window_size", 1)):
+        if isinstance(text.get(field), int):
+            return field, text[field], text[field] - reach
+    return None
 
 
 def lengths(info: dict[str, Any], shapes: dict[str, Any]) -> tuple[int, int]:
@@ -99,7 +128,8 @@ def lengths(info: dict[str, Any], shapes: dict[str, Any]) -> tuple[int, int]:
     sliding window: the tokens take positions 0 .. context_length - 1."""
     limit = shape_of(info).positions
     slide = window(info)
-    bound = min(b for b in (limit, slide, 2**31) if b)
+    reach = slide[2] if slide else None
+    bound = min(b for b in (limit, reach, 2**31) if b)
     context = shapes.get("context_length")
     if context is None:
         context = min(DEFAULT_CONTEXT, bound)
@@ -107,11 +137,11 @@ def lengths(info: dict[str, Any], shapes: dict[str, Any]) -> tuple[int, int]:
         raise ConfigError(f"export.shapes.context_length: {context} tokens need {context} "
                           f"positions, but the model has {limit}; set "
                           f"export.shapes.context_length={limit} or less")
-    elif slide is not None and context > slide:
+    elif slide and reach is not None and context > reach:
         raise ConfigError(f"export.shapes.context_length: {context} cache slots, but the "
-                          f"model attends to a sliding window of {slide} tokens, which a static "
-                          f"cache does not slide; set export.shapes.context_length={slide} or "
-                          "less")
+                          f"model attends to a sliding window of {slide[1]} tokens "
+                          f"({slide[0]}), which covers {reach} slots and a static cache does "
+                          f"not slide; set export.shapes.context_length={reach} or less")
     prefill = shapes.get("prefill_length")
     if prefill is None:
         prefill = min(DEFAULT_PREFILL, context)
@@ -145,14 +175,16 @@ def lm_graph_specs(info: dict[str, Any], shapes: dict[str, Any], batch: int,
     s = shape_of(info)
     prefill, context = lengths(info, shapes)
     outputs = ["hidden_states" if "head" in on_host else "logits",
-               *cache_names(s.layers, CACHE.present)]
+               *cache_names(cache_layers(info), CACHE.present)]
     width = _first(info.get("text_config") or info, _WIDTH)
     top = context - 1  # positions run 0 .. context - 1
     prompt = [_spec("input_ids", "int64", [1, prefill], 0, s.vocab - 1, "lm_prompt_ids"),
               _spec("attention_mask", "int64", [1, prefill], 0, 1, "lm_prompt_mask"),
               _spec("position_ids", "int64", [1, prefill], 0, top, "lm_prompt_positions")]
-    past = [_spec(n, "float32", [1, s.kv_heads, context, s.head_dim], -8.0, 8.0, "lm_past")
-            for n in cache_names(s.layers, CACHE.past)]
+    per_layer = [shape for shape in layer_shapes(info) for _ in CACHE.parts]  # as the names
+    past = [_spec(n, "float32", [1, heads, context, width], -8.0, 8.0, "lm_past")
+            for n, (heads, width) in zip(cache_names(cache_layers(info), CACHE.past), per_layer,
+                                         strict=True)]
     step = [_spec("input_ids", "int64", [1, 1], 0, s.vocab - 1, "lm_step_ids"),
             _spec("position_ids", "int64", [1, 1], 0, top, "lm_step_positions"),
             _spec("attention_mask", "int64", [1, context + 1], 0, 1, "lm_step_mask"), *past]

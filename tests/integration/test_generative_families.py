@@ -30,6 +30,11 @@ CASES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     # positions counted from the padding index when none are given: PyTorch's reference is
     # stepped at generate's 0, 1, ... as the graphs are
     ("roberta", "RobertaForCausalLM", "bfloat16", {"is_decoder": True}),
+    # its heads named num_heads; global and local attention, the local one over a window of 33
+    # (its widest for these 32 slots: the mask also covers the step's token after them; at 32
+    # the tokens diverged from PyTorch's, now a plan-time line)
+    ("gpt_neo", "GPTNeoForCausalLM", "bfloat16",
+     {"attention_types": [[["global", "local"], 1]], "window_size": 33}),
 )
 
 

@@ -72,7 +72,8 @@ def test_a_listed_encoder_type_saved_as_a_causal_lm_generates() -> None:
 @pytest.mark.parametrize("fields", [
     {"num_layers": 3, "attention_heads": 4, "d_model": 32},            # XGLM's names
     {"decoder_layers": 3, "decoder_attention_heads": 4, "d_model": 32},  # TrOCR's
-    {"n_layers": 3, "n_heads": 4, "emb_dim": 32}])                      # XLM's
+    {"n_layers": 3, "n_heads": 4, "emb_dim": 32},                      # XLM's
+    {"num_layers": 3, "num_heads": 4, "hidden_size": 32}])             # GPT-Neo's
 def test_the_cache_geometry_under_other_field_names(fields: dict[str, int]) -> None:
     config = {"model_type": "mystery", "architectures": ["MysteryForCausalLM"],
               "vocab_size": 100, "max_position_embeddings": 64, **fields}
@@ -100,6 +101,32 @@ def test_two_graphs_over_a_static_cache(tmp_path: Path) -> None:
     assert step["inputs"] == {"prefill": "prefill.tag", "decode": "decode.tag",
                               "source": "resolve"}  # both graphs tagged, not just one
     assert params(ir, "verify_generation")["new_tokens"] == 16
+
+
+def test_a_layer_of_its_own_geometry_gets_buffers_of_its_shape(tmp_path: Path) -> None:
+    """transformers' per_layer_config (Gemma 4's full-attention layers: wider heads, fewer of
+    them) gives that layer's buffers their own shape; the other layers keep the model's."""
+    config = {**LLAMA, "per_layer_config": {"1": {"head_dim": 16, "num_key_value_heads": 1}}}
+    decode = params(plan(checkpoint(tmp_path, config), "export.shapes.prefill_length=8",
+                         "export.shapes.context_length=40"), "decode.export")
+    shapes = {s["name"]: s["shape"] for s in decode["inputs"]}
+    assert {n: shapes[f"past_key_values.{n}.key"] for n in range(3)} == {
+        0: [1, 2, 40, 8], 1: [1, 1, 40, 16], 2: [1, 2, 40, 8]}
+    assert all(shapes[f"past_key_values.{n}.value"] == shapes[f"past_key_values.{n}.key"]
+               for n in range(3))
+
+
+def test_layers_that_reuse_another_layers_cache_have_no_buffers(tmp_path: Path) -> None:
+    """Gemma 3n's and Gemma 4's last `num_kv_shared_layers` layers read an earlier layer's
+    keys and values: the graphs take and give the other layers' entries only."""
+    config = {**LLAMA, "num_hidden_layers": 4, "num_kv_shared_layers": 2}
+    ir = plan(checkpoint(tmp_path, config), "export.shapes.prefill_length=8",
+              "export.shapes.context_length=40")
+    decode = params(ir, "decode.export")
+    assert [s["name"] for s in decode["inputs"] if s["name"].startswith("past_")] == [
+        f"past_key_values.{i}.{p}" for i in range(2) for p in ("key", "value")]
+    assert params(ir, "prefill.export")["outputs"] == decode["outputs"] == [
+        "logits", *[f"present.{i}.{p}" for i in range(2) for p in ("key", "value")]]
 
 
 def test_default_lengths_fit_the_positions(tmp_path: Path) -> None:
@@ -232,9 +259,14 @@ def test_review_findings_are_plan_time_lines(tmp_path: Path) -> None:
     mistral = {**LLAMA, "model_type": "mistral", "architectures": ["MistralForCausalLM"],
                "sliding_window": 16}
     assert lm.lengths(mistral, {}) == (16, 16)
-    with pytest.raises(ConfigError, match="sliding window of 16 tokens"):
+    with pytest.raises(ConfigError, match="sliding window of 16 tokens.*length=16 or less"):
         lm.lengths(mistral, {"context_length": 32})
     assert lm.lengths({**mistral, "use_sliding_window": False}, {})[1] == 64
+    # GPT-Neo's local attention: its window also covers the step's token, after the slots
+    neo = {**GPT2, "model_type": "gpt_neo", "window_size": 16}
+    assert lm.lengths(neo, {}) == (15, 15)
+    with pytest.raises(ConfigError, match=r"16 tokens \(window_size\).*length=15 or less"):
+        lm.lengths(neo, {"context_length": 16})
     ckpt = checkpoint(tmp_path, {**LLAMA, "final_logit_softcapping": 30.0})
     with pytest.raises(ConfigError, match="final_logit_softcapping"):
         plan(ckpt, "export.on_host=[head]")
@@ -243,8 +275,13 @@ def test_review_findings_are_plan_time_lines(tmp_path: Path) -> None:
         plan(ckpt, "export.on_host=[embeddings]", "eval=task")
     with pytest.raises(ConfigError, match="export.parts: 2 parts"):
         plan_from_overrides(["model=tiny_bert", "target=cpu", "export.parts=2"])
-    with pytest.raises(ConfigError, match="has no num_hidden_layers"):
+    with pytest.raises(ConfigError, match="has no num_hidden_layers") as got:
         lm.shape_of({k: v for k, v in LLAMA.items() if k != "num_hidden_layers"})
+    assert "recurrent" not in str(got.value)
+    mamba = {"model_type": "mamba", "hidden_size": 32, "num_hidden_layers": 2,
+             "vocab_size": 100, "state_size": 16}  # no attention heads
+    with pytest.raises(ConfigError, match="no num_attention_heads .*recurrent or state-space"):
+        lm.shape_of(mamba)
 
 
 @pytest.mark.parametrize(("overrides", "free"), [
