@@ -1,0 +1,61 @@
+"""transformers' Auto mappings (model type -> class name), read from the installed package's
+source without importing it: the planner stays free of transformers, and the rules that read a
+mapping follow whatever transformers is installed instead of a copied table of names.
+
+`causal_lm_class("gemma3")` is the class `AutoModelForCausalLM` loads for a gemma3 checkpoint
+(Gemma3ForConditionalGeneration in transformers 5.x: a multimodal class that generates text from
+token ids alone, as `generate` does when given no image)."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+from pathlib import Path
+
+CAUSAL_LM = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
+SEQ2SEQ_LM = "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"
+SPEECH_SEQ2SEQ = "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES"
+_SOURCE = ("models", "auto", "modeling_auto.py")
+
+
+def _source() -> str:
+    """modeling_auto.py's text, or "" when transformers is not installed."""
+    try:
+        spec = importlib.util.find_spec("transformers")  # finds the package, runs none of it
+    except (ImportError, ValueError):
+        return ""
+    if spec is None or not spec.submodule_search_locations:
+        return ""
+    path = Path(next(iter(spec.submodule_search_locations)), *_SOURCE)
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
+@functools.lru_cache(maxsize=None)
+def mapping(name: str) -> dict[str, str]:
+    """One `NAME = OrderedDict([(model type, class name), ...])` of modeling_auto.py (an empty
+    mapping when it is not there or not written as literal pairs)."""
+    text = _source()
+    start = text.find(f"\n{name} = OrderedDict(")
+    end = text.find("\n)\n", start)
+    if start < 0 or end < 0:
+        return {}
+    try:
+        call = ast.parse(text[start + 1:end + 2]).body[0].value  # type: ignore[attr-defined]
+        pairs = ast.literal_eval(call.args[0])
+    except (SyntaxError, ValueError, AttributeError, IndexError):
+        return {}
+    return {str(k): str(v) for k, v in pairs if isinstance(v, str)}
+
+
+def causal_lm_class(model_type: str) -> str | None:
+    """The class AutoModelForCausalLM loads for `model_type`, if it loads one."""
+    return mapping(CAUSAL_LM).get(model_type)
+
+
+def seq2seq_class(model_type: str) -> str | None:
+    """The class a text or speech sequence-to-sequence Auto class loads for `model_type`."""
+    return mapping(SEQ2SEQ_LM).get(model_type) or mapping(SPEECH_SEQ2SEQ).get(model_type)
