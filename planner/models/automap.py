@@ -34,7 +34,7 @@ def _source() -> str:
         return ""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mapping(name: str) -> dict[str, str]:
     """One `NAME = OrderedDict([(model type, class name), ...])` of modeling_auto.py (an empty
     mapping when it is not there or not written as literal pairs)."""

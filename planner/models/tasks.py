@@ -215,6 +215,15 @@ def causal_lm_class(cls: str, info: dict[str, Any]) -> bool:
         cls == automap.causal_lm_class(str(info.get("model_type", "")))
 
 
+def unfed_towers(info: dict[str, Any], task: str) -> list[str]:
+    """The encoders of other inputs (config.json's vision_config, audio_config...) that a text
+    generation build of a multimodal class leaves out: its graphs take token ids alone."""
+    if task != "text-generation" or not isinstance(info.get("text_config"), dict):
+        return []
+    return [k for k, v in info.items() if k.endswith("_config") and k != "text_config"
+            and isinstance(v, dict) and "model_type" in v]
+
+
 def guess_modality(info: dict[str, Any]) -> str | None:
     """What a config.json of a model type the catalogue does not list takes, from its fields."""
     if _names_causal_lm(info):  # a multimodal class that AutoModelForCausalLM loads, too

@@ -84,10 +84,16 @@ def provider_options(ir: dict[str, Any]) -> dict[str, Any]:
     return dict(made[-1]["params"]["provider_options"]) if made else {}
 
 
-def card(record: dict[str, Any], files: dict[str, int], license_: str | None = None) -> str:
-    """The card's text. `files`: the folder's files (relative name -> bytes)."""
+def card(record: dict[str, Any], files: dict[str, int], license_: str | None = None,
+         unfed: tuple[str, ...] = ()) -> str:
+    """The card's text. `files`: the folder's files (relative name -> bytes); `unfed`: the
+    checkpoint's encoders of other inputs that its graphs leave out (tasks.unfed_towers)."""
     model = record["model"]
     lines = [*_front_matter(model, files, license_), "", *_intro(record, model), ""]
+    if unfed:
+        lines += [(f"The graphs generate from token ids alone, as transformers' `generate` does "
+                   f"given no other input: the checkpoint's {' and '.join(unfed)} encoders are "
+                   "not in them, and images or audio are not fed."), ""]
     lines += ["## Files", "", *_files(files), ""]
     lines += ["## Accuracy and speed", "", *_figures(record), ""]
     lines += ["## Use it", "", *_use(model, files), ""]

@@ -12,7 +12,7 @@ from typing import Any
 import onnx
 import pytest
 
-from tests.checkpoints import text_checkpoint
+from tests.checkpoints import TINY, text_checkpoint
 from tests.integration.conftest import run_json, step
 
 SHAPES = ("export.shapes.prefill_length=8", "export.shapes.context_length=32")
@@ -30,6 +30,11 @@ CASES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     # positions counted from the padding index when none are given: PyTorch's reference is
     # stepped at generate's 0, 1, ... as the graphs are
     ("roberta", "RobertaForCausalLM", "bfloat16", {"is_decoder": True}),
+    # the class AutoModelForCausalLM loads for gemma3: an image-text model, built on its
+    # text_config and fed token ids alone
+    ("gemma3", "Gemma3ForConditionalGeneration", "bfloat16", {
+        "text_config": {"head_dim": 32, "num_key_value_heads": 1, **IDS}, "mm_tokens_per_image": 4,
+        "vision_config": {**TINY, "num_hidden_layers": 1, "image_size": 32, "patch_size": 16}}),
 )
 
 
@@ -85,3 +90,17 @@ def test_a_model_without_position_ids_takes_them_unread(
         model = onnx.load(str(path), load_external_data=False)
         assert [i.name for i in model.graph.input][:3] == first, graph
         assert not any("position_ids" in n.input for n in model.graph.node), graph
+
+
+def test_a_multimodal_class_generates_from_token_ids_alone(
+        built: Callable[[str], dict[str, Any]]) -> None:
+    """Gemma3ForConditionalGeneration's graphs take no pixel values and hold no vision tower;
+    its card says images are not fed."""
+    record = built("gemma3")
+    for graph in ("prefill", "decode"):
+        path = Path(step(record, f"{graph}.export")["outputs"]["model.onnx"])
+        model = onnx.load(str(path), load_external_data=False)
+        assert "pixel_values" not in {i.name for i in model.graph.input}, graph
+        assert not any("vision" in i.name for i in model.graph.initializer), graph
+    card = Path(record["published"]["README.md"]).read_text()
+    assert "the checkpoint's vision_config encoders are not in them" in card
