@@ -16,29 +16,32 @@ from pathlib import Path
 CAUSAL_LM = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
 SEQ2SEQ_LM = "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"
 SPEECH_SEQ2SEQ = "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES"
-_SOURCE = ("models", "auto", "modeling_auto.py")
+MODULE_NAMES = "SPECIAL_MODEL_TYPE_TO_MODULE_NAME"  # model types whose module is named otherwise
+MODELING_AUTO = "models/auto/modeling_auto.py"
+AUTO_MAPPINGS = "models/auto/auto_mappings.py"
 
 
-def _source() -> str:
-    """modeling_auto.py's text, or "" when transformers is not installed."""
+def source(relative: str) -> str:
+    """The text of one of transformers' files (`models/auto/modeling_auto.py`), or "" when
+    transformers or the file is not there."""
     try:
         spec = importlib.util.find_spec("transformers")  # finds the package, runs none of it
     except (ImportError, ValueError):
         return ""
     if spec is None or not spec.submodule_search_locations:
         return ""
-    path = Path(next(iter(spec.submodule_search_locations)), *_SOURCE)
     try:
-        return path.read_text(encoding="utf-8")
+        return Path(next(iter(spec.submodule_search_locations)), relative).read_text(
+            encoding="utf-8")
     except OSError:
         return ""
 
 
 @functools.cache
-def mapping(name: str) -> dict[str, str]:
-    """One `NAME = OrderedDict([(model type, class name), ...])` of modeling_auto.py (an empty
+def mapping(name: str, relative: str = MODELING_AUTO) -> dict[str, str]:
+    """One `NAME = OrderedDict([(key, class name), ...])` of a transformers file (an empty
     mapping when it is not there or not written as literal pairs)."""
-    text = _source()
+    text = source(relative)
     start = text.find(f"\n{name} = OrderedDict(")
     end = text.find("\n)\n", start)
     if start < 0 or end < 0:
@@ -59,3 +62,10 @@ def causal_lm_class(model_type: str) -> str | None:
 def seq2seq_class(model_type: str) -> str | None:
     """The class a text or speech sequence-to-sequence Auto class loads for `model_type`."""
     return mapping(SEQ2SEQ_LM).get(model_type) or mapping(SPEECH_SEQ2SEQ).get(model_type)
+
+
+def modeling_file(model_type: str) -> str:
+    """The path (in transformers) of the modeling module of `model_type`'s classes."""
+    module = mapping(MODULE_NAMES, AUTO_MAPPINGS).get(model_type) or \
+        model_type.replace("-", "_")
+    return f"models/{module}/modeling_{module}.py"

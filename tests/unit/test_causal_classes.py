@@ -74,3 +74,33 @@ def test_a_language_model_reading_audio_embeddings_is_refused_in_one_line(
            f"its {towers} encodes" in lines[0]
     assert "save its text model with its text_config as a causal-LM checkpoint" in lines[0]
     assert "quant" not in lines[0]
+
+
+LM = {"vocab_size": 100, "n_embd": 64, "n_layer": 2, "n_head": 2, "n_positions": 64}
+
+
+@pytest.mark.parametrize(("model_type", "cls", "output"), [
+    ("openai-gpt", "OpenAIGPTLMHeadModel", "CausalLMOutput"),
+    ("xlm", "XLMWithLMHeadModel", "MaskedLMOutput"),
+    ("xlnet", "XLNetLMHeadModel", "XLNetLMHeadModelOutput"),
+])
+def test_a_language_model_whose_forward_returns_no_cache_is_refused_at_plan_time(
+        tmp_path: Path, model_type: str, cls: str, output: str) -> None:
+    ckpt = checkpoint(tmp_path, {"model_type": model_type, "architectures": [cls], **LM})
+    result = run_cli("plan", "model=local_hf", f"model.path={ckpt}")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines == [(f"modelplan: error: model: {cls}'s forward returns no key/value cache "
+                     f"(model_type {model_type!r}: its {output} has no past_key_values), and "
+                     "a causal LM is built as a prefill and a decode graph over that cache; "
+                     "modelplan cannot build it for text generation: choose a checkpoint whose "
+                     "forward returns past_key_values")]
+
+
+def test_a_config_that_does_not_say_use_cache_is_read_from_its_forward(tmp_path: Path) -> None:
+    """GPT-2's config.json as first published has no use_cache; its forward returns a cache."""
+    ckpt = checkpoint(tmp_path, {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
+                                 **LM})
+    ir = plan(ckpt, "export.shapes.prefill_length=8", "export.shapes.context_length=32")
+    assert [s["id"] for s in ir["steps"] if s["op"] == "export"] == ["prefill.export",
+                                                                     "decode.export"]
