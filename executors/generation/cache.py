@@ -62,8 +62,9 @@ def step_mask(seen: int, slots: int) -> np.ndarray:
 def static_entries(layers: Any, seen: int, shape: list[int] | None = None,
                    prefix: str = CACHE.past) -> dict[str, np.ndarray]:
     """A transformers cache's layers (`.keys`, `.values` tensors) as the static buffers a graph
-    reads: each layer's first `seen` entries in slots 0 .. seen - 1 of a `shape` buffer (the
-    tensor's own shape when None: the cross keys and values, which are read whole)."""
+    reads: each layer's first `seen` entries in slots 0 .. seen - 1 of a buffer of `shape`'s
+    slots and the layer's own heads and width (a layer may have its own: Gemma 4's global
+    layers); the tensor's own shape when None: the cross keys and values, read whole."""
     feed = {}
     for i, layer in enumerate(layers):
         for part, value in zip(CACHE.parts, (layer.keys, layer.values), strict=True):
@@ -71,7 +72,7 @@ def static_entries(layers: Any, seen: int, shape: list[int] | None = None,
             if shape is None:
                 feed[name] = value.numpy()
                 continue
-            buf = np.zeros(shape, np.float32)
+            buf = np.zeros((*value.shape[:2], shape[2], value.shape[3]), np.float32)
             if seen:
                 buf[:, :, :seen] = value.numpy()[:, :, :seen]
             feed[name] = buf

@@ -21,6 +21,7 @@ from planner.models.generation import (
     GENAI_SECTION,
     HOST_LAYERS,
     heads_and_width,
+    layer_caches,
     shape_of,
 )
 from planner.models.roles import CACHE, ROLES, Runs
@@ -42,10 +43,13 @@ def free_past(specs: list[dict[str, Any]], model: Path) -> bool:
 
 
 def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[str, Any],
-               folder: Path) -> dict[str, Any]:
+               folder: Path) -> dict[str, Any] | None:
     """genai_config.json for a causal LM's bundle (`bundle`: its bundle.json) in `folder`:
     the plain decoder over its token graph where that graph has a free past, else the decoder
-    pipeline over its graphs."""
+    pipeline over its graphs; None when its layers' caches differ in heads or width (Gemma 4's
+    global layers), which genai's one `head_size` and `num_key_value_heads` cannot say."""
+    if config and len(set(layer_caches(config))) > 1:
+        return None
     graphs = bundle["graphs"]
     token = next(g for g in graphs if ROLES[g].runs is Runs.TOKEN)
     shape = shape_of(config) if config else None

@@ -67,7 +67,8 @@ def run(ctx: StepContext) -> StepResult:
     (ctx.out / BUNDLE).write_text(json.dumps(described, indent=2, sort_keys=True))
     config = json.loads((ckpt / "config.json").read_text()) if "config.json" in copied else {}
     genai_config = genai.config_for(config, described, _generation(ckpt), ctx.out)
-    (ctx.out / genai.GENAI_CONFIG).write_text(json.dumps(genai_config, indent=2))
+    if genai_config is not None:
+        (ctx.out / genai.GENAI_CONFIG).write_text(json.dumps(genai_config, indent=2))
     weight_bytes = sum(f.stat().st_size for f in (ctx.out / WEIGHTS).glob("*")) \
         if (ctx.out / WEIGHTS).is_dir() else 0
     return StepResult(metrics={"graphs": list(graphs), "weight_blobs": blobs - shared,

@@ -24,17 +24,18 @@ def check_on_host(ex: dict[str, Any], modality: str, info: dict[str, Any]) -> li
     return sorted(ex["on_host"])
 
 
-def check_cache(modality: str, info: dict[str, Any], model_class: str | None) -> None:
-    """A causal LM's graphs are a prefill and a decode over its key/value cache: a class whose
-    forward returns none (OpenAI GPT, XLM, XLNet: read from transformers' source) is refused
-    here, in one line, rather than by its export."""
+def checked_modality(task: str, info: dict[str, Any], model_class: str | None) -> str:
+    """The modality the build's graphs take. A causal LM's are a prefill and a decode over its
+    key/value cache: a class whose forward returns none (OpenAI GPT, XLM, XLNet: read from
+    transformers' source) is refused here, in one line, rather than by its export."""
+    modality = T.task_modality(task, info, model_class)
     text = info.get("text_config") or info
     if modality != T.CAUSAL or text.get("use_cache") is True:  # its config says it caches
-        return
+        return modality
     model_type = str(info.get("model_type", ""))
     cls = model_class or automap.causal_lm_class(model_type)
     if not cls or forwards.returns_cache(model_type, cls) is not False:
-        return
+        return modality
     returned = " or ".join(forwards.outputs(model_type, cls))
     raise ConfigError(
         f"model: {cls}'s forward returns no key/value cache (model_type {model_type!r}: its "

@@ -84,6 +84,21 @@ def shape_of(info: dict[str, Any]) -> Shape:
     return Shape(layers, int(kv), int(head_dim), int(vocab), _first(text, _POSITIONS))
 
 
+def layer_caches(info: dict[str, Any]) -> list[tuple[int, int]]:
+    """(key/value heads, head width) of each layer's cache: the model's, or the layer's own
+    where config.json's `per_layer_config` (transformers' sparse per-layer overrides, keyed by
+    layer index) sets them, as Gemma 4's full-attention layers do."""
+    s = shape_of(info)
+    overrides = (info.get("text_config") or info).get("per_layer_config")
+    overrides = overrides if isinstance(overrides, dict) else {}
+    out = []
+    for i in range(s.layers):
+        own = overrides.get(str(i)) or overrides.get(i) or {}
+        out.append((int(own.get("num_key_value_heads") or s.kv_heads),
+                    int(own.get("head_dim") or s.head_dim)))
+    return out
+
+
 def window(info: dict[str, Any]) -> int | None:
     """The sliding attention window, where the model uses one (its cache then keeps only the
     last `window` tokens, which a static cache of more slots would not match)."""
@@ -151,8 +166,9 @@ def lm_graph_specs(info: dict[str, Any], shapes: dict[str, Any], batch: int,
     prompt = [_spec("input_ids", "int64", [1, prefill], 0, s.vocab - 1, "lm_prompt_ids"),
               _spec("attention_mask", "int64", [1, prefill], 0, 1, "lm_prompt_mask"),
               _spec("position_ids", "int64", [1, prefill], 0, top, "lm_prompt_positions")]
-    past = [_spec(n, "float32", [1, s.kv_heads, context, s.head_dim], -8.0, 8.0, "lm_past")
-            for n in cache_names(s.layers, CACHE.past)]
+    per_name = [g for g in layer_caches(info) for _ in CACHE.parts]  # a layer's key, value
+    past = [_spec(n, "float32", [1, kv, context, dim], -8.0, 8.0, "lm_past")
+            for n, (kv, dim) in zip(cache_names(s.layers, CACHE.past), per_name, strict=True)]
     step = [_spec("input_ids", "int64", [1, 1], 0, s.vocab - 1, "lm_step_ids"),
             _spec("position_ids", "int64", [1, 1], 0, top, "lm_step_positions"),
             _spec("attention_mask", "int64", [1, context + 1], 0, 1, "lm_step_mask"), *past]

@@ -102,6 +102,19 @@ def test_two_graphs_over_a_static_cache(tmp_path: Path) -> None:
     assert params(ir, "verify_generation")["new_tokens"] == 16
 
 
+def test_a_layer_s_own_cache_geometry_from_per_layer_config(tmp_path: Path) -> None:
+    """transformers' per_layer_config overrides a layer's fields (Gemma 4's full-attention
+    layers: a wider head, other key/value heads): that layer's cache slots are its own."""
+    config = {**LLAMA, "head_dim": 8, "per_layer_config": {
+        "1": {"head_dim": 32, "num_key_value_heads": 1}}}
+    assert lm.layer_caches(config) == [(2, 8), (1, 32), (2, 8)]
+    ir = plan(checkpoint(tmp_path, config), "export.shapes.prefill_length=8",
+              "export.shapes.context_length=40")
+    shapes = {s["name"]: s["shape"] for s in params(ir, "decode.export")["inputs"]}
+    assert [shapes[f"past_key_values.{i}.{p}"] for i in range(3) for p in ("key", "value")] \
+        == [[1, 2, 40, 8]] * 2 + [[1, 1, 40, 32]] * 2 + [[1, 2, 40, 8]] * 2
+
+
 def test_default_lengths_fit_the_positions(tmp_path: Path) -> None:
     assert lm.lengths(LLAMA, {}) == (64, 64)  # 64 positions: tokens 0 .. 63
     assert lm.lengths({**LLAMA, "max_position_embeddings": 4096}, {}) == (64, 256)
