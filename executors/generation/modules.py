@@ -131,8 +131,20 @@ def lm_step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
 
 def takes_positions(model: Any) -> bool:
     """Whether a model's forward takes position ids (else it counts them itself: from its
-    cache's length, its padding index or its attention mask)."""
-    return "position_ids" in inspect.signature(model.forward).parameters
+    cache's length, its padding index or its attention mask): by name, or through its
+    keyword arguments, which it passes on to a decoder that takes them (a multimodal class's
+    language model: MOSS-Transcribe-Diarize's)."""
+    params = inspect.signature(model.forward).parameters
+    if "position_ids" in params:
+        return True
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return False
+    try:
+        inner = model.get_decoder()
+    except (AttributeError, NotImplementedError):
+        return False
+    return inner is not None and inner is not model and \
+        "position_ids" in inspect.signature(inner.forward).parameters
 
 
 def _lm_positions_at(model: Any, position_ids: Any) -> contextlib.AbstractContextManager:
