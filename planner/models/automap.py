@@ -12,11 +12,13 @@ import ast
 import functools
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 CAUSAL_LM = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
 SEQ2SEQ_LM = "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"
 SPEECH_SEQ2SEQ = "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES"
 MODULE_NAMES = "SPECIAL_MODEL_TYPE_TO_MODULE_NAME"  # model types whose module is named otherwise
+CONFIG_NAMES = "CONFIG_MAPPING_NAMES"  # model type -> its config class
 MODELING_AUTO = "models/auto/modeling_auto.py"
 AUTO_MAPPINGS = "models/auto/auto_mappings.py"
 
@@ -64,8 +66,29 @@ def seq2seq_class(model_type: str) -> str | None:
     return mapping(SEQ2SEQ_LM).get(model_type) or mapping(SPEECH_SEQ2SEQ).get(model_type)
 
 
-def modeling_file(model_type: str) -> str:
-    """The path (in transformers) of the modeling module of `model_type`'s classes."""
+def modeling_file(model_type: str, kind: str = "modeling") -> str:
+    """The path (in transformers) of the module of `model_type`'s classes (`kind`: modeling, or
+    configuration)."""
     module = mapping(MODULE_NAMES, AUTO_MAPPINGS).get(model_type) or \
         model_type.replace("-", "_")
-    return f"models/{module}/modeling_{module}.py"
+    return f"models/{module}/{kind}_{module}.py"
+
+
+@functools.cache
+def config_defaults(model_type: str) -> dict[str, Any]:
+    """The defaults `model_type`'s config class declares as literal field values
+    (`num_attention_heads: int = 8`), which transformers gives a config.json that omits them."""
+    name = mapping(CONFIG_NAMES, AUTO_MAPPINGS).get(model_type)
+    try:
+        tree = ast.parse(source(modeling_file(model_type, "configuration")))
+    except SyntaxError:
+        return {}
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+    out: dict[str, Any] = {}
+    for item in node.body if node is not None else ():
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value:
+            try:
+                out[item.target.id] = ast.literal_eval(item.value)
+            except (ValueError, TypeError, SyntaxError):
+                continue  # not a literal (a field factory, a computed default)
+    return out

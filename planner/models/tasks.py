@@ -215,6 +215,16 @@ def causal_lm_class(cls: str, info: dict[str, Any]) -> bool:
         cls == automap.causal_lm_class(str(info.get("model_type", "")))
 
 
+def completed(info: dict[str, Any]) -> dict[str, Any]:
+    """config.json as transformers reads it where the planner reads a multimodal causal LM's
+    text_config: the fields it omits take the defaults its config class declares (the original
+    gemma-3-4b-it names six; its heads, head width and vocabulary are Gemma3TextConfig's)."""
+    text = info.get("text_config")
+    if not isinstance(text, dict) or not text.get("model_type") or not _names_causal_lm(info):
+        return info
+    return {**info, "text_config": {**automap.config_defaults(str(text["model_type"])), **text}}
+
+
 def unfed_towers(info: dict[str, Any], task: str) -> list[str]:
     """The encoders of other inputs (config.json's vision_config, audio_config...) that a text
     generation build of a multimodal class leaves out: its graphs take token ids alone."""

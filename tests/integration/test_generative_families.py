@@ -5,6 +5,7 @@ fp32 through `model=local_hf`, whose greedy generation matches PyTorch token for
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,11 +32,17 @@ CASES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     # stepped at generate's 0, 1, ... as the graphs are
     ("roberta", "RobertaForCausalLM", "bfloat16", {"is_decoder": True}),
     # the class AutoModelForCausalLM loads for gemma3: an image-text model, built on its
-    # text_config and fed token ids alone
+    # text_config and fed token ids alone; its heads are Gemma3TextConfig's defaults, which its
+    # config.json leaves out (OMITTED)
     ("gemma3", "Gemma3ForConditionalGeneration", "bfloat16", {
-        "text_config": {"head_dim": 32, "num_key_value_heads": 1, **IDS}, "mm_tokens_per_image": 4,
+        "text_config": {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                        **IDS},
+        "mm_tokens_per_image": 4,
         "vision_config": {**TINY, "num_hidden_layers": 1, "image_size": 32, "patch_size": 16}}),
 )
+# text_config fields a case's config.json leaves to its config class's defaults, as the original
+# gemma-3-4b-it's does
+OMITTED = {"gemma3": ("num_attention_heads", "num_key_value_heads", "head_dim")}
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +56,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str,
             tmp = tmp_path_factory.mktemp(model_type)
             ckpt = text_checkpoint(tmp / "ckpt", cls=cls, model_type=model_type, dtype=dtype,
                                    **IDS, **fields)
+            config = json.loads((ckpt / "config.json").read_text())
+            for name in OMITTED.get(model_type, ()):
+                del config["text_config"][name]
+            (ckpt / "config.json").write_text(json.dumps(config))
             code, rec, err = run_json("model=local_hf", f"model.path={ckpt}", *SHAPES,
                                       "perf=none", "target=cpu", "quant=none",
                                       store=tmp / "store", outputs=tmp / "out")

@@ -104,3 +104,22 @@ def test_a_config_that_does_not_say_use_cache_is_read_from_its_forward(tmp_path:
     ir = plan(ckpt, "export.shapes.prefill_length=8", "export.shapes.context_length=32")
     assert [s["id"] for s in ir["steps"] if s["op"] == "export"] == ["prefill.export",
                                                                      "decode.export"]
+
+
+def test_a_text_config_that_omits_fields_takes_its_config_class_defaults(
+        tmp_path: Path) -> None:
+    """gemma-3-4b-it's config.json as published names six text_config fields; transformers
+    gives the rest from Gemma3TextConfig (8 heads, 4 key/value heads of 256, 262208 ids), read
+    here from its source."""
+    ckpt = checkpoint(tmp_path, {
+        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+        "text_config": {"hidden_size": 2560, "intermediate_size": 10240,
+                        "model_type": "gemma3_text", "num_hidden_layers": 34,
+                        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                        "sliding_window": 1024},
+        "vision_config": {**VISION, "image_size": 896}})
+    ir = plan(ckpt, "export.shapes.prefill_length=8", "export.shapes.context_length=64")
+    decode = {s["name"]: s for s in export_params(ir, "decode.export")["inputs"]}
+    assert decode["past_key_values.33.key"]["shape"] == [1, 4, 64, 256]
+    assert decode["input_ids"]["max"] == 262207
+    assert automap.config_defaults("gemma3_text")["num_attention_heads"] == 8
