@@ -1,6 +1,7 @@
-"""transformers' Auto mappings (model type -> class name), read from the installed package's
-source without importing it: the planner stays free of transformers, and the rules that read a
-mapping follow whatever transformers is installed instead of a copied table of names.
+"""transformers' Auto mappings (model type -> class name), the module a model type's classes
+live in, and the literal defaults of its config class, read from the installed package's source
+without importing it: the planner stays free of transformers, and the rules that read them
+follow whatever transformers is installed instead of a copied table of names.
 
 `causal_lm_class("gemma3")` is the class `AutoModelForCausalLM` loads for a gemma3 checkpoint
 (Gemma3ForConditionalGeneration in transformers 5.x: a multimodal class that generates text from
