@@ -40,6 +40,9 @@ def _save(dest: Path, cls: str, model_type: str, seed: int, config: dict[str, An
 
     torch.manual_seed(seed)
     vocab = sum(1 for _ in (minilm_dir() / "vocab.txt").open())
+    if isinstance(config.get("text_config"), dict):  # a multimodal class's language model
+        config = {**config, "text_config": {"vocab_size": vocab, **TINY,
+                                            **config["text_config"]}}
     cfg = transformers.AutoConfig.for_model(model_type, vocab_size=vocab, **{**TINY, **config})
     model = getattr(transformers, cls)(cfg).eval().to(getattr(torch, dtype))
     tmp = dest.with_name(dest.name + ".partial")

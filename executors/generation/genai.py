@@ -20,7 +20,9 @@ from planner.models.generation import (
     GENAI_PIPELINE,
     GENAI_SECTION,
     HOST_LAYERS,
+    cache_layers,
     heads_and_width,
+    layer_shapes,
     shape_of,
 )
 from planner.models.roles import CACHE, ROLES, Runs
@@ -42,10 +44,15 @@ def free_past(specs: list[dict[str, Any]], model: Path) -> bool:
 
 
 def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[str, Any],
-               folder: Path) -> dict[str, Any]:
+               folder: Path) -> dict[str, Any] | None:
     """genai_config.json for a causal LM's bundle (`bundle`: its bundle.json) in `folder`:
     the plain decoder over its token graph where that graph has a free past, else the decoder
-    pipeline over its graphs."""
+    pipeline over its graphs; None when its layers' caches differ in heads or width (Gemma 4's
+    global layers) or some layers have none (Gemma 3n's shared ones), which genai's one
+    `head_size`, `num_key_value_heads` and `num_hidden_layers` cannot say."""
+    if config and (len(set(layer_shapes(config))) > 1
+                   or cache_layers(config) != shape_of(config).layers):
+        return None
     graphs = bundle["graphs"]
     token = next(g for g in graphs if ROLES[g].runs is Runs.TOKEN)
     shape = shape_of(config) if config else None

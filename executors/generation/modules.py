@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
+from executors.generation.recurrent import refuse_recurrent
 from executors.runtime import torchmodel
 from planner.models.generation import start_token
 from planner.models.roles import CACHE, Role, Trace
@@ -129,8 +130,20 @@ def lm_step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
 
 def takes_positions(model: Any) -> bool:
     """Whether a model's forward takes position ids (else it counts them itself: from its
-    cache's length, its padding index or its attention mask)."""
-    return "position_ids" in inspect.signature(model.forward).parameters
+    cache's length, its padding index or its attention mask): by name, or through its
+    keyword arguments, which it passes on to a decoder that takes them (a multimodal class's
+    language model: MOSS-Transcribe-Diarize's)."""
+    params = inspect.signature(model.forward).parameters
+    if "position_ids" in params:
+        return True
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return False
+    try:
+        inner = model.get_decoder()
+    except (AttributeError, NotImplementedError):
+        return False
+    return inner is not None and inner is not model and \
+        "position_ids" in inspect.signature(inner.forward).parameters
 
 
 def _lm_positions_at(model: Any, position_ids: Any) -> contextlib.AbstractContextManager:
@@ -145,32 +158,11 @@ def _lm_positions_at(model: Any, position_ids: Any) -> contextlib.AbstractContex
     return positions_at(model, position_ids)
 
 
-class RecurrentState(Exception):
-    """A causal LM with layers that keep a recurrent state, which no graph input carries."""
-
-
-def recurrent_layers(model: Any) -> dict[int, str]:
-    """The layers whose transformers cache keeps a recurrent state (a convolution's or a
-    state-space model's, alone or beside keys and values), as transformers' cache classes
-    say, with their cache class's name: the static cache holds keys and values only."""
-    from transformers.cache_utils import LinearAttentionCacheLayerMixin
-
-    return {i: type(layer).__name__ for i, layer in enumerate(dynamic_cache(model).layers)
-            if isinstance(layer, LinearAttentionCacheLayerMixin)}
-
-
 def lm_module(model: Any, input_names: list[str], output_names: list[str],
               free_past: bool = False) -> Any:
     """The module a causal LM's prefill or decode graph traces (RecurrentState where a layer
     keeps a recurrent state: the graphs would drop it between steps)."""
-    recurrent = recurrent_layers(model)
-    if recurrent:
-        kinds = sorted(set(recurrent.values()))
-        raise RecurrentState(
-            f"{type(model).__name__} keeps a recurrent state in layer"
-            f"{'s' if len(recurrent) > 1 else ''} {', '.join(map(str, recurrent))} "
-            f"(transformers' {', '.join(kinds)}: convolution or state-space states), which "
-            "the static key/value cache does not carry from one step to the next")
+    refuse_recurrent(type(model).__name__, dynamic_cache(model))
     headless = output_names[0] == "hidden_states"
 
     def run(held: Any, feed: dict[str, Any]) -> Any:

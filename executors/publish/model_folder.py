@@ -16,6 +16,7 @@ from typing import Any
 
 from executors.samples import checkpoint_dir
 from executors.steps.bundle import CLIENT_FILES
+from planner.models.tasks import unfed_towers
 from planner.render.card import card
 
 CARD = "README.md"
@@ -38,9 +39,18 @@ def fill(record: dict[str, Any], out_dirs: dict[str, Path], stage: Path,
         record["published"][rel] = str(out_dir / rel)
     files = {f.relative_to(stage).as_posix(): f.stat().st_size
              for f in sorted(stage.rglob("*")) if f.is_file()}
-    text = card(record, files, _license(ckpt))
+    text = card(record, files, _license(ckpt), tuple(_unfed(ckpt, record)))
     (stage / CARD).write_text(text, encoding="utf-8")
     record["published"][CARD] = str(out_dir / CARD)
+
+
+def _unfed(ckpt: Path | None, record: dict[str, Any]) -> list[str]:
+    """The checkpoint's encoders of other inputs its text generation graphs leave out."""
+    try:
+        info = json.loads((ckpt / "config.json").read_text()) if ckpt is not None else {}
+    except (OSError, ValueError):
+        return []
+    return unfed_towers(info, str(record["model"].get("task")))
 
 
 def client_files(ckpt: Path) -> list[str]:

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from executors.generation.modules import RecurrentState, gives_cross, graph_module
+from executors.generation.modules import gives_cross, graph_module
+from executors.generation.recurrent import RecurrentState
 from executors.onnx import hierarchy
 from executors.onnx.artifacts import (
     MODEL,

@@ -22,6 +22,7 @@ from executors.onnx.tied_head import tie_file
 from executors.run.step_api import StepContext, StepResult
 from executors.samples import checkpoint_dir
 from executors.store.weights import WEIGHTS, link_blobs, link_or_copy
+from planner.models.tasks import completed
 
 # what a client needs beside the graphs (tokenizer files of the usual tokenizer families)
 CHECKPOINT_FILES = ("config.json", "generation_config.json", "tokenizer.json",
@@ -65,9 +66,11 @@ def run(ctx: StepContext) -> StepResult:
                  **({"shared_context": device} if device else {}),
                  **({"host": host} if host else {})}
     (ctx.out / BUNDLE).write_text(json.dumps(described, indent=2, sort_keys=True))
-    config = json.loads((ckpt / "config.json").read_text()) if "config.json" in copied else {}
+    config = completed(json.loads((ckpt / "config.json").read_text())) \
+        if "config.json" in copied else {}  # as the planner read it: omitted fields' defaults
     genai_config = genai.config_for(config, described, _generation(ckpt), ctx.out)
-    (ctx.out / genai.GENAI_CONFIG).write_text(json.dumps(genai_config, indent=2))
+    if genai_config is not None:
+        (ctx.out / genai.GENAI_CONFIG).write_text(json.dumps(genai_config, indent=2))
     weight_bytes = sum(f.stat().st_size for f in (ctx.out / WEIGHTS).glob("*")) \
         if (ctx.out / WEIGHTS).is_dir() else 0
     return StepResult(metrics={"graphs": list(graphs), "weight_blobs": blobs - shared,

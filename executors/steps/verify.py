@@ -19,6 +19,10 @@ from planner.core.targets import of_params, reference
 
 HINT = ("use quant=w8a16_pc (w8a16 per-channel keeps transformers accurate), or lower "
         "verify.threshold if this accuracy is acceptable")
+# a graph whose activations are already 16-bit: the modules that lose the most go up a rung
+RAISE_HINT = ("raise the precision of the modules that lose the most (quant.search=auto, or "
+              "quant.overrides), use quant=w8a16_pc if this build's weights are per-tensor, or "
+              "lower verify.threshold if this accuracy is acceptable")
 EXPORT_HINT = ("the graph is float32 as PyTorch is, so no quant setting mends this: the "
                "export of this model type differs from PyTorch (a bug worth reporting with "
                "its config.json), or lower verify.threshold if this accuracy is acceptable")
@@ -36,7 +40,8 @@ def degenerate_hint(peak: float) -> str:
 
 
 def hint(candidate: Path, reference_peak: float | None = None) -> str:
-    """The fix a failed comparison suggests: raise a quantized graph's precision; an fp32
+    """The fix a failed comparison suggests: raise a quantized graph's precision (its modules'
+    where its activations are 16-bit already, as w8a16_pc's are); an fp32
     graph's difference is an export bug, which no other `quant` mends; a reference whose
     outputs are all but zero (untrained weights) is no yardstick at any precision."""
     facts = read_facts(candidate) or {}
@@ -45,7 +50,7 @@ def hint(candidate: Path, reference_peak: float | None = None) -> str:
         return EXPORT_HINT
     if reference_peak is not None and reference_peak < RESOLVED:
         return degenerate_hint(reference_peak)
-    return HINT
+    return RAISE_HINT if str(precision).partition("+")[0].endswith("a16") else HINT
 
 
 def candidate_session(ctx: StepContext):

@@ -10,7 +10,7 @@ from typing import Any
 from planner.core.plan import Step
 from planner.core.targets import of_config
 from planner.errors import ConfigError
-from planner.models import generation, roles
+from planner.models import automap, forwards, generation, roles
 from planner.models import tasks as T
 
 
@@ -22,6 +22,26 @@ def check_on_host(ex: dict[str, Any], modality: str, info: dict[str, Any]) -> li
                           f"embeddings or head on the host, and this is a {modality} model; "
                           "set export.on_host=[]")
     return sorted(ex["on_host"])
+
+
+def checked_modality(task: str, info: dict[str, Any], model_class: str | None) -> str:
+    """The modality the build's graphs take. A causal LM's are a prefill and a decode over its
+    key/value cache: a class whose forward returns none (OpenAI GPT, XLM, XLNet: read from
+    transformers' source) is refused here, in one line, rather than by its export."""
+    modality = T.task_modality(task, info, model_class)
+    text = info.get("text_config") or info
+    if modality != T.CAUSAL or text.get("use_cache") is True:  # its config says it caches
+        return modality
+    model_type = str(info.get("model_type", ""))
+    cls = model_class or automap.causal_lm_class(model_type)
+    if not cls or forwards.returns_cache(model_type, cls) is not False:
+        return modality
+    returned = " or ".join(forwards.outputs(model_type, cls))
+    raise ConfigError(
+        f"model: {cls}'s forward returns no key/value cache (model_type {model_type!r}: its "
+        f"{returned} has no past_key_values), and a causal LM is built as a prefill and a "
+        "decode graph over that cache; modelplan cannot build it for text generation: choose "
+        "a checkpoint whose forward returns past_key_values")
 
 
 def _head_on_host(info: dict[str, Any], on_host: list[str]) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from planner.errors import ConfigError
 from planner.models.hfcache import hub_cache
+from planner.models.tasks import completed
 from planner.support.atomic import write_atomic
 from planner.support.digests import file_sha256
 
@@ -245,7 +246,7 @@ def model_info(model: dict[str, Any], where: Path | None) -> dict[str, Any]:
         return {**cfg, "model_type": ri["model_type"], "architectures": arch}
     if where is None or where.is_file():
         return {}
-    return _read_json(where / "config.json", required=True)
+    return completed(_read_json(where / "config.json", required=True))
 
 
 def preprocessor_info(model: dict[str, Any], where: Path | None) -> dict[str, Any]:

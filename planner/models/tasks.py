@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import ConfigError
+from planner.models import automap
 
 # Modalities: what a graph takes. text2text, image2text and speech2text (Whisper: log-mel
 # features) models export an encoder and a decoder graph; a causal language model (decoder-only, "causal") a prefill and a decode graph
@@ -214,11 +215,41 @@ def model_type_of(info: dict[str, Any]) -> ModelType | None:
 
 
 def _names_causal_lm(info: dict[str, Any]) -> bool:
-    return any(str(a).endswith(CAUSAL_LM) for a in info.get("architectures") or ())
+    """Whether the checkpoint's class is a causal LM: a language-model head by its name, or the
+    class transformers' AutoModelForCausalLM loads for its model type (gemma3's
+    Gemma3ForConditionalGeneration, which generates text from token ids alone)."""
+    return any(causal_lm_class(str(a), info) for a in info.get("architectures") or ())
+
+
+def causal_lm_class(cls: str, info: dict[str, Any]) -> bool:
+    """Whether `cls` is a causal LM class for a checkpoint of this config.json."""
+    return cls.endswith(CAUSAL_LM) or \
+        cls == automap.causal_lm_class(str(info.get("model_type", "")))
+
+
+def completed(info: dict[str, Any]) -> dict[str, Any]:
+    """config.json as transformers reads it where the planner reads a multimodal causal LM's
+    text_config: the fields it omits take the defaults its config class declares (the original
+    gemma-3-4b-it names six; its heads, head width and vocabulary are Gemma3TextConfig's)."""
+    text = info.get("text_config")
+    if not isinstance(text, dict) or not text.get("model_type") or not _names_causal_lm(info):
+        return info
+    return {**info, "text_config": {**automap.config_defaults(str(text["model_type"])), **text}}
+
+
+def unfed_towers(info: dict[str, Any], task: str) -> list[str]:
+    """The encoders of other inputs (config.json's vision_config, audio_config...) that a text
+    generation build of a multimodal class leaves out: its graphs take token ids alone."""
+    if task != "text-generation" or not isinstance(info.get("text_config"), dict):
+        return []
+    return [k for k, v in info.items() if k.endswith("_config") and k != "text_config"
+            and isinstance(v, dict) and "model_type" in v]
 
 
 def guess_modality(info: dict[str, Any]) -> str | None:
     """What a config.json of a model type the catalogue does not list takes, from its fields."""
+    if _names_causal_lm(info):  # a multimodal class that AutoModelForCausalLM loads, too
+        return CAUSAL
     if "vision_config" in info and "text_config" in info:
         return TEXT_IMAGE
     if info.get("is_encoder_decoder") or ("encoder" in info and "decoder" in info):
@@ -227,8 +258,6 @@ def guess_modality(info: dict[str, Any]) -> str | None:
         return IMAGE2TEXT if "image_size" in (info.get("encoder") or {}) else TEXT2TEXT
     if any(k in info for k in ("num_mel_bins", "conv_dim", "feat_extract_norm")):
         return AUDIO
-    if _names_causal_lm(info):
-        return CAUSAL
     if "image_size" in info or "num_channels" in info:
         return IMAGE
     if "vocab_size" in info:
@@ -253,7 +282,7 @@ def modality_of(info: dict[str, Any], model_class: str | None) -> str | None:
 
 
 def task_from_class(cls: str, modality: str | None, info: dict[str, Any]) -> str | None:
-    if cls.endswith(CAUSAL_LM):  # checked first: "LMHeadModel" also ends in "Model"
+    if causal_lm_class(cls, info):  # checked first: "LMHeadModel" also ends in "Model"
         return "text-generation"
     for suffix, by_modality in SUFFIXES:
         if cls.endswith(suffix) and modality in by_modality:
@@ -284,6 +313,7 @@ def detect(model: dict[str, Any], info: dict[str, Any],
         if task == "feature-extraction" and any(f in files for f in SENTENCE_TRANSFORMER_FILES):
             task = "sentence-similarity"
     if task is None:
+        _refuse_encoded_inputs(info, cls)
         candidates = mt.tasks if mt else ()
         if len(candidates) == 1 or (mt is not None and mt.modality in (CAUSAL, TEXT2TEXT)):
             # a generative type's config without a class is its generator's (a classifier
@@ -301,6 +331,24 @@ def detect(model: dict[str, Any], info: dict[str, Any],
         raise ConfigError(f"model.task: {task!r} is not a task modelplan builds for model_type "
                           f"{mt.name!r}; choose one of: {', '.join(mt.tasks)}")
     return task, class_for(task, cls, mt, info)
+
+
+def _refuse_encoded_inputs(info: dict[str, Any], cls: str | None) -> None:
+    """A sequence-to-sequence class that is one language model (text_config) reading another
+    input's encoder embeddings among its tokens (Qwen2-Audio, Voxtral): it has no text-only
+    build, and no encoder-decoder's graphs either."""
+    model_type = str(info.get("model_type", ""))
+    if not cls or cls != automap.seq2seq_class(model_type) or info.get("is_encoder_decoder") \
+            or not isinstance(info.get("text_config"), dict):
+        return
+    towers = [k for k, v in info.items()
+              if k.endswith("_config") and k != "text_config" and isinstance(v, dict)]
+    raise ConfigError(
+        f"model: {cls} (model_type {model_type!r}) generates text from what its "
+        f"{' and '.join(towers) or 'encoder'} encodes, its language model reading those "
+        "embeddings among the token ids; modelplan builds no such graphs (it builds causal LMs "
+        "from token ids, and encoder-decoders); to build its language model alone, save its "
+        "text model with its text_config as a causal-LM checkpoint and set model.path to it")
 
 
 def class_for(task: str, cls: str | None, mt: ModelType | None,

@@ -171,6 +171,7 @@ GENERIC: dict[str, Any] = {
     "max_target_positions": 64, "sliding_window": 64, "layer_types": None, "rotary_dim": 16,
     "vocab_size": 1000, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
     "decoder_start_token_id": 1,
+    "hidden_size_per_layer_input": 16,  # per-layer token embeddings (Gemma 3n, Gemma 4)
 }
 
 
@@ -187,6 +188,9 @@ def tiny_fields(config_cls: Any, values: dict[str, Any] | None = None) -> dict[s
             if name and name in names:
                 out[name] = value
                 break
+    for name in names:  # other tables of the same token ids (Gemma 4's per-layer embeddings)
+        if name.startswith("vocab_size_") and "vocab_size" in out:
+            out[name] = out["vocab_size"]
     return {k: v for k, v in out.items() if v is not None or k == "layer_types"}
 
 

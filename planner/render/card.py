@@ -84,10 +84,16 @@ def provider_options(ir: dict[str, Any]) -> dict[str, Any]:
     return dict(made[-1]["params"]["provider_options"]) if made else {}
 
 
-def card(record: dict[str, Any], files: dict[str, int], license_: str | None = None) -> str:
-    """The card's text. `files`: the folder's files (relative name -> bytes)."""
+def card(record: dict[str, Any], files: dict[str, int], license_: str | None = None,
+         unfed: tuple[str, ...] = ()) -> str:
+    """The card's text. `files`: the folder's files (relative name -> bytes); `unfed`: the
+    checkpoint's encoders of other inputs that its graphs leave out (tasks.unfed_towers)."""
     model = record["model"]
     lines = [*_front_matter(model, files, license_), "", *_intro(record, model), ""]
+    if unfed:
+        lines += [(f"The graphs generate from token ids alone, as transformers' `generate` does "
+                   f"given no other input: the checkpoint's {' and '.join(unfed)} encoders are "
+                   "not in them, and images or audio are not fed."), ""]
     lines += ["## Files", "", *_files(files), ""]
     lines += ["## Accuracy and speed", "", *_figures(record), ""]
     lines += ["## Use it", "", *_use(model, files), ""]
@@ -225,6 +231,11 @@ def _bundle(model: dict[str, Any], files: dict[str, int]) -> list[str]:
                 'generator.append_tokens(tokenizer.encode("a prompt"))',
                 "while not generator.is_done():", "    generator.generate_next_token()",
                 "print(tokenizer.decode(generator.get_sequence(0)))", "```"]
+    elif model.get("genai") in (GENAI_DECODER, GENAI_PIPELINE) and \
+            "genai_config.json" not in files:
+        out += ["", ("No `genai_config.json`: onnxruntime-genai's decoder gives every layer one "
+                "cache geometry, and this model's layers have their own (config.json's "
+                "`per_layer_config`): run it with `modelplan generate`.")]
     elif model.get("genai") == GENAI_PIPELINE:
         out += ["", ("`genai_config.json` describes the graphs as onnxruntime-genai's decoder "
                 "pipeline, which onnxruntime-genai 0.18 does not run over graphs of fixed "

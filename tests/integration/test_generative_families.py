@@ -5,6 +5,7 @@ fp32 through `model=local_hf`, whose greedy generation matches PyTorch token for
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import onnx
 import pytest
 
-from tests.checkpoints import text_checkpoint
+from tests.checkpoints import TINY, text_checkpoint
 from tests.integration.conftest import run_json, step
 
 SHAPES = ("export.shapes.prefill_length=8", "export.shapes.context_length=32")
@@ -35,7 +36,18 @@ CASES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     # the tokens diverged from PyTorch's, now a plan-time line)
     ("gpt_neo", "GPTNeoForCausalLM", "bfloat16",
      {"attention_types": [[["global", "local"], 1]], "window_size": 33}),
+    # the class AutoModelForCausalLM loads for gemma3: an image-text model, built on its
+    # text_config and fed token ids alone; its heads are Gemma3TextConfig's defaults, which its
+    # config.json leaves out (OMITTED)
+    ("gemma3", "Gemma3ForConditionalGeneration", "bfloat16", {
+        "text_config": {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                        **IDS},
+        "mm_tokens_per_image": 4,
+        "vision_config": {**TINY, "num_hidden_layers": 1, "image_size": 32, "patch_size": 16}}),
 )
+# text_config fields a case's config.json leaves to its config class's defaults, as the original
+# gemma-3-4b-it's does
+OMITTED = {"gemma3": ("num_attention_heads", "num_key_value_heads", "head_dim")}
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +61,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str,
             tmp = tmp_path_factory.mktemp(model_type)
             ckpt = text_checkpoint(tmp / "ckpt", cls=cls, model_type=model_type, dtype=dtype,
                                    **IDS, **fields)
+            config = json.loads((ckpt / "config.json").read_text())
+            for name in OMITTED.get(model_type, ()):
+                del config["text_config"][name]
+            (ckpt / "config.json").write_text(json.dumps(config))
             code, rec, err = run_json("model=local_hf", f"model.path={ckpt}", *SHAPES,
                                       "perf=none", "target=cpu", "quant=none",
                                       store=tmp / "store", outputs=tmp / "out")
@@ -90,3 +106,17 @@ def test_a_model_without_position_ids_takes_them_unread(
         model = onnx.load(str(path), load_external_data=False)
         assert [i.name for i in model.graph.input][:3] == first, graph
         assert not any("position_ids" in n.input for n in model.graph.node), graph
+
+
+def test_a_multimodal_class_generates_from_token_ids_alone(
+        built: Callable[[str], dict[str, Any]]) -> None:
+    """Gemma3ForConditionalGeneration's graphs take no pixel values and hold no vision tower;
+    its card says images are not fed."""
+    record = built("gemma3")
+    for graph in ("prefill", "decode"):
+        path = Path(step(record, f"{graph}.export")["outputs"]["model.onnx"])
+        model = onnx.load(str(path), load_external_data=False)
+        assert "pixel_values" not in {i.name for i in model.graph.input}, graph
+        assert not any("vision" in i.name for i in model.graph.initializer), graph
+    card = Path(record["published"]["README.md"]).read_text()
+    assert "the checkpoint's vision_config encoders are not in them" in card

@@ -55,6 +55,32 @@ def test_a_token_graph_of_a_free_past_is_genais_plain_decoder(tmp_path: Path) ->
     assert made["search"]["max_length"] == model["context_length"] == 32
 
 
+def test_layers_of_their_own_cache_geometry_get_no_genai_config(tmp_path: Path) -> None:
+    """genai's decoder says one head_size and num_key_value_heads for every layer: a model whose
+    per_layer_config gives a layer its own has no genai_config.json (modelplan's loop runs it),
+    and its host cache holds each layer at the layer's own width."""
+    import torch
+
+    from executors.generation.cache import static_entries
+
+    own = {**CONFIG, "per_layer_config": {"1": {"head_dim": 16}}}
+    described = bundle("past_sequence_length", tmp_path,
+                       runs_on={"ep": "cpu", "backend": None, "provider_options": {}})
+    assert genai.config_for(own, described, {}, tmp_path) is None
+    assert genai.config_for(CONFIG, described, {}, tmp_path) is not None
+
+    class Layer:
+        def __init__(self, width: int) -> None:
+            self.keys = self.values = torch.ones(1, 2, 3, width)
+
+    feed = static_entries([Layer(8), Layer(16)], 3, [1, 2, 32, 8])
+    assert {n: v.shape for n, v in feed.items()} == {
+        "past_key_values.0.key": (1, 2, 32, 8), "past_key_values.0.value": (1, 2, 32, 8),
+        "past_key_values.1.key": (1, 2, 32, 16), "past_key_values.1.value": (1, 2, 32, 16)}
+    assert feed["past_key_values.1.key"][:, :, :3].all() and \
+        not feed["past_key_values.1.key"][:, :, 3:].any()
+
+
 def test_fixed_graphs_are_a_pipeline_with_the_host_layers_and_the_build_s_ep(
         tmp_path: Path) -> None:
     layer(tmp_path / "embed_model.onnx", "input_ids", "inputs_embeds")

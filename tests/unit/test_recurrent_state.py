@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from executors.generation.modules import RecurrentState, lm_module
+from executors.generation.modules import lm_module
+from executors.generation.recurrent import RecurrentState
 from planner.models.tiny import tiny_fields
 
 NAMES = ["input_ids", "attention_mask", "position_ids"]

@@ -40,3 +40,14 @@ def test_sub_configs_are_made_tiny_and_an_unknown_type_gets_nothing() -> None:
     assert blip["text_config"]["num_hidden_layers"] == 2
     assert blip["vision_config"]["hidden_size"] == 64
     assert generic("no_such_model_type") == {}
+
+
+def test_per_layer_embeddings_are_tiny_and_index_the_same_tokens() -> None:
+    """Gemma 4's per-layer token embeddings: a table as wide as hidden_size_per_layer_input
+    for every layer (256 by default: 134M parameters at its 262144 ids), indexed by the same
+    ids as the vocabulary (a smaller table would be read out of range)."""
+    from transformers import Gemma4TextConfig
+
+    fields = tiny_fields(Gemma4TextConfig, {"vocab_size": 500})
+    assert fields["vocab_size_per_layer_input"] == fields["vocab_size"] == 500
+    assert fields["hidden_size_per_layer_input"] == 16

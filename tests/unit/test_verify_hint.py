@@ -10,7 +10,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from executors.onnx.artifacts import MODEL, stamp_file
-from executors.steps.verify import EXPORT_HINT, HINT, hint
+from executors.steps.verify import EXPORT_HINT, HINT, RAISE_HINT, hint
 
 
 def stamped(folder: Path, facts: dict) -> Path:
@@ -28,7 +28,14 @@ def test_an_fp32_graph_is_not_told_to_change_its_precision(tmp_path: Path) -> No
     quantized = stamped(tmp_path / "q", {"precision": {"value": "w8a16", "by": "k"}})
     fp16 = stamped(tmp_path / "h", {"precision": {"value": "fp16", "by": "k"}})
     assert hint(fp32) == EXPORT_HINT and "quant=" not in EXPORT_HINT
-    assert hint(quantized) == HINT == hint(fp16) and "quant=w8a16_pc" in HINT
+    assert hint(fp16) == HINT and "quant=w8a16_pc" in HINT
+    eight = stamped(tmp_path / "q8", {"precision": {"value": "w8a8", "by": "k"}})
+    assert hint(eight) == HINT
+    # 16-bit activations already (w8a16_pc on HTP: gemma3's generation at cosine 0.9891): its
+    # modules go up a rung; quant=w8a16_pc is no fix by itself
+    assert hint(quantized) == RAISE_HINT == hint(stamped(tmp_path / "m", {"precision": {
+        "value": "w8a16+mixed", "by": "k"}}))
+    assert "quant.search=auto" in RAISE_HINT and not RAISE_HINT.startswith("use quant=")
     assert hint(tmp_path / "missing.onnx") == EXPORT_HINT  # unstamped: fp32, as every model is
 
 
@@ -39,6 +46,6 @@ def test_a_degenerate_reference_is_named_not_told_to_raise_precision(tmp_path: P
     said = hint(quantized, reference_peak=1.3e-26)
     assert "quant=w8a16_pc" not in said and "degenerate" in said and "1.3e-26" in said
     assert "untrained" in said and "real weights" in said and "verify=none" in said
-    assert hint(quantized, reference_peak=2.5) == HINT  # a reference that says something
+    assert hint(quantized, reference_peak=2.5) == RAISE_HINT  # a reference that says something
     fp32 = stamped(tmp_path / "fp32", {"normalized": {"value": True, "by": "k"}})
     assert hint(fp32, reference_peak=1e-26) == EXPORT_HINT  # fp32 computes what PyTorch does

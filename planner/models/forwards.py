@@ -1,0 +1,93 @@
+"""What a checkpoint class's forward returns, read from transformers' source without importing
+it (planner/models/automap.py finds the files): whether its output carries a key/value cache
+(`past_key_values`), which a causal LM's prefill and decode graphs are built over. OpenAI GPT's
+forward returns a CausalLMOutput, XLM's a MaskedLMOutput, XLNet's its own output with `mems`:
+none of them a cache."""
+
+from __future__ import annotations
+
+import ast
+import functools
+
+from planner.models import automap
+
+OUTPUTS = "modeling_outputs.py"  # where transformers' shared output classes are defined
+CACHE_FIELDS = frozenset({"past_key_values", "cache"})  # the cache's names, older and newer
+_LEAF = "ModelOutput"
+
+
+def returns_cache(model_type: str, cls: str) -> bool | None:
+    """Whether `cls`'s forward returns a key/value cache; None when its source does not say
+    (the class, its forward or its output class not found as plain definitions)."""
+    found = outputs(model_type, cls)
+    return None if not found else any(CACHE_FIELDS & fields for fields in found.values())
+
+
+@functools.cache
+def outputs(model_type: str, cls: str) -> dict[str, frozenset[str]]:
+    """The output classes `cls`'s forward is annotated to return, with their fields."""
+    local = _classes(automap.source(automap.modeling_file(model_type)))
+    shared = _shared()
+    forward = _method(local, cls, "forward")
+    if forward is None or forward.returns is None:
+        return {}
+    return {name: frozenset(fields) for name in _names(forward.returns)
+            if (fields := _fields(name, local, shared)) is not None}
+
+
+@functools.cache
+def _shared() -> dict[str, ast.ClassDef]:
+    return _classes(automap.source(OUTPUTS))
+
+
+def _classes(text: str) -> dict[str, ast.ClassDef]:
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return {}
+    return {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+
+def _base_names(node: ast.ClassDef) -> list[str]:
+    return [b.id if isinstance(b, ast.Name) else b.attr for b in node.bases
+            if isinstance(b, ast.Name | ast.Attribute)]
+
+
+def _method(classes: dict[str, ast.ClassDef], cls: str,
+            name: str) -> ast.FunctionDef | None:
+    """`cls.name` as defined in the class or the first base of the same file that defines it."""
+    node = classes.get(cls)
+    if node is None:
+        return None
+    for item in node.body:
+        if isinstance(item, ast.FunctionDef) and item.name == name:
+            return item
+    return next((m for b in _base_names(node) if (m := _method(classes, b, name))), None)
+
+
+def _names(annotation: ast.expr) -> list[str]:
+    """The class names a return annotation names (`tuple | CausalLMOutput`, quoted or not)."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return []
+    return [n.id for n in ast.walk(annotation) if isinstance(n, ast.Name)]
+
+
+def _fields(name: str, local: dict[str, ast.ClassDef],
+            shared: dict[str, ast.ClassDef]) -> set[str] | None:
+    """The annotated fields of an output class and its bases (None: not an output class found
+    in the model's file or among transformers' shared outputs)."""
+    node = local.get(name) or shared.get(name)
+    if node is None:
+        return None
+    fields = {t.target.id for t in node.body
+              if isinstance(t, ast.AnnAssign) and isinstance(t.target, ast.Name)}
+    bases = _base_names(node)
+    if _LEAF not in bases and not any(b in local or b in shared for b in bases):
+        return None  # not derived from ModelOutput (a tensor, a tuple)
+    for base in bases:
+        if base != _LEAF and (inherited := _fields(base, local, shared)) is not None:
+            fields |= inherited
+    return fields

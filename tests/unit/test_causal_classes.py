@@ -1,0 +1,125 @@
+"""Which checkpoint classes build as text generation: a language-model head by its name, or
+the class the installed transformers' AutoModelForCausalLM loads for the checkpoint's type (a
+multimodal class such as Gemma3ForConditionalGeneration, built on its text_config), read from
+transformers' source without importing it; and a language model that reads an audio encoder's
+embeddings, refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planner.errors import ConfigError
+from planner.models import automap
+from tests.conftest import run_cli
+from tests.unit.test_tasks import checkpoint, export_params, plan
+
+TEXT = {"model_type": "gemma3_text", "vocab_size": 100, "hidden_size": 64, "head_dim": 16,
+        "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 128}
+VISION = {"model_type": "siglip_vision_model", "hidden_size": 32, "image_size": 32}
+
+
+def test_the_mappings_read_from_source_are_transformers_own() -> None:
+    from transformers.models.auto import modeling_auto
+
+    for name in (automap.CAUSAL_LM, automap.SEQ2SEQ_LM, automap.SPEECH_SEQ2SEQ):
+        assert automap.mapping(name) == dict(getattr(modeling_auto, name)), name
+    assert automap.causal_lm_class("gemma3") == "Gemma3ForConditionalGeneration"
+
+
+def test_the_class_the_causal_lm_auto_class_loads_builds_on_its_text_config(tmp_path: Path) -> None:
+    ckpt = checkpoint(tmp_path, {"model_type": "gemma3",
+                                 "architectures": ["Gemma3ForConditionalGeneration"],
+                                 "text_config": TEXT, "vision_config": VISION})
+    ir = plan(ckpt, "export.shapes.prefill_length=8", "export.shapes.context_length=32")
+    resolve = ir["steps"][0]["params"]
+    assert (resolve["task"], resolve["model_class"]) == ("text-generation",
+                                                         "Gemma3ForConditionalGeneration")
+    prefill = {s["name"]: s["shape"] for s in export_params(ir, "prefill.export")["inputs"]}
+    assert prefill == {"input_ids": [1, 8], "attention_mask": [1, 8], "position_ids": [1, 8]}
+    decode = {s["name"]: s["shape"] for s in export_params(ir, "decode.export")["inputs"]}
+    assert decode["past_key_values.2.value"] == [1, 2, 32, 16]  # text_config's geometry
+    assert "past_key_values.3.key" not in decode
+
+
+def test_the_same_kind_of_class_for_a_type_it_is_not_the_causal_lm_of(tmp_path: Path) -> None:
+    """PaliGemma's ForConditionalGeneration is no class AutoModelForCausalLM loads: its type
+    is not detected as text generation."""
+    assert automap.causal_lm_class("paligemma") is None
+    ckpt = checkpoint(tmp_path, {"model_type": "paligemma",
+                                 "architectures": ["PaliGemmaForConditionalGeneration"],
+                                 "text_config": TEXT, "vision_config": VISION})
+    with pytest.raises(ConfigError, match="model.task: cannot detect the task"):
+        plan(ckpt)
+
+
+@pytest.mark.parametrize(("config", "towers"), [
+    ({"model_type": "qwen2_audio", "architectures": ["Qwen2AudioForConditionalGeneration"],
+      "audio_config": {"model_type": "qwen2_audio_encoder"}}, "audio_config"),
+    ({"model_type": "voxtral", "architectures": ["VoxtralForConditionalGeneration"],
+      "audio_config": {"model_type": "voxtral_encoder"}}, "audio_config"),
+])
+def test_a_language_model_reading_audio_embeddings_is_refused_in_one_line(
+        tmp_path: Path, config: dict[str, Any], towers: str) -> None:
+    ckpt = checkpoint(tmp_path, {**config, "text_config": {**TEXT, "model_type": "qwen2"}})
+    result = run_cli("plan", "model=local_hf", f"model.path={ckpt}")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    cls = config["architectures"][0]
+    assert f"model: {cls} (model_type {config['model_type']!r}) generates text from what " \
+           f"its {towers} encodes" in lines[0]
+    assert "save its text model with its text_config as a causal-LM checkpoint" in lines[0]
+    assert "quant" not in lines[0]
+
+
+LM = {"vocab_size": 100, "n_embd": 64, "n_layer": 2, "n_head": 2, "n_positions": 64}
+
+
+@pytest.mark.parametrize(("model_type", "cls", "output"), [
+    ("openai-gpt", "OpenAIGPTLMHeadModel", "CausalLMOutput"),
+    ("xlm", "XLMWithLMHeadModel", "MaskedLMOutput"),
+    ("xlnet", "XLNetLMHeadModel", "XLNetLMHeadModelOutput"),
+])
+def test_a_language_model_whose_forward_returns_no_cache_is_refused_at_plan_time(
+        tmp_path: Path, model_type: str, cls: str, output: str) -> None:
+    ckpt = checkpoint(tmp_path, {"model_type": model_type, "architectures": [cls], **LM})
+    result = run_cli("plan", "model=local_hf", f"model.path={ckpt}")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines == [(f"modelplan: error: model: {cls}'s forward returns no key/value cache "
+                     f"(model_type {model_type!r}: its {output} has no past_key_values), and "
+                     "a causal LM is built as a prefill and a decode graph over that cache; "
+                     "modelplan cannot build it for text generation: choose a checkpoint whose "
+                     "forward returns past_key_values")]
+
+
+def test_a_config_that_does_not_say_use_cache_is_read_from_its_forward(tmp_path: Path) -> None:
+    """GPT-2's config.json as first published has no use_cache; its forward returns a cache."""
+    ckpt = checkpoint(tmp_path, {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
+                                 **LM})
+    ir = plan(ckpt, "export.shapes.prefill_length=8", "export.shapes.context_length=32")
+    assert [s["id"] for s in ir["steps"] if s["op"] == "export"] == ["prefill.export",
+                                                                     "decode.export"]
+
+
+def test_a_text_config_that_omits_fields_takes_its_config_class_defaults(
+        tmp_path: Path) -> None:
+    """gemma-3-4b-it's config.json as published names six text_config fields; transformers
+    gives the rest from Gemma3TextConfig (8 heads, 4 key/value heads of 256, 262208 ids), read
+    here from its source."""
+    ckpt = checkpoint(tmp_path, {
+        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+        "text_config": {"hidden_size": 2560, "intermediate_size": 10240,
+                        "model_type": "gemma3_text", "num_hidden_layers": 34,
+                        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                        "sliding_window": 1024},
+        "vision_config": {**VISION, "image_size": 896}})
+    ir = plan(ckpt, "export.shapes.prefill_length=8", "export.shapes.context_length=64")
+    decode = {s["name"]: s for s in export_params(ir, "decode.export")["inputs"]}
+    assert decode["past_key_values.33.key"]["shape"] == [1, 4, 64, 256]
+    assert decode["input_ids"]["max"] == 262207
+    assert automap.config_defaults("gemma3_text")["num_attention_heads"] == 8
