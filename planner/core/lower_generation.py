@@ -26,11 +26,11 @@ def check_on_host(ex: dict[str, Any], modality: str, info: dict[str, Any]) -> li
 
 def checked_modality(task: str, info: dict[str, Any], model_class: str | None) -> str:
     """The modality the build's graphs take. A causal LM's are a prefill and a decode over its
-    key/value cache: a class whose forward returns none (OpenAI GPT, XLM, XLNet: read from
-    transformers' source) is refused here, in one line, rather than by its export."""
+    key/value cache: a class whose forward returns none (OpenAI GPT, XLM, XLNet, Reformer's
+    hash buckets: read from transformers' source, whatever its config's `use_cache` says) is
+    refused here, in one line, rather than by its export."""
     modality = T.task_modality(task, info, model_class)
-    text = info.get("text_config") or info
-    if modality != T.CAUSAL or text.get("use_cache") is True:  # its config says it caches
+    if modality != T.CAUSAL:
         return modality
     model_type = str(info.get("model_type", ""))
     cls = model_class or automap.causal_lm_class(model_type)

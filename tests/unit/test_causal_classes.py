@@ -79,14 +79,18 @@ def test_a_language_model_reading_audio_embeddings_is_refused_in_one_line(
 LM = {"vocab_size": 100, "n_embd": 64, "n_layer": 2, "n_head": 2, "n_positions": 64}
 
 
-@pytest.mark.parametrize(("model_type", "cls", "output"), [
-    ("openai-gpt", "OpenAIGPTLMHeadModel", "CausalLMOutput"),
-    ("xlm", "XLMWithLMHeadModel", "MaskedLMOutput"),
-    ("xlnet", "XLNetLMHeadModel", "XLNetLMHeadModelOutput"),
+@pytest.mark.parametrize(("model_type", "cls", "output", "fields"), [
+    ("openai-gpt", "OpenAIGPTLMHeadModel", "CausalLMOutput", {}),
+    ("xlm", "XLMWithLMHeadModel", "MaskedLMOutput", {}),
+    ("xlnet", "XLNetLMHeadModel", "XLNetLMHeadModelOutput", {}),
+    # its config says use_cache; its cache is hash buckets, which its output does not give
+    ("reformer", "ReformerModelWithLMHead", "CausalLMOutput",
+     {"use_cache": True, "is_decoder": True}),
 ])
 def test_a_language_model_whose_forward_returns_no_cache_is_refused_at_plan_time(
-        tmp_path: Path, model_type: str, cls: str, output: str) -> None:
-    ckpt = checkpoint(tmp_path, {"model_type": model_type, "architectures": [cls], **LM})
+        tmp_path: Path, model_type: str, cls: str, output: str, fields: dict[str, Any]) -> None:
+    ckpt = checkpoint(tmp_path, {"model_type": model_type, "architectures": [cls], **LM,
+                                 **fields})
     result = run_cli("plan", "model=local_hf", f"model.path={ckpt}")
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
