@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,11 +86,9 @@ def test_moonshine_transcribes_a_waveform_as_transformers_does(tmp_path: Path) -
     synthesized speech; `modelplan generate --audio` transcribes a WAV file into the tokens
     transformers' own `generate` gives for the same samples."""
     import numpy as np
-    import soundfile
     import torch
     import transformers
 
-    from executors.samples import media
     from executors.samples.preprocessors import write_preprocessor
 
     ckpt = text_checkpoint(tmp_path / "ckpt", cls="MoonshineForConditionalGeneration",
@@ -113,12 +112,7 @@ def test_moonshine_transcribes_a_waveform_as_transformers_does(tmp_path: Path) -
     assert ev["metric"] == "wer" and ev["eval_verdict"] == "PASS"
     assert ev["scores"]["fp32_onnx"]["wer"] == ev["scores"]["pytorch"]["wer"] == 0.0
     folder = Path(record["published"]["bundle.json"]).parent
-    wav = tmp_path / "speech.wav"
-    soundfile.write(wav, media.speaker().say("the cat sat on the mat"), media.RATE)
-    mine = run_cli("generate", str(folder), "--audio", str(wav), "--new-tokens", "8", "--json")
-    assert mine.returncode == 0, mine.stderr
-    tokens = json.loads(mine.stdout)["tokens"]
-    audio, rate = soundfile.read(wav, dtype="float32")
+    tokens, audio, rate = generated_from_speech(folder, tmp_path, 8)
     audio = np.pad(audio[:SAMPLES], (0, max(0, SAMPLES - len(audio))))
     values = transformers.AutoFeatureExtractor.from_pretrained(str(folder))(
         audio, sampling_rate=rate, return_tensors="pt").input_values
@@ -128,6 +122,23 @@ def test_moonshine_transcribes_a_waveform_as_transformers_does(tmp_path: Path) -
                               num_beams=1)[0, 1:].tolist()  # after the start token
     assert len(set(tokens)) > 2 and tokens == want, (tokens, want)
 
+
+
+def generated_from_speech(folder: Path, tmp_path: Path,
+                          new_tokens: int) -> tuple[list[int], Any, int]:
+    """`modelplan generate --audio` on a spoken sentence: its tokens, and the waveform and
+    rate it read (for transformers' own `generate` on the same audio)."""
+    import soundfile
+
+    from executors.samples import media
+
+    wav = tmp_path / "speech.wav"
+    soundfile.write(wav, media.speaker().say("the cat sat on the mat"), media.RATE)
+    mine = run_cli("generate", str(folder), "--audio", str(wav), "--new-tokens",
+                   str(new_tokens), "--json")
+    assert mine.returncode == 0, mine.stderr
+    audio, rate = soundfile.read(wav, dtype="float32")
+    return json.loads(mine.stdout)["tokens"], audio, rate
 
 def onnx_inputs(path: str) -> list[tuple[str, list[int]]]:
     import onnx
@@ -143,11 +154,9 @@ def test_speech2text_transcribes_filter_bank_frames_as_transformers_does(
     stride-2 convolutions make); verify feeds it synthesized speech, and `modelplan generate
     --audio` gives transformers' own `generate` tokens for the same frames."""
     import numpy as np
-    import soundfile
     import torch
     import transformers
 
-    from executors.samples import media
 
     code, record, err = run_json("model=tiny_random", "model.random_init.model_type=speech_to_text",
                                  "+model.random_init.config.init_std=0.2",
@@ -163,12 +172,7 @@ def test_speech2text_transcribes_filter_bank_frames_as_transformers_does(
     assert "encoder states of the torch encoder" in step(record, "decoder.verify")["metrics"]["data"]
     assert step(record, "verify_generation")["metrics"]["token_agreement"] == 1.0
     folder = Path(record["published"]["bundle.json"]).parent
-    wav = tmp_path / "speech.wav"
-    soundfile.write(wav, media.speaker().say("the cat sat on the mat"), media.RATE)
-    mine = run_cli("generate", str(folder), "--audio", str(wav), "--new-tokens", "8", "--json")
-    assert mine.returncode == 0, mine.stderr
-    tokens = json.loads(mine.stdout)["tokens"]
-    audio, rate = soundfile.read(wav, dtype="float32")
+    tokens, audio, rate = generated_from_speech(folder, tmp_path, 8)
     frames = transformers.AutoFeatureExtractor.from_pretrained(str(folder))(
         audio, sampling_rate=rate, return_tensors="np").input_features[0]
     frames = np.pad(frames[:400], ((0, max(0, 400 - len(frames))), (0, 0)))[None]
