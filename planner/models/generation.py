@@ -207,7 +207,9 @@ def weight_bytes(info: dict[str, Any], weight_bits: int, table_bits: int) -> int
     inter = text.get("intermediate_size") or text.get("n_inner") or 4 * width
     gated = 3 if "intermediate_size" in text else 2  # SwiGLU's gate, up and down
     attention = 2 * width * heads * s.head_dim + 2 * width * s.kv_heads * s.head_dim
-    layers = s.layers * (attention + gated * width * inter)
+    # one width for every layer, or one per layer (Gemma 3n's list)
+    inters = [int(i) for i in inter] if isinstance(inter, list) else [int(inter)] * s.layers
+    layers = s.layers * attention + gated * width * sum(inters[:s.layers])
     tables = s.vocab * width * (1 if text.get("tie_word_embeddings", False) else 2)
     return (layers * weight_bits + tables * table_bits) // 8
 

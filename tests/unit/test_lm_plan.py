@@ -174,6 +174,19 @@ def test_plan_text_shows_both_graphs_and_the_bundle(tmp_path: Path) -> None:
         assert line in result.stdout
 
 
+def test_a_width_per_layer_sizes_each_layers_mlp(tmp_path: Path) -> None:
+    """Gemma 3n's config.json gives `intermediate_size` as a list, one per layer: the weights
+    count each layer's own, and an HTP plan (which sizes its parts from them) is made."""
+    per_layer = {**LLAMA, "intermediate_size": [64, 64, 256]}
+    uniform = {**LLAMA, "intermediate_size": 64}
+    assert lm.weight_bytes(per_layer, 8, 8) - lm.weight_bytes(uniform, 8, 8) == 3 * 32 * 192
+    ir = plan_from_overrides(["model=local_hf", f"model.path={checkpoint(tmp_path, per_layer)}",
+                              "target=qnn_htp", "quant=w8a16_pc",
+                              "export.shapes.prefill_length=8",
+                              "export.shapes.context_length=32"]).to_json()
+    assert params(ir, "prefill.export")["inputs"][0]["shape"] == [1, 8]
+
+
 def test_parts_follow_the_weights_and_the_target(tmp_path: Path) -> None:
     """A 7B-shaped model at 16-bit tables and 8-bit weights is ~7 GB: four parts under 1.8 GB
     on HTP (one embedded context binary each), one on the CPU (weights stay in files)."""
