@@ -59,6 +59,14 @@ def step_mask(seen: int, slots: int) -> np.ndarray:
     return mask
 
 
+def own_layers(layers: Any) -> list[Any]:
+    """A transformers cache's layers that hold entries of their own: not those that reuse an
+    earlier layer's keys and values (Gemma 3n's and Gemma 4's last layers)."""
+    from transformers.cache_utils import DummyLayer
+
+    return [layer for layer in layers if not isinstance(layer, DummyLayer)]
+
+
 def static_entries(layers: Any, seen: int, shape: list[int] | None = None,
                    prefix: str = CACHE.past) -> dict[str, np.ndarray]:
     """A transformers cache's layers (`.keys`, `.values` tensors) as the static buffers a graph
@@ -66,11 +74,8 @@ def static_entries(layers: Any, seen: int, shape: list[int] | None = None,
     slots (axis 2) and the layer's own heads and width (Gemma 4's differ by layer); the
     tensor's own shape when None: the cross keys and values, which are read whole). A layer
     that reuses an earlier one's entries (Gemma 3n's last layers) has no buffers."""
-    from transformers.cache_utils import DummyLayer
-
     feed = {}
-    own = [layer for layer in layers if not isinstance(layer, DummyLayer)]  # not a shared one
-    for i, layer in enumerate(own):
+    for i, layer in enumerate(own_layers(layers)):
         for part, value in zip(CACHE.parts, (layer.keys, layer.values), strict=True):
             name = f"{prefix}.{i}.{part}"
             if shape is None:

@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
+from executors.generation.cache import own_layers
 from executors.generation.recurrent import refuse_recurrent
 from executors.runtime import torchmodel
 from planner.models.generation import start_token
@@ -93,12 +94,8 @@ def dynamic_cache(model: Any, past: tuple[Any, ...] = ()) -> Any:
 
 
 def _presents(cache: Any, last: int | None) -> list[Any]:
-    from transformers.cache_utils import DummyLayer
-
     out = []
-    for layer in cache.layers:
-        if isinstance(layer, DummyLayer):  # it reuses an earlier layer's keys and values
-            continue
+    for layer in own_layers(cache.layers):
         keys, values = layer.keys, layer.values
         if last is not None:
             keys, values = keys[:, :, -last:], values[:, :, -last:]
