@@ -16,6 +16,12 @@ def register() -> None:
 
     torch.onnx.register_custom_op_symbolic("aten::expm1", _expm1, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::rms_norm", _rms_norm, OPSET)
+    torch.onnx.register_custom_op_symbolic("aten::index_add", _index_add, OPSET)
+    for name, logical, bitwise in (("or", "Or", "BitwiseOr"), ("and", "And", "BitwiseAnd"),
+                                   ("xor", "Xor", "BitwiseXor")):
+        function = _bitwise(f"aten::bitwise_{name}", logical, bitwise)
+        torch.onnx.register_custom_op_symbolic(f"aten::__{name}_", function, OPSET)
+        torch.onnx.register_custom_op_symbolic(f"aten::bitwise_{name}", function, OPSET)
 
 
 def _expm1(g: Any, x: Any) -> Any:
@@ -44,3 +50,51 @@ def _rms_norm(g: Any, x: Any, normalized_shape: Any, weight: Any, eps: Any) -> A
     eps_t = g.op("CastLike", g.op("Constant", value_t=torch.tensor(eps_value)), x)
     out = g.op("Div", x, g.op("Sqrt", g.op("Add", mean, eps_t)))
     return out if sh._is_none(weight) else g.op("Mul", out, weight)
+
+
+# ScatterElements' reduction (opset 16) and ONNX's bitwise operators (opset 18)
+SCATTER_ADD_OPSET = 16
+BITWISE_OPSET = 18
+
+
+def _index_add(g: Any, x: Any, dim: Any, index: Any, source: Any, alpha: Any = None) -> Any:
+    """x with source's slices along `dim` added at `index`, repeated indices adding up (JetMoE's
+    experts gather their tokens' outputs so): ScatterElements with reduction add, the index
+    laid along `dim` and expanded to source's shape."""
+    import torch
+    from torch.onnx import errors
+    from torch.onnx import symbolic_helper as sh
+
+    if g.opset < SCATTER_ADD_OPSET:
+        raise errors.UnsupportedOperatorError("aten::index_add", g.opset, SCATTER_ADD_OPSET)
+    rank = sh._get_tensor_rank(x)
+    if rank is None:
+        raise errors.SymbolicValueError("index_add of a tensor of unknown rank", x)
+    axis = sh._get_const(dim, "i", "dim") % max(rank, 1)
+    shape = [1] * axis + [-1] + [1] * (rank - axis - 1)
+    laid = g.op("Reshape", index, g.op("Constant", value_t=torch.tensor(shape)))
+    if not (alpha is None or sh._is_none(alpha)):
+        source = g.op("Mul", source, g.op("CastLike", alpha, source))
+    expanded = g.op("Expand", laid, g.op("Shape", source))
+    return g.op("ScatterElements", x, expanded, source, axis_i=axis, reduction_s="add")
+
+
+def _bitwise(name: str, logical: str, bitwise: str) -> Any:
+    """`a | b`, `a & b`, `a ^ b`: on bools the logical operator, on integers (CPM-Ant's masks
+    of int and bool tensors) the bitwise one, both operands first promoted as torch does."""
+
+    def symbolic(g: Any, a: Any, b: Any) -> Any:
+        from torch.onnx import errors
+        from torch.onnx import symbolic_helper as sh
+        from torch.onnx._internal.torchscript_exporter import _type_utils
+
+        tensors = [v for v in (a, b) if sh._get_tensor_rank(v)] or [a, b]
+        common = sh._type_promote_from_values(*tensors)
+        a, b = (sh._maybe_cast_to_type(g, v, common) for v in (a, b))
+        if common == _type_utils.JitScalarType.BOOL:
+            return g.op(logical, a, b)
+        if g.opset < BITWISE_OPSET:
+            raise errors.UnsupportedOperatorError(name, g.opset, BITWISE_OPSET)
+        return g.op(bitwise, a, b)
+
+    return symbolic
