@@ -17,6 +17,7 @@ def register() -> None:
     torch.onnx.register_custom_op_symbolic("aten::expm1", _expm1, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::rms_norm", _rms_norm, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::index_add", _index_add, OPSET)
+    torch.onnx.register_custom_op_symbolic("aten::cumsum", _cumsum, OPSET)
     for name, logical, bitwise in (("or", "Or", "BitwiseOr"), ("and", "And", "BitwiseAnd"),
                                    ("xor", "Xor", "BitwiseXor")):
         function = _bitwise(f"aten::bitwise_{name}", logical, bitwise)
@@ -50,6 +51,27 @@ def _rms_norm(g: Any, x: Any, normalized_shape: Any, weight: Any, eps: Any) -> A
     eps_t = g.op("CastLike", g.op("Constant", value_t=torch.tensor(eps_value)), x)
     out = g.op("Div", x, g.op("Sqrt", g.op("Add", mean, eps_t)))
     return out if sh._is_none(weight) else g.op("Mul", out, weight)
+
+
+def _cumsum(g: Any, x: Any, dim: Any, dtype: Any = None) -> Any:
+    """The running sum along `dim` in `dtype`, or where none is given in torch's: int64 for bools
+    and integers (a mask's cumsum: Llama 4's padding count), which ONNX's CumSum does not take
+    as they are."""
+    import torch
+    from torch.onnx import symbolic_helper as sh
+    from torch.onnx._internal.torchscript_exporter import _type_utils
+
+    types = _type_utils.JitScalarType
+    if dtype is not None and not sh._is_none(dtype):
+        to = types(sh._get_const(dtype, "i", "dtype"))
+    else:
+        own = sh._try_get_scalar_type(x)
+        to = types.INT64 if own in (types.BOOL, types.UINT8, types.INT8, types.INT16,
+                                    types.INT) else None
+    if to is not None:
+        x = g.op("Cast", x, to_i=to.onnx_type())
+    axis = g.op("Constant", value_t=torch.tensor(sh._get_const(dim, "i", "dim")))
+    return g.op("CumSum", x, axis)
 
 
 # ScatterElements' reduction (opset 16) and ONNX's bitwise operators (opset 18)

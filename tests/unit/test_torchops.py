@@ -79,3 +79,17 @@ def test_bitwise_operators_on_integers_ask_for_opset_18() -> None:
     ints = torch.randint(0, 16, (2, 5), dtype=torch.int32)
     with pytest.raises(torch.onnx.errors.UnsupportedOperatorError, match="added in version 18"):
         _run(_Bitwise(), (ints, ints > 3), 17)
+
+
+class _Cumsum(torch.nn.Module):
+    def forward(self, mask: torch.Tensor, x: torch.Tensor) -> tuple:
+        return mask.cumsum(-1), mask.int().cumsum(0), x.cumsum(1, dtype=torch.float64), \
+            x.cumsum(dim=-1)
+
+
+def test_cumsum_of_bools_and_integers_gives_torch_dtype_and_values() -> None:
+    mask, x = torch.rand(3, 6) > 0.4, torch.randn(3, 6)
+    got = _run(_Cumsum(), (mask, x), 17)
+    for g, want in zip(got, _Cumsum()(mask, x), strict=True):
+        assert g.dtype == want.numpy().dtype
+        np.testing.assert_allclose(g, want.numpy(), rtol=1e-6, atol=1e-6)
