@@ -18,6 +18,7 @@ def register() -> None:
     torch.onnx.register_custom_op_symbolic("aten::rms_norm", _rms_norm, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::index_add", _index_add, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::cumsum", _cumsum, OPSET)
+    torch.onnx.register_custom_op_symbolic("aten::as_strided", _as_strided, OPSET)
     for name, logical, bitwise in (("or", "Or", "BitwiseOr"), ("and", "And", "BitwiseAnd"),
                                    ("xor", "Xor", "BitwiseXor")):
         function = _bitwise(f"aten::bitwise_{name}", logical, bitwise)
@@ -72,6 +73,41 @@ def _cumsum(g: Any, x: Any, dim: Any, dtype: Any = None) -> Any:
         x = g.op("Cast", x, to_i=to.onnx_type())
     axis = g.op("Constant", value_t=torch.tensor(sh._get_const(dim, "i", "dim")))
     return g.op("CumSum", x, axis)
+
+
+def _as_strided(g: Any, x: Any, sizes: Any, strides: Any, offset: Any = None) -> Any:
+    """A view of x's memory with other sizes and strides (the overlapping chunks of
+    Longformer-style sliding-window attention: LED's). torch's composition gathers from x read
+    in its logical order, which is its memory's only when x is contiguous; a traced x that is
+    a permuted view (a transpose reshaped as a view, as batch 1 makes) is first transposed into
+    its memory's order, which its traced strides give."""
+    from torch.onnx import errors
+    from torch.onnx import symbolic_opset9 as opset9
+
+    typed = x.type()
+    own = typed.strides() if hasattr(typed, "strides") else None
+    if own and None not in own:
+        # memory's order: strides descending (a dim of size 1 may stand anywhere: moving it
+        # changes no element's place)
+        order = sorted(range(len(own)), key=lambda d: -own[d])
+        shape = typed.varyingSizes() or []
+        if len(shape) == len(own) and None not in shape and not _dense(shape, own, order):
+            raise errors.SymbolicValueError(
+                "as_strided of a tensor whose elements overlap or leave gaps in memory", x)
+        if order != sorted(order):
+            x = g.op("Transpose", x, perm_i=order)
+    return opset9.as_strided(g, x, sizes, strides, offset)
+
+
+def _dense(shape: list[int], strides: list[int], order: list[int]) -> bool:
+    """Whether the elements fill their memory exactly, read in `order` (outermost first)."""
+    expected = 1
+    for d in reversed(order):
+        if shape[d] > 1:
+            if strides[d] != expected:
+                return False
+            expected *= shape[d]
+    return True
 
 
 # ScatterElements' reduction (opset 16) and ONNX's bitwise operators (opset 18)

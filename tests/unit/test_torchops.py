@@ -93,3 +93,23 @@ def test_cumsum_of_bools_and_integers_gives_torch_dtype_and_values() -> None:
     for g, want in zip(got, _Cumsum()(mask, x), strict=True):
         assert g.dtype == want.numpy().dtype
         np.testing.assert_allclose(g, want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+class _OverlappingChunks(torch.nn.Module):
+    """[batch, seq, heads, dim] -> chunks of 4 rows overlapping by 2 per batch and head, as
+    sliding-window attention makes them: as_strided on the view a reshape of a transpose gives
+    (not contiguous when batch is 1)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h, d = x.shape
+        rows = x.transpose(1, 2).reshape(b * h, s, d).view(b * h, s // 4, 4, d)
+        size, stride = list(rows.size()), list(rows.stride())
+        size[1], stride[1] = size[1] * 2 - 1, stride[1] // 2
+        return rows.as_strided(size=size, stride=stride) * 1.0
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 2, 4), (2, 16, 2, 4), (1, 16, 1, 1)])
+def test_as_strided_reads_a_permuted_view_in_its_memory_order(shape: tuple) -> None:
+    x = torch.randn(*shape)
+    (got,) = _run(_OverlappingChunks(), (x,), 17)
+    np.testing.assert_array_equal(got, _OverlappingChunks()(x).numpy())
