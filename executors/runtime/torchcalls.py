@@ -153,7 +153,7 @@ class Complex:
 _SHAPE_METHODS = frozenset({
     "unsqueeze", "squeeze", "reshape", "view", "expand", "expand_as", "transpose", "permute",
     "contiguous", "flatten", "repeat", "repeat_interleave", "narrow", "select", "chunk",
-    "split", "clone", "detach", "cpu"})
+    "split", "clone", "detach"})
 
 
 def _refusal(name: str) -> str:
