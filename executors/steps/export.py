@@ -35,7 +35,7 @@ from executors.onnx.artifacts import (
     set_meta,
 )
 from executors.run.step_api import StepContext, StepResult
-from executors.runtime import torch_initializers, torchcalls, torchmodel, torchops
+from executors.runtime import torch_initializers, torchmodel, torchops
 from executors.runtime.adapters import host_providers
 from executors.samples import Samples
 from planner.models.roles import CACHE, role_of
@@ -264,6 +264,8 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
     # TorchScript's weights are held back and stored one at a time (torch_initializers)
     held_back = contextlib.nullcontext({}) if dynamo else torch_initializers.held_back()
     # calls the tracer cannot take (complex numbers, bool fill values) traced as equal ones
+    from executors.runtime import torchcalls  # imports torch
+
     replaced = contextlib.nullcontext() if dynamo else torchcalls.replaced()
     with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr), _fd1_to_stderr(), \
             held_back as held, replaced:
