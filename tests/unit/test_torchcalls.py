@@ -34,8 +34,8 @@ class _ComplexRotary(torch.nn.Module):
         freqs = torch.polar(torch.ones_like(angles), angles) * 0.5  # [b, s, 4]
         pairs = torch.view_as_complex(q.float().reshape(*q.shape[:-1], -1, 2))  # [b, h, s, 4]
         rotated = torch.view_as_real(pairs * freqs.unsqueeze(1).to(pairs.device)).flatten(3)
-        # a complex tensor on the right of a real one, indexed, and joined
-        scaled = torch.view_as_real(2.0 * freqs[:, None, :, :] + pairs).flatten(3)
+        # a complex tensor on the right of a number and of a real tensor, indexed, and joined
+        scaled = torch.view_as_real(q[..., :4] * (2.0 * freqs[:, None, :, :] + pairs)).flatten(3)
         made = torch.complex(q[..., :4], q[..., 4:])
         joined = torch.view_as_real(torch.cat([made, pairs.conj()], dim=-1))
         return rotated.type_as(q), scaled, joined
