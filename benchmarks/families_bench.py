@@ -189,6 +189,7 @@ def checkpoint(model_type: str, cls_name: str, kind: str, dest: Path,
         raise ValueError(f"{params / 1e6:.0f}M parameters: not tiny from its config's fields")
     torch.manual_seed(0)
     model = cls(config).eval()
+    drawn(model, getattr(config, "initializer_range", 0.02))
     model = model.to(getattr(torch, dtype))
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -200,6 +201,18 @@ def checkpoint(model_type: str, cls_name: str, kind: str, dest: Path,
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
     return dest, params
+
+
+def drawn(model: Any, std: float) -> None:
+    """A linear layer whose weight the random init leaves all zero (AFMoE's router gate: every
+    expert then ties, and torch's top-k and ONNX's break ties differently), drawn as a trained
+    checkpoint's is never all zero."""
+    import torch
+
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear) and not module.weight.any():
+                module.weight.normal_(0.0, std)
 
 
 def first_line(err: str) -> str:

@@ -81,6 +81,10 @@ class LMGraphs:
                            new_tokens, eos or set(), follow)
 
 
+class NoContinuation(ValueError):
+    """PyTorch's own forward does not continue from its cache one token at a time."""
+
+
 class TorchLM:
     """PyTorch's side: the checkpoint stepped with a dynamic cache of its config (the cache its
     graphs are traced with: a BERT-like decoder left to make its own makes an encoder-decoder
@@ -110,8 +114,16 @@ class TorchLM:
         import torch
 
         at = {"position_ids": torch.tensor([[self.seen]])} if self.positions else {}
-        out = self.model(input_ids=torch.tensor([[token]]), past_key_values=self.cache,
-                         use_cache=True, return_dict=True, **at)
+        try:
+            out = self.model(input_ids=torch.tensor([[token]]), past_key_values=self.cache,
+                             use_cache=True, return_dict=True, **at)
+        except RuntimeError as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise NoContinuation(
+                f"{type(self.model).__name__}'s forward fails on one token over the cache its "
+                f"prompt filled ({first}): it reads the whole sequence at every step, and the "
+                "decode graph steps one token over the cache; this model cannot be built as "
+                "prefill and decode graphs") from exc
         self.cache, self.seen = out.past_key_values, self.seen + 1
         return out.logits[0, -1].float().numpy()
 

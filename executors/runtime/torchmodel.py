@@ -54,7 +54,25 @@ def load(source: Path) -> tuple[Any, dict[str, Any]]:
         if "attn_implementation" not in str(exc) and "eager" not in str(exc):
             raise
         model = cls.from_pretrained(str(info["checkpoint_dir"]), **kwargs)  # no attention
+    default_language(model)
     return model.eval(), info
+
+
+def default_language(model: Any) -> None:
+    """A model whose forward reads its inputs' language from its config's default_language,
+    which the config leaves unset (X-MOD's language adapters), gets the one language its config
+    lists; of several, the config says none: one line asks for it."""
+    config = model.config
+    languages = list(getattr(config, "languages", None) or [])
+    if not hasattr(model, "set_default_language") or not languages or \
+            getattr(config, "default_language", None) is not None:
+        return
+    if len(languages) > 1:
+        raise ValueError(f"config.json lists {len(languages)} languages ({', '.join(languages[:4])}"
+                         f"{', ...' if len(languages) > 4 else ''}) and no default_language, "
+                         "the language its inputs are read in; set default_language in the "
+                         "checkpoint's config.json to one of them")
+    model.set_default_language(languages[0])
 
 
 # A mixture-of-experts block run as a graph of fixed shapes: each token's top-k experts' weights

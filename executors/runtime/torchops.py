@@ -16,6 +16,14 @@ def register() -> None:
 
     torch.onnx.register_custom_op_symbolic("aten::expm1", _expm1, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::rms_norm", _rms_norm, OPSET)
+    torch.onnx.register_custom_op_symbolic("aten::index_add", _index_add, OPSET)
+    torch.onnx.register_custom_op_symbolic("aten::cumsum", _cumsum, OPSET)
+    torch.onnx.register_custom_op_symbolic("aten::as_strided", _as_strided, OPSET)
+    for name, logical, bitwise in (("or", "Or", "BitwiseOr"), ("and", "And", "BitwiseAnd"),
+                                   ("xor", "Xor", "BitwiseXor")):
+        function = _bitwise(f"aten::bitwise_{name}", logical, bitwise)
+        torch.onnx.register_custom_op_symbolic(f"aten::__{name}_", function, OPSET)
+        torch.onnx.register_custom_op_symbolic(f"aten::bitwise_{name}", function, OPSET)
 
 
 def _expm1(g: Any, x: Any) -> Any:
@@ -44,3 +52,107 @@ def _rms_norm(g: Any, x: Any, normalized_shape: Any, weight: Any, eps: Any) -> A
     eps_t = g.op("CastLike", g.op("Constant", value_t=torch.tensor(eps_value)), x)
     out = g.op("Div", x, g.op("Sqrt", g.op("Add", mean, eps_t)))
     return out if sh._is_none(weight) else g.op("Mul", out, weight)
+
+
+def _cumsum(g: Any, x: Any, dim: Any, dtype: Any = None) -> Any:
+    """The running sum along `dim` in `dtype`, or where none is given in torch's: int64 for bools
+    and integers (a mask's cumsum: Llama 4's padding count), which ONNX's CumSum does not take
+    as they are."""
+    import torch
+    from torch.onnx import symbolic_helper as sh
+    from torch.onnx._internal.torchscript_exporter import _type_utils
+
+    types = _type_utils.JitScalarType
+    if dtype is not None and not sh._is_none(dtype):
+        to = types(sh._get_const(dtype, "i", "dtype"))
+    else:
+        own = sh._try_get_scalar_type(x)
+        to = types.INT64 if own in (types.BOOL, types.UINT8, types.INT8, types.INT16,
+                                    types.INT) else None
+    if to is not None:
+        x = g.op("Cast", x, to_i=to.onnx_type())
+    axis = g.op("Constant", value_t=torch.tensor(sh._get_const(dim, "i", "dim")))
+    return g.op("CumSum", x, axis)
+
+
+def _as_strided(g: Any, x: Any, sizes: Any, strides: Any, offset: Any = None) -> Any:
+    """A view of x's memory with other sizes and strides (the overlapping chunks of
+    Longformer-style sliding-window attention: LED's). torch's composition gathers from x read
+    in its logical order, which is its memory's only when x is contiguous; a traced x that is
+    a permuted view (a transpose reshaped as a view, as batch 1 makes) is first transposed into
+    its memory's order, which its traced strides give."""
+    from torch.onnx import errors
+    from torch.onnx import symbolic_opset9 as opset9
+
+    typed = x.type()
+    own = typed.strides() if hasattr(typed, "strides") else None
+    if own and None not in own:
+        # memory's order: strides descending (a dim of size 1 may stand anywhere: moving it
+        # changes no element's place)
+        order = sorted(range(len(own)), key=lambda d: -own[d])
+        shape = typed.varyingSizes() or []
+        if len(shape) == len(own) and None not in shape and not _dense(shape, own, order):
+            raise errors.SymbolicValueError(
+                "as_strided of a tensor whose elements overlap or leave gaps in memory", x)
+        if order != sorted(order):
+            x = g.op("Transpose", x, perm_i=order)
+    return opset9.as_strided(g, x, sizes, strides, offset)
+
+
+def _dense(shape: list[int], strides: list[int], order: list[int]) -> bool:
+    """Whether the elements fill their memory exactly, read in `order` (outermost first)."""
+    expected = 1
+    for d in reversed(order):
+        if shape[d] > 1:
+            if strides[d] != expected:
+                return False
+            expected *= shape[d]
+    return True
+
+
+# ScatterElements' reduction (opset 16) and ONNX's bitwise operators (opset 18)
+SCATTER_ADD_OPSET = 16
+BITWISE_OPSET = 18
+
+
+def _index_add(g: Any, x: Any, dim: Any, index: Any, source: Any, alpha: Any = None) -> Any:
+    """x with source's slices along `dim` added at `index`, repeated indices adding up (JetMoE's
+    experts gather their tokens' outputs so): ScatterElements with reduction add, the index
+    laid along `dim` and expanded to source's shape."""
+    import torch
+    from torch.onnx import errors
+    from torch.onnx import symbolic_helper as sh
+
+    if g.opset < SCATTER_ADD_OPSET:
+        raise errors.UnsupportedOperatorError("aten::index_add", g.opset, SCATTER_ADD_OPSET)
+    rank = sh._get_tensor_rank(x)
+    if rank is None:
+        raise errors.SymbolicValueError("index_add of a tensor of unknown rank", x)
+    axis = sh._get_const(dim, "i", "dim") % max(rank, 1)
+    shape = [1] * axis + [-1] + [1] * (rank - axis - 1)
+    laid = g.op("Reshape", index, g.op("Constant", value_t=torch.tensor(shape)))
+    if not (alpha is None or sh._is_none(alpha)):
+        source = g.op("Mul", source, g.op("CastLike", alpha, source))
+    expanded = g.op("Expand", laid, g.op("Shape", source))
+    return g.op("ScatterElements", x, expanded, source, axis_i=axis, reduction_s="add")
+
+
+def _bitwise(name: str, logical: str, bitwise: str) -> Any:
+    """`a | b`, `a & b`, `a ^ b`: on bools the logical operator, on integers (CPM-Ant's masks
+    of int and bool tensors) the bitwise one, both operands first promoted as torch does."""
+
+    def symbolic(g: Any, a: Any, b: Any) -> Any:
+        from torch.onnx import errors
+        from torch.onnx import symbolic_helper as sh
+        from torch.onnx._internal.torchscript_exporter import _type_utils
+
+        tensors = [v for v in (a, b) if sh._get_tensor_rank(v)] or [a, b]
+        common = sh._type_promote_from_values(*tensors)
+        a, b = (sh._maybe_cast_to_type(g, v, common) for v in (a, b))
+        if common == _type_utils.JitScalarType.BOOL:
+            return g.op(logical, a, b)
+        if g.opset < BITWISE_OPSET:
+            raise errors.UnsupportedOperatorError(name, g.opset, BITWISE_OPSET)
+        return g.op(bitwise, a, b)
+
+    return symbolic

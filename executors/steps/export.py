@@ -214,6 +214,10 @@ NEWEST_OPSET = 21  # what the planner lets export.opset be (planner/recipes/expo
 # Support for this operator was added in version 18, try exporting with this version."
 _TOO_OLD = re.compile(r"operator '([^']+)' to ONNX opset version (\d+) is not supported")
 _ADDED_IN = re.compile(r"added in version (\d+)")
+# torch's tracer, on an operator called with an argument its schemas do not take:
+# "... We don't have an op for aten::where but it isn't a special case.  Argument types: ..."
+_NO_SCHEMA = re.compile(r"We don't have an op for (\S+) but it isn't a special case\.\s+"
+                        r"Argument types: (.*)$")
 
 
 def export_graph(module: Any, args: tuple, names: list[str], outputs: list[str], path: Path,
@@ -259,8 +263,12 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
     # operator fails, from native code: stdout belongs to `--json` output
     # TorchScript's weights are held back and stored one at a time (torch_initializers)
     held_back = contextlib.nullcontext({}) if dynamo else torch_initializers.held_back()
+    # calls the tracer cannot take (complex numbers, bool fill values) traced as equal ones
+    from executors.runtime import torchcalls  # imports torch
+
+    replaced = contextlib.nullcontext() if dynamo else torchcalls.replaced()
     with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr), _fd1_to_stderr(), \
-            held_back as held:
+            held_back as held, replaced:
         warnings.simplefilter("ignore")
         try:
             torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs,
@@ -269,6 +277,11 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
         except Exception as exc:
             text = str(exc).strip()
             first = text.splitlines()[0] if text else ""
+            no_schema = _NO_SCHEMA.search(first)
+            if no_schema:  # the tracer's internal assert, said as what the model passed
+                first = (f"the TorchScript tracer has no {no_schema.group(1)} taking "
+                         f"({no_schema.group(2).strip(' ,')}): the model passes a Python "
+                         "value of a type the operator's schema does not take")
             raise ExportFailed(f"torch.onnx.export raised {type(exc).__name__}: {first}") \
                 from exc
     if held:

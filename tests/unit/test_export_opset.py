@@ -79,3 +79,55 @@ def test_the_opset_checker_takes_only_the_raise_export_recorded(tmp_path: Path, 
         set_meta(model, OPSET_RAISED_KEY, json.dumps(record))
     onnx.save(model, str(tmp_path / "model.onnx"))
     assert (check(Artifact(tmp_path), FactName.OPSET, 17) is None) is holds
+
+
+class _IntegerMask:
+    """CPM-Ant's mask: an int tensor or'ed with a bool one (ONNX's BitwiseOr: opset 18)."""
+
+    @staticmethod
+    def module():
+        import torch
+
+        class Mask(torch.nn.Module):
+            def forward(self, context, causal):
+                return (context[:, None, :] | causal[None]) * 3
+
+        return Mask().eval()
+
+    @staticmethod
+    def args():
+        import torch
+
+        return (torch.randint(0, 3, (2, 4), dtype=torch.int32),
+                torch.ones(4, 4, dtype=torch.bool).tril())
+
+
+def test_bitwise_or_of_integers_is_exported_at_opset_18(tmp_path: Path):
+    import onnxruntime as ort
+
+    path = tmp_path / "mask.onnx"
+    used = export_graph(_IntegerMask.module(), _IntegerMask.args(), ["context", "causal"],
+                        ["mask"], path, "torchscript", 17)
+    assert used == Opset(18, "aten::bitwise_or (added in opset 18)")
+    context, causal = _IntegerMask.args()
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {"context": context.numpy(), "causal": causal.numpy()})[0]
+    np.testing.assert_array_equal(got, _IntegerMask.module()(context, causal).numpy())
+
+
+def test_a_value_no_schema_takes_is_one_line_naming_the_operator(tmp_path: Path):
+    import torch
+
+    from executors.steps.export import ExportFailed
+
+    class AddsABool(torch.nn.Module):
+        def forward(self, x):
+            return x.int() + True  # a bool where aten::add takes a number
+
+    with pytest.raises(ExportFailed) as info:
+        export_graph(AddsABool().eval(), (torch.ones(3, dtype=torch.bool),), ["x"], ["y"],
+                     tmp_path / "m.onnx", "torchscript", 17)
+    assert str(info.value) == (
+        "torch.onnx.export raised RuntimeError: the TorchScript tracer has no aten::add taking "
+        "(Tensor, bool, int): the model passes a Python value of a type the operator's schema "
+        "does not take")

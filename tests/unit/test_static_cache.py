@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 
 from executors.generation.cache import static_entries
@@ -72,3 +73,24 @@ def test_the_traced_step_gives_the_entries_of_layers_with_a_cache_of_their_own()
                       torch.arange(3)[None])
     assert len(out) == 1 + 2 * 2 and all(isinstance(t, torch.Tensor) for t in out)
     assert [t.shape[2] for t in out[1:]] == [3] * 4
+
+
+def test_a_forward_that_rereads_the_whole_sequence_is_refused_in_one_line() -> None:
+    """CPM-Ant's forward prepends its prompt embeddings and slices off the cached prefix itself:
+    one token over its cache fails in PyTorch, said as the model's, not as a shape error."""
+    import transformers
+
+    from executors.generation.decoder_only import NoContinuation, TorchLM
+
+    config = transformers.CpmAntConfig(
+        vocab_size=64, hidden_size=32, dim_ff=32, num_attention_heads=2, dim_head=16,
+        num_hidden_layers=1, prompt_length=4, prompt_types=4, segment_types=4,
+        position_bias_num_buckets=32, position_bias_max_distance=64)
+    torch.manual_seed(0)
+    lm = TorchLM(transformers.CpmAntForCausalLM(config).eval())
+    with torch.no_grad(), pytest.raises(NoContinuation) as info:
+        lm.prompt([5, 6, 7])
+        lm.step(8)
+    assert len(str(info.value).splitlines()) == 1
+    assert str(info.value).startswith("CpmAntForCausalLM's forward fails on one token over the "
+                                      "cache its prompt filled (The size of tensor a")

@@ -29,3 +29,87 @@ def test_rms_norm_exports_and_matches_torch(opset: int, norm: torch.nn.Module) -
     session = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
     got = session.run(None, {"x": x.numpy()})[0]
     np.testing.assert_allclose(got, norm(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def _run(module: torch.nn.Module, args: tuple, opset: int) -> list[np.ndarray]:
+    """`module` exported at `opset` with the compositions registered, run in ONNX Runtime."""
+    import onnxruntime as ort
+
+    torchops.register()
+    names = [f"x{i}" for i in range(len(args))]
+    buf = io.BytesIO()
+    torch.onnx.export(module.eval(), args, buf, dynamo=False, opset_version=opset,
+                      input_names=names)
+    session = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
+    return session.run(None, {n: a.numpy() for n, a in zip(names, args)})
+
+
+class _IndexAdd(torch.nn.Module):
+    def forward(self, x: torch.Tensor, index: torch.Tensor, source: torch.Tensor) -> tuple:
+        return x.index_add(0, index, source), x.index_add(-1, index[:3], source[:4, :3],
+                                                          alpha=2.0)
+
+
+@pytest.mark.parametrize("opset", [16, 20])
+def test_index_add_adds_repeated_indices_as_torch(opset: int) -> None:
+    x, source = torch.randn(4, 6), torch.randn(8, 6)
+    index = torch.tensor([1, 1, 3, 1, 0, 3, 3, 2])  # more rows than x has, each index repeated
+    got = _run(_IndexAdd(), (x, index, source), opset)
+    for g, want in zip(got, _IndexAdd()(x, index, source), strict=True):
+        np.testing.assert_allclose(g, want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+class _Bitwise(torch.nn.Module):
+    def forward(self, ints: torch.Tensor, bools: torch.Tensor) -> tuple:
+        mixed = ints[:, None, :] | (bools[:, :, None].logical_not() & bools[:, None, :])
+        return mixed ^ ints[:, :, None], ints & 6, bools | bools.flip(-1)
+
+
+def test_bitwise_operators_on_integers_and_bools_match_torch() -> None:
+    ints = torch.randint(0, 16, (2, 5), dtype=torch.int32)
+    bools = torch.rand(2, 5) > 0.5
+    got = _run(_Bitwise(), (ints, bools), 18)
+    for g, want in zip(got, _Bitwise()(ints, bools), strict=True):
+        assert g.dtype == want.numpy().dtype
+        np.testing.assert_array_equal(g, want.numpy())
+
+
+def test_bitwise_operators_on_integers_ask_for_opset_18() -> None:
+    # the export's opset loop reads this message and exports again at 18
+    ints = torch.randint(0, 16, (2, 5), dtype=torch.int32)
+    with pytest.raises(torch.onnx.errors.UnsupportedOperatorError, match="added in version 18"):
+        _run(_Bitwise(), (ints, ints > 3), 17)
+
+
+class _Cumsum(torch.nn.Module):
+    def forward(self, mask: torch.Tensor, x: torch.Tensor) -> tuple:
+        return mask.cumsum(-1), mask.int().cumsum(0), x.cumsum(1, dtype=torch.float64), \
+            x.cumsum(dim=-1)
+
+
+def test_cumsum_of_bools_and_integers_gives_torch_dtype_and_values() -> None:
+    mask, x = torch.rand(3, 6) > 0.4, torch.randn(3, 6)
+    got = _run(_Cumsum(), (mask, x), 17)
+    for g, want in zip(got, _Cumsum()(mask, x), strict=True):
+        assert g.dtype == want.numpy().dtype
+        np.testing.assert_allclose(g, want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+class _OverlappingChunks(torch.nn.Module):
+    """[batch, seq, heads, dim] -> chunks of 4 rows overlapping by 2 per batch and head, as
+    sliding-window attention makes them: as_strided on the view a reshape of a transpose gives
+    (not contiguous when batch is 1)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h, d = x.shape
+        rows = x.transpose(1, 2).reshape(b * h, s, d).view(b * h, s // 4, 4, d)
+        size, stride = list(rows.size()), list(rows.stride())
+        size[1], stride[1] = size[1] * 2 - 1, stride[1] // 2
+        return rows.as_strided(size=size, stride=stride) * 1.0
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 2, 4), (2, 16, 2, 4), (1, 16, 1, 1)])
+def test_as_strided_reads_a_permuted_view_in_its_memory_order(shape: tuple) -> None:
+    x = torch.randn(*shape)
+    (got,) = _run(_OverlappingChunks(), (x,), 17)
+    np.testing.assert_array_equal(got, _OverlappingChunks()(x).numpy())
