@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 
 from executors.generation import geometry
@@ -74,3 +75,14 @@ def test_fewer_cached_layers_than_planned_rename_the_buffers_and_outputs() -> No
         outputs  # the prefill graph: its outputs only
     assert geometry.described(layers + layers[1:]) == (
         "1 layer of key 2x4, value 2x4; 2 layers of key 1x6, value 1x2")
+
+
+def test_a_forward_that_adds_cache_layers_is_refused() -> None:
+    """Dory runs its recurrent section twice, each time into cache layers its forward adds to
+    the cache the config makes: a decode graph fed that cache could not make them again, so
+    the geometry is refused in one sentence that says so."""
+    model = tiny("DoryForCausalLM", num_hidden_layers=3, n_input_layers=1, n_output_layers=1,
+                 layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    with pytest.raises(geometry.GrownCache, match=r"adds 1 key/value cache layer of its own "
+                                                  r"in its forward \(4 after a prompt, 3 in"):
+        geometry.model_cache(model)
