@@ -145,3 +145,5 @@ def test_the_cache_buffers_are_those_the_model_fills(
     assert dims["past_key_values.1.value"][1::2] == [2, 16]
     bundle = Path(step(record, "bundle")["outputs"]["bundle.json"]).parent
     assert not (bundle / "genai_config.json").exists()
+    card = (Path(record["outputs_dir"]) / "README.md").read_text()
+    assert "No `genai_config.json`" in card and "keys and values of different widths" in card
