@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.models.generation import Entry
 from planner.models.roles import CACHE
 
-Shape = tuple[int, int]  # (heads, width) of one cache tensor
 PROBE_TOKENS = 2  # the prompt the model fills its cache with: its entries' shapes are read
 
 
-def model_cache(model: Any) -> list[tuple[Shape, Shape]]:
+def model_cache(model: Any) -> list[tuple[Entry, Entry]]:
     """Each cached layer's key and value (heads, width), from the entries the traced forward
     (modules.lm_step) gives on a prompt of PROBE_TOKENS tokens; RecurrentState where a layer
     keeps a state besides (or instead of) keys and values, which no such geometry holds, and
@@ -49,7 +49,7 @@ class GrownCache(Exception):
 
 
 def fitted(specs: list[dict[str, Any]], outputs: list[str],
-           layers: list[tuple[Shape, Shape]]) -> tuple[list[dict[str, Any]], list[str]]:
+           layers: list[tuple[Entry, Entry]]) -> tuple[list[dict[str, Any]], list[str]]:
     """A causal LM graph's input specs and output names for the cache geometry `layers`: one
     past buffer per cached layer and part ([1, heads, slots, width], the slots and the rest of
     each spec as planned), one present output each, in the planned places."""
@@ -70,9 +70,9 @@ def fitted(specs: list[dict[str, Any]], outputs: list[str],
     return specs, outputs
 
 
-def described(layers: list[tuple[Shape, Shape]]) -> str:
+def described(layers: list[tuple[Entry, Entry]]) -> str:
     """A cache geometry in a line: `key 1x16, value 1x16` per layer, runs of equal layers once."""
-    runs: list[tuple[int, tuple[Shape, Shape]]] = []
+    runs: list[tuple[int, tuple[Entry, Entry]]] = []
     for entries in layers:
         if runs and runs[-1][1] == entries:
             runs[-1] = (runs[-1][0] + 1, entries)

@@ -126,9 +126,10 @@ def latent(info: dict[str, Any]) -> tuple[Entry, Entry] | None:
 
 def layer_shapes(info: dict[str, Any]) -> list[tuple[Entry, Entry]]:
     """Each cached layer's key and value (heads, width): the model's (values `v_head_dim` wide
-    where the config says so), a latent attention's (`latent`), or those its config.json's `per_layer_config` (transformers' per-layer
-    overrides, by layer index) gives a layer (Gemma 4's full-attention layers are wider). The
-    plan's estimate: the export shapes the graphs from the cache the model itself fills."""
+    where the config says so), a latent attention's (`latent`), or those its config.json's
+    `per_layer_config` (transformers' per-layer overrides, by layer index) gives a layer
+    (Gemma 4's full-attention layers are wider). The plan's estimate: the export shapes the
+    graphs from the cache the model itself fills (executors/generation/geometry.py)."""
     s = shape_of(info)
     text = info.get("text_config") or info
     overrides = {int(i): o for i, o in (text.get("per_layer_config") or {}).items()
