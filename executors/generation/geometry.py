@@ -17,35 +17,79 @@ PROBE_TOKENS = 2  # the prompt the model fills its cache with: its entries' shap
 
 
 def model_cache(model: Any) -> list[tuple[Entry, Entry]]:
-    """Each cached layer's key and value (heads, width), from the entries the traced forward
-    (modules.lm_step) gives on a prompt of PROBE_TOKENS tokens; RecurrentState where a layer
-    keeps a state besides (or instead of) keys and values, which no such geometry holds, and
-    GrownCache where the forward adds layers to the cache it is given."""
+    """Each cached layer's key and value (heads, width), from the cache the model fills on a
+    prompt of PROBE_TOKENS tokens (the traced forward's: modules.lm_step); RecurrentState
+    where a layer keeps a recurrent state, Uncarried where the cache holds what one key and one
+    value buffer per layer cannot (`uncarried`)."""
     import torch
 
-    from executors.generation.modules import dynamic_cache, lm_step
+    from executors.generation.cache import own_layers
+    from executors.generation.modules import dynamic_cache, takes_positions
     from executors.generation.recurrent import refuse_recurrent
 
-    made = len(dynamic_cache(model).layers)
-    refuse_recurrent(type(model).__name__, dynamic_cache(model))
+    made = dynamic_cache(model)
+    refuse_recurrent(type(model).__name__, made)
+    count = len(made.layers)
     ids = torch.zeros((1, PROBE_TOKENS), dtype=torch.long)
+    at = {"position_ids": torch.arange(PROBE_TOKENS)[None]} if takes_positions(model) else {}
     with torch.no_grad():
-        out = lm_step(model, ids, torch.ones_like(ids), torch.arange(PROBE_TOKENS)[None])
-    entries = [(int(t.shape[1]), int(t.shape[-1])) for t in out[1:]]
-    filled = len(entries) // 2
-    if filled > made:
-        more = filled - made
-        raise GrownCache(f"{type(model).__name__} adds {more} key/value cache "
-                         f"layer{'s' if more > 1 else ''} of its own in its forward ({filled} "
-                         f"after a prompt, {made} in the "
-                         "cache its config makes: layers that run more than once, as Dory's "
-                         "recurrent loops), which the decode graph, fed the cache its config "
-                         "makes, cannot make again")
-    return list(zip(entries[0::2], entries[1::2], strict=True))
+        filled = model(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=made,
+                       use_cache=True, return_dict=True, **at).past_key_values
+    layers = own_layers(filled.layers)
+    why = uncarried(type(model).__name__, count, filled.layers)
+    if why:
+        raise Uncarried(why)
+    return [((int(layer.keys.shape[1]), int(layer.keys.shape[-1])),
+             (int(layer.values.shape[1]), int(layer.values.shape[-1]))) for layer in layers]
 
 
-class GrownCache(Exception):
-    """A causal LM whose forward adds layers to the cache its config makes."""
+class Uncarried(Exception):
+    """A causal LM whose cache holds what the static cache's buffers do not carry."""
+
+
+def uncarried(name: str, count: int, layers: list[Any]) -> str | None:
+    """Why a filled cache is not one key and one value buffer per layer of the cache the config
+    makes (`count` layers), or None: the forward added layers to it (Dory runs its recurrent
+    layers twice, each time into layers of their own), or a layer keeps other tensors besides
+    (DeepSeek-V4's compressors' buffers and compressed entries). transformers' indexed layers'
+    indexer keys are not counted: they only choose `index_topk` of the tokens, and the plan
+    keeps the context within it (every token chosen)."""
+    from transformers.cache_utils import DynamicIndexedLayer
+
+    if len(layers) > count:
+        more = len(layers) - count
+        return (f"{name} adds {more} key/value cache layer{'s' if more > 1 else ''} of its own "
+                f"in its forward ({len(layers)} after a prompt, {count} in the cache its "
+                "config makes: layers that run more than once, as Dory's recurrent loops), "
+                "which the decode graph, fed the cache its config makes, cannot make again")
+    kept = {i: sorted(_tensors(layer)) for i, layer in enumerate(layers)
+            if not isinstance(layer, DynamicIndexedLayer)}
+    kept = {i: names for i, names in kept.items() if names}
+    if kept:
+        classes = sorted({type(layers[i]).__name__ for i in kept})
+        first = kept[min(kept)]
+        return (f"{name}'s cache keeps more than keys and values in layer"
+                f"{'s' if len(kept) > 1 else ''} {', '.join(map(str, kept))} (transformers' "
+                f"{', '.join(classes)}: {', '.join(first)}), which the static key/value cache "
+                "does not carry from one step to the next")
+    return None
+
+
+def _tensors(layer: Any) -> list[str]:
+    """A cache layer's attributes besides its keys and values that hold tensors of tokens (not
+    scalars), directly or in a dict or list."""
+    import torch
+
+    def holds(value: Any) -> bool:
+        if isinstance(value, torch.Tensor):
+            return value.dim() > 0
+        if isinstance(value, dict):
+            return any(holds(v) for v in value.values())
+        if isinstance(value, list | tuple):
+            return any(holds(v) for v in value)
+        return False
+
+    return [k for k, v in vars(layer).items() if k not in ("keys", "values") and holds(v)]
 
 
 def fitted(specs: list[dict[str, Any]], outputs: list[str],

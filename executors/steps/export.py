@@ -140,9 +140,10 @@ def _model_cache(ctx: StepContext, model: Any, role: Any, specs: list[dict[str, 
         layers = geometry.model_cache(model)
     except RecurrentState as exc:
         raise _refused(ctx, exc) from None
-    except geometry.GrownCache as exc:
-        raise ctx.fail(str(exc), "modelplan's graphs carry the cache a model's config makes: "
-                       "such a model is not supported") from None
+    except geometry.Uncarried as exc:
+        raise ctx.fail(str(exc), "modelplan's graphs carry one key and one value buffer per "
+                       "layer of the cache a model's config makes: such a model is not "
+                       "supported") from None
     fit_specs, fit_outputs = geometry.fitted(specs, outputs, layers)
     if fit_specs == specs and fit_outputs == outputs:
         return specs, outputs, {}

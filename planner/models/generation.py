@@ -161,13 +161,25 @@ def window(info: dict[str, Any]) -> tuple[str, int, int] | None:
     return None
 
 
+def indexed(info: dict[str, Any]) -> int | None:
+    """The most cache slots a sparse attention's indexer (`index_topk`: DeepSeek-V3.2,
+    GLM-MoE-DSA) reads exactly: it chooses index_topk of the slots and the step's token by
+    indexer keys, which the static cache does not carry; of index_topk - 1 slots it chooses
+    all, as PyTorch's does. None where the model has no indexer."""
+    text = info.get("text_config") or info
+    topk = text.get("index_topk")
+    return topk - 1 if isinstance(topk, int) and topk > 1 else None
+
+
 def lengths(info: dict[str, Any], shapes: dict[str, Any]) -> tuple[int, int]:
-    """(prefill_length, context_length), checked against the model's position limit and its
-    sliding window: the tokens take positions 0 .. context_length - 1."""
+    """(prefill_length, context_length), checked against the model's position limit, its
+    sliding window and its sparse attention's indexer: the tokens take positions
+    0 .. context_length - 1."""
     limit = shape_of(info).positions
     slide = window(info)
     reach = slide[2] if slide else None
-    bound = min(b for b in (limit, reach, 2**31) if b)
+    chosen = indexed(info)
+    bound = min(b for b in (limit, reach, chosen, 2**31) if b)
     context = shapes.get("context_length")
     if context is None:
         context = min(DEFAULT_CONTEXT, bound)
@@ -180,6 +192,12 @@ def lengths(info: dict[str, Any], shapes: dict[str, Any]) -> tuple[int, int]:
                           f"model attends to a sliding window of {slide[1]} tokens "
                           f"({slide[0]}), which covers {reach} slots and a static cache does "
                           f"not slide; set export.shapes.context_length={reach} or less")
+    elif chosen is not None and context > chosen:
+        raise ConfigError(f"export.shapes.context_length: {context} cache slots, but the "
+                          f"model's sparse attention chooses index_topk {chosen + 1} of the "
+                          "slots and the step's token by indexer keys, which the static cache "
+                          f"does not carry (of {chosen} slots or fewer it chooses all); set "
+                          f"export.shapes.context_length={chosen} or less")
     prefill = shapes.get("prefill_length")
     if prefill is None:
         prefill = min(DEFAULT_PREFILL, context)

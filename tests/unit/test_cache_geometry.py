@@ -83,6 +83,29 @@ def test_a_forward_that_adds_cache_layers_is_refused() -> None:
     the geometry is refused in one sentence that says so."""
     model = tiny("DoryForCausalLM", num_hidden_layers=3, n_input_layers=1, n_output_layers=1,
                  layer_types=["sliding_attention", "full_attention", "sliding_attention"])
-    with pytest.raises(geometry.GrownCache, match=r"adds 1 key/value cache layer of its own "
+    with pytest.raises(geometry.Uncarried, match=r"adds 1 key/value cache layer of its own "
                                                   r"in its forward \(4 after a prompt, 3 in"):
         geometry.model_cache(model)
+
+
+def test_a_layer_that_keeps_more_than_keys_and_values_is_named() -> None:
+    """A cache layer holding other tensors of tokens (DeepSeek-V4's compressor buffers) is not
+    carried by one key and one value buffer: the reason names the layer, its class and what it
+    keeps. A scalar (the sliding window's size) is not such state, nor an indexed layer's
+    indexer keys, which only choose index_topk tokens of a context the plan keeps within it."""
+    from types import SimpleNamespace
+
+    from transformers.cache_utils import DynamicIndexedLayer
+
+    kv = {"keys": torch.ones(1, 1, 2, 4), "values": torch.ones(1, 1, 2, 4)}
+    plain = SimpleNamespace(**kv, _sliding_window_tensor=torch.tensor(64))
+    indexed = DynamicIndexedLayer()
+    indexed.keys, indexed.values, indexed.indexer_keys = kv["keys"], kv["values"], torch.ones(
+        1, 2, 8)
+    assert geometry.uncarried("M", 2, [plain, indexed]) is None
+    compressing = SimpleNamespace(**kv, buffer_kv={"compressor": torch.ones(1, 2, 8)},
+                                  compressed_kv={"compressor": None})
+    why = geometry.uncarried("M", 2, [plain, compressing])
+    assert why is not None and why.startswith(
+        "M's cache keeps more than keys and values in layer 1 (transformers' SimpleNamespace: "
+        "buffer_kv)")

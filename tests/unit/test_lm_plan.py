@@ -156,6 +156,18 @@ def test_layers_without_attention_have_no_buffers() -> None:
     assert lm.layer_shapes(own) == [((2, 8), (2, 8)), ((2, 16), (2, 16))]
 
 
+def test_a_sparse_attention_indexer_bounds_the_context() -> None:
+    """DeepSeek-V3.2's indexer chooses index_topk of the slots and the step's token by indexer
+    keys the static cache does not carry: of index_topk - 1 slots it chooses all, as PyTorch
+    does; more slots are one plan-time line naming the bound."""
+    sparse = {**LLAMA, "index_topk": 17}
+    assert lm.lengths(sparse, {}) == (16, 16)
+    assert lm.lengths(sparse, {"context_length": 16, "prefill_length": 8}) == (8, 16)
+    with pytest.raises(ConfigError, match=r"index_topk 17 .* set "
+                                          r"export.shapes.context_length=16 or less"):
+        lm.lengths(sparse, {"context_length": 32})
+
+
 def test_default_lengths_fit_the_positions(tmp_path: Path) -> None:
     assert lm.lengths(LLAMA, {}) == (64, 64)  # 64 positions: tokens 0 .. 63
     assert lm.lengths({**LLAMA, "max_position_embeddings": 4096}, {}) == (64, 256)
