@@ -1,10 +1,11 @@
 """A causal LM's key/value cache geometry as the model itself fills it: which layers cache, and
 each layer's key and value heads and width (a latent attention caches a compressed latent and
 a rotary key, of widths of their own; Gemma 4's global layers are wider; Gemma 3n's shared
-layers and Dory's MLP layers cache nothing). The planner derives an estimate from config.json
-(planner/models/generation.py `layer_shapes`); the export shapes the graphs' cache buffers
-from one forward of the model on a short prompt, so a layout the config does not say still
-gets buffers of the shapes the model writes and reads."""
+layers and layers without attention cache nothing). The planner derives an estimate from
+config.json (planner/models/generation.py `layer_shapes`); the export shapes the graphs' cache
+buffers from one forward of the model on a short prompt, so a layout the config does not say
+(MiMo-V2-Flash's sliding-window layers cache twice its key/value heads) still gets buffers of
+the shapes the model writes and reads, and a cache those buffers cannot carry is refused."""
 
 from __future__ import annotations
 
