@@ -57,6 +57,16 @@ NEEDS: dict[str, dict[str, Any]] = {
                      "activation_sparsity_pattern": [0.95, 0.95, 0.0, 0.0]},
     # Zamba ties one shared attention block across its hybrid layers: two of them at least
     "zamba": {"num_hidden_layers": 3, "layers_block_type": ["mamba", "hybrid", "hybrid"]},
+    # LongCat-Flash's rotary embedding is head_dim wide and turns the qk_rope_head_dim part
+    # of each query and key head: its checkpoints set both to 64
+    "longcat_flash": {"head_dim": 16},
+    # MiMo-V2-Flash's sliding-window layers take twice num_key_value_heads, which must not
+    # exceed num_attention_heads (its checkpoints: 4 and 64)
+    "mimo_v2_flash": {"num_key_value_heads": 1},
+    # Dory's layers are an input, a recurrent (run n_recurrent_loops times) and an output
+    # section, whose default sizes (8 + 8) exceed the tiny layer count: one layer each
+    "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_output_layers": 1,
+             "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
     # Reformer's axial position embeddings: dims that sum to hidden_size, a shape of 128 slots
     "reformer": {"axial_pos_embds_dim": [32, 32], "axial_pos_shape": [8, 16],
                  "attn_layers": ["local", "lsh"]},

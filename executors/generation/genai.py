@@ -47,14 +47,11 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
                folder: Path) -> dict[str, Any] | None:
     """genai_config.json for a causal LM's bundle (`bundle`: its bundle.json) in `folder`:
     the plain decoder over its token graph where that graph has a free past, else the decoder
-    pipeline over its graphs; None when its layers' caches differ in heads or width (Gemma 4's
-    global layers) or some layers have none (Gemma 3n's shared ones), which genai's one
-    `head_size`, `num_key_value_heads` and `num_hidden_layers` cannot say."""
-    if config and (len(set(layer_shapes(config))) > 1
-                   or cache_layers(config) != shape_of(config).layers):
-        return None
+    pipeline over its graphs; None where genai cannot describe its cache (`describable`)."""
     graphs = bundle["graphs"]
     token = next(g for g in graphs if ROLES[g].runs is Runs.TOKEN)
+    if config and not describable(config, graphs[token]["inputs"]):
+        return None
     shape = shape_of(config) if config else None
     layers = shape.layers if shape else CACHE.layers([s["name"] for s in graphs[token]["inputs"]])
     eos = generation.get("eos_token_id", config.get("eos_token_id"))
@@ -84,6 +81,23 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
         "context_length": context, "vocab_size": shape.vocab if shape else None,
         "decoder": decoder},
         "search": greedy_search(context)}
+
+
+def describable(config: dict[str, Any], specs: list[dict[str, Any]]) -> bool:
+    """Whether genai's decoder, which gives every layer's keys and values one `head_size` and
+    `num_key_value_heads` and every one of `num_hidden_layers` a cache, describes this cache:
+    not where config.json's layers differ in heads or width (Gemma 4's global layers), keys
+    and values differ (a latent attention's), some layers have none (Gemma 3n's shared ones),
+    or the token graph's buffers (`specs`: their shapes are those the model filled at export)
+    are not config.json's."""
+    shape = shape_of(config)
+    one = (shape.kv_heads, shape.head_dim)
+    if cache_layers(config) != shape.layers or \
+            any(entries != (one, one) for entries in layer_shapes(config)):
+        return False
+    past = [s for s in specs if CACHE.is_past(s["name"])]
+    return CACHE.layers([s["name"] for s in past]) == shape.layers and \
+        all((s["shape"][1], s["shape"][3]) == one for s in past)
 
 
 def cache_names(field: str, prefix: str) -> dict[str, str]:

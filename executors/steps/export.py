@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from executors.generation import geometry
 from executors.generation.modules import gives_cross, graph_module
 from executors.generation.recurrent import RecurrentState
 from executors.onnx import hierarchy
@@ -38,7 +39,8 @@ from executors.run.step_api import StepContext, StepResult
 from executors.runtime import torch_initializers, torchmodel, torchops
 from executors.runtime.adapters import host_providers
 from executors.samples import Samples
-from planner.models.roles import CACHE, role_of
+from planner.errors import StepError
+from planner.models.roles import CACHE, Trace, role_of
 from planner.support.suggest import did_you_mean
 
 TOLERANCE = 1e-4  # of each output's peak magnitude
@@ -52,8 +54,9 @@ def run(ctx: StepContext) -> StepResult:
     p = ctx.params
     model, _info = torchmodel.load(ctx.inputs["model"])
     specs, outputs = p["inputs"], p["outputs"]
+    role = role_of(p["graph"], [s["name"] for s in specs])
+    specs, outputs, refit = _model_cache(ctx, model, role, specs, outputs)
     names = [s["name"] for s in specs]
-    role = role_of(p["graph"], names)
     free_past = bool(p.get("dynamic")) and role.reads_cache
     module = _graph_module(ctx, model, role, names, outputs, free_past)
     samples = Samples(specs, "verify", source=ctx.inputs["model"])
@@ -92,7 +95,8 @@ def run(ctx: StepContext) -> StepResult:
         set_meta(onnx_model, OPSET_RAISED_KEY, json.dumps(
             {"from": p["opset"], "to": used.opset, "why": used.why}, sort_keys=True))
     save(onnx_model, path)
-    metrics: dict[str, Any] = {"nodes": len(onnx_model.graph.node), "sample": samples.origin}
+    metrics: dict[str, Any] = {"nodes": len(onnx_model.graph.node), "sample": samples.origin,
+                               **refit}
     if used.opset != p["opset"]:
         metrics.update(opset_used=used.opset, opset_why=used.why)
     if p["hierarchy"]:
@@ -125,15 +129,42 @@ def _keep_unread_inputs(model: onnx.ModelProto, names: list[str], args: tuple) -
     model.graph.input.extend([*ordered, *rest])
 
 
+def _model_cache(ctx: StepContext, model: Any, role: Any, specs: list[dict[str, Any]],
+                 outputs: list[str]) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
+    """A causal LM's graph shaped to the cache the model fills (executors/generation/
+    geometry.py): its past inputs and present outputs, and the metric that says where they
+    differ from the plan's estimate from config.json (none where they agree)."""
+    if role.trace is not Trace.LM:
+        return specs, outputs, {}
+    try:
+        layers = geometry.model_cache(model)
+    except RecurrentState as exc:
+        raise _refused(ctx, exc) from None
+    except geometry.Uncarried as exc:
+        raise ctx.fail(str(exc), "modelplan's graphs carry one key and one value buffer per "
+                       "layer of the cache a model's config makes: such a model is not "
+                       "supported") from None
+    fit_specs, fit_outputs = geometry.fitted(specs, outputs, layers)
+    if fit_specs == specs and fit_outputs == outputs:
+        return specs, outputs, {}
+    said = geometry.described(layers)
+    ctx.progress(f"  the model's key/value cache is not config.json's: {said} (the graph "
+                 "takes the model's)")
+    return fit_specs, fit_outputs, {"cache_from_model": said}
+
+
 def _graph_module(ctx: StepContext, model: Any, role: Any, names: list[str],
                   outputs: list[str], free_past: bool) -> Any:
     """The module the graph traces; a model whose layers keep a recurrent state, refused."""
     try:
         return graph_module(model, role, names, outputs, free_past)
     except RecurrentState as exc:
-        raise ctx.fail(str(exc), "modelplan's generation graphs carry an attention key/value "
-                       "cache only: recurrent and state-space models are not supported") \
-            from None
+        raise _refused(ctx, exc) from None
+
+
+def _refused(ctx: StepContext, exc: RecurrentState) -> StepError:
+    return ctx.fail(str(exc), "modelplan's generation graphs carry an attention key/value "
+                    "cache only: recurrent and state-space models are not supported")
 
 
 def _kept_classes(ctx: StepContext, model: Any) -> frozenset[str]:

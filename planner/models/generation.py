@@ -87,25 +87,63 @@ def shape_of(info: dict[str, Any]) -> Shape:
     return Shape(layers, int(kv), int(head_dim), int(vocab), _first(text, _POSITIONS))
 
 
-def cache_layers(info: dict[str, Any]) -> int:
-    """The layers with a cache of their own: all but the last `num_kv_shared_layers`, which
-    reuse an earlier layer's keys and values (Gemma 3n's and Gemma 4's)."""
+def cached_layers(info: dict[str, Any]) -> list[int]:
+    """The layers with a cache of their own, as transformers' cache makes them from the config:
+    not the last `num_kv_shared_layers` nor those `kv_sharing_modes` says "reuse", which read
+    an earlier layer's keys and values (Gemma 3n's, Gemma 4's), nor the layers `layer_types`
+    says are "mlp" or "moe", which have no attention (Dory's)."""
     text = info.get("text_config") or info
+    layers = shape_of(info).layers
     shared = text.get("num_kv_shared_layers")
-    return shape_of(info).layers - (shared if isinstance(shared, int) else 0)
+    skipped = set(range(layers - shared, layers)) if isinstance(shared, int) else set()
+    types, modes = text.get("layer_types"), text.get("kv_sharing_modes")
+    if isinstance(types, list):
+        skipped |= {i for i, kind in enumerate(types) if kind in ("mlp", "moe")}
+    if isinstance(modes, list):
+        skipped |= {i for i, mode in enumerate(modes) if mode == "reuse"}
+    return [i for i in range(layers) if i not in skipped]
 
 
-def layer_shapes(info: dict[str, Any]) -> list[tuple[int, int]]:
-    """Each cached layer's (key/value heads, head width): the model's, or those its
-    config.json's `per_layer_config` (transformers' per-layer overrides, by layer index)
-    gives a layer (Gemma 4's full-attention layers are wider)."""
+def cache_layers(info: dict[str, Any]) -> int:
+    """How many layers have a cache of their own (cached_layers)."""
+    return len(cached_layers(info))
+
+
+Entry = tuple[int, int]  # one cache tensor's (heads, width) per token
+
+
+def latent(info: dict[str, Any]) -> tuple[Entry, Entry] | None:
+    """Multi-head latent attention's cache (a config with `kv_lora_rank` and
+    `qk_rope_head_dim`: DeepSeek-V2/V3, MiniCPM3, GLM-4-MoE-Lite, ...): transformers caches the
+    compressed latent as a layer's "key" (one head of `kv_lora_rank`) and the rotary key as its
+    "value" (one head of `qk_rope_head_dim`), and expands both into every head at each step."""
+    text = info.get("text_config") or info
+    rank, rope = text.get("kv_lora_rank"), text.get("qk_rope_head_dim")
+    if isinstance(rank, int) and isinstance(rope, int):
+        return (1, rank), (1, rope)
+    return None
+
+
+def layer_shapes(info: dict[str, Any]) -> list[tuple[Entry, Entry]]:
+    """Each cached layer's key and value (heads, width): the model's (values `v_head_dim` wide
+    where the config says so), a latent attention's (`latent`), or those its config.json's
+    `per_layer_config` (transformers' per-layer overrides, by layer index) gives a layer
+    (Gemma 4's full-attention layers are wider). The plan's estimate: the export shapes the
+    graphs from the cache the model itself fills (executors/generation/geometry.py)."""
     s = shape_of(info)
     text = info.get("text_config") or info
     overrides = {int(i): o for i, o in (text.get("per_layer_config") or {}).items()
                  if isinstance(o, dict)}
-    return [(int(overrides.get(i, {}).get("num_key_value_heads") or s.kv_heads),
-             int(overrides.get(i, {}).get("head_dim") or s.head_dim))
-            for i in range(cache_layers(info))]
+    mla = latent(info)
+    values = text.get("v_head_dim")  # values of their own width (MiMo-V2-Flash's)
+    shapes = []
+    for i in range(s.layers):
+        own = overrides.get(i, {})
+        heads = int(own.get("num_key_value_heads") or s.kv_heads)
+        width = int(own.get("head_dim") or s.head_dim)
+        shapes.append(mla or ((heads, width),
+                              (heads, values if isinstance(values, int) else width)))
+    return [shapes[i] for i in cached_layers(info)]
 
 
 def window(info: dict[str, Any]) -> tuple[str, int, int] | None:
@@ -123,13 +161,25 @@ def window(info: dict[str, Any]) -> tuple[str, int, int] | None:
     return None
 
 
+def indexed(info: dict[str, Any]) -> int | None:
+    """The most cache slots a sparse attention's indexer (`index_topk`: DeepSeek-V3.2,
+    GLM-MoE-DSA) reads exactly: it chooses index_topk of the slots and the step's token by
+    indexer keys, which the static cache does not carry; of index_topk - 1 slots it chooses
+    all, as PyTorch's does. None where the model has no indexer."""
+    text = info.get("text_config") or info
+    topk = text.get("index_topk")
+    return topk - 1 if isinstance(topk, int) and topk > 1 else None
+
+
 def lengths(info: dict[str, Any], shapes: dict[str, Any]) -> tuple[int, int]:
-    """(prefill_length, context_length), checked against the model's position limit and its
-    sliding window: the tokens take positions 0 .. context_length - 1."""
+    """(prefill_length, context_length), checked against the model's position limit, its
+    sliding window and its sparse attention's indexer: the tokens take positions
+    0 .. context_length - 1."""
     limit = shape_of(info).positions
     slide = window(info)
     reach = slide[2] if slide else None
-    bound = min(b for b in (limit, reach, 2**31) if b)
+    chosen = indexed(info)
+    bound = min(b for b in (limit, reach, chosen, 2**31) if b)
     context = shapes.get("context_length")
     if context is None:
         context = min(DEFAULT_CONTEXT, bound)
@@ -142,6 +192,12 @@ def lengths(info: dict[str, Any], shapes: dict[str, Any]) -> tuple[int, int]:
                           f"model attends to a sliding window of {slide[1]} tokens "
                           f"({slide[0]}), which covers {reach} slots and a static cache does "
                           f"not slide; set export.shapes.context_length={reach} or less")
+    elif chosen is not None and context > chosen:
+        raise ConfigError(f"export.shapes.context_length: {context} cache slots, but the "
+                          f"model's sparse attention chooses index_topk {chosen + 1} of the "
+                          "slots and the step's token by indexer keys, which the static cache "
+                          f"does not carry (of {chosen} slots or fewer it chooses all); set "
+                          f"export.shapes.context_length={chosen} or less")
     prefill = shapes.get("prefill_length")
     if prefill is None:
         prefill = min(DEFAULT_PREFILL, context)
@@ -181,9 +237,9 @@ def lm_graph_specs(info: dict[str, Any], shapes: dict[str, Any], batch: int,
     prompt = [_spec("input_ids", "int64", [1, prefill], 0, s.vocab - 1, "lm_prompt_ids"),
               _spec("attention_mask", "int64", [1, prefill], 0, 1, "lm_prompt_mask"),
               _spec("position_ids", "int64", [1, prefill], 0, top, "lm_prompt_positions")]
-    per_layer = [shape for shape in layer_shapes(info) for _ in CACHE.parts]  # as the names
+    per_part = [entry for entries in layer_shapes(info) for entry in entries]  # as the names
     past = [_spec(n, "float32", [1, heads, context, width], -8.0, 8.0, "lm_past")
-            for n, (heads, width) in zip(cache_names(cache_layers(info), CACHE.past), per_layer,
+            for n, (heads, width) in zip(cache_names(cache_layers(info), CACHE.past), per_part,
                                          strict=True)]
     step = [_spec("input_ids", "int64", [1, 1], 0, s.vocab - 1, "lm_step_ids"),
             _spec("position_ids", "int64", [1, 1], 0, top, "lm_step_positions"),

@@ -233,9 +233,11 @@ def _bundle(model: dict[str, Any], files: dict[str, int]) -> list[str]:
                 "print(tokenizer.decode(generator.get_sequence(0)))", "```"]
     elif model.get("genai") in (GENAI_DECODER, GENAI_PIPELINE) and \
             "genai_config.json" not in files:
-        out += ["", ("No `genai_config.json`: onnxruntime-genai's decoder gives every layer one "
-                "cache geometry, and this model's layers have their own (config.json's "
-                "`per_layer_config`): run it with `modelplan generate`.")]
+        out += ["", ("No `genai_config.json`: onnxruntime-genai's decoder gives every layer's "
+                "keys and values one geometry (`num_key_value_heads` heads of `head_size`), and "
+                "this model's cache has its own (`bundle.json` gives each buffer's shape: "
+                "layers of their own width, keys and values of different widths, or layers "
+                "without a cache): run it with `modelplan generate`.")]
     elif model.get("genai") == GENAI_PIPELINE:
         out += ["", ("`genai_config.json` describes the graphs as onnxruntime-genai's decoder "
                 "pipeline, which onnxruntime-genai 0.18 does not run over graphs of fixed "

@@ -44,6 +44,12 @@ CASES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
                         **IDS},
         "mm_tokens_per_image": 4,
         "vision_config": {**TINY, "num_hidden_layers": 1, "image_size": 32, "patch_size": 16}}),
+    # a cache config.json does not say: its sliding-window layer caches twice
+    # num_key_value_heads, and its values are v_head_dim wide, not head_dim
+    ("mimo_v2_flash", "MiMoV2FlashForCausalLM", "bfloat16", {
+        "num_key_value_heads": 1, "head_dim": 32, "v_head_dim": 16,
+        "layer_types": ["full_attention", "sliding_attention"],
+        "mlp_layer_types": ["dense", "dense"]}),
 )
 # text_config fields a case's config.json leaves to its config class's defaults, as the original
 # gemma-3-4b-it's does
@@ -120,3 +126,24 @@ def test_a_multimodal_class_generates_from_token_ids_alone(
         assert not any("vision" in i.name for i in model.graph.initializer), graph
     card = Path(record["published"]["README.md"]).read_text()
     assert "the checkpoint's vision_config encoders are not in them" in card
+
+
+def test_the_cache_buffers_are_those_the_model_fills(
+        built: Callable[[str], dict[str, Any]]) -> None:
+    """MiMo-V2-Flash's sliding-window layer caches 2 heads where config.json says 1: the decode
+    graph takes each layer's buffers as the model fills them, the export says so, and the
+    bundle has no genai_config.json (genai's one head_size cannot say keys and values of
+    different widths)."""
+    record = built("mimo_v2_flash")
+    export = step(record, "decode.export")
+    assert export["metrics"]["cache_from_model"] == (
+        "1 layer of key 1x32, value 1x16; 1 layer of key 2x32, value 2x16")
+    model = onnx.load(export["outputs"]["model.onnx"], load_external_data=False)
+    dims = {i.name: [d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim]
+            for i in model.graph.input}
+    assert dims["past_key_values.1.key"][1::2] == [2, 32]
+    assert dims["past_key_values.1.value"][1::2] == [2, 16]
+    bundle = Path(step(record, "bundle")["outputs"]["bundle.json"]).parent
+    assert not (bundle / "genai_config.json").exists()
+    card = (Path(record["outputs_dir"]) / "README.md").read_text()
+    assert "No `genai_config.json`" in card and "keys and values of different widths" in card

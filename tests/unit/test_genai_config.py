@@ -33,8 +33,9 @@ def layer(path: Path, name: str, out: str, past: int | str = 8) -> None:
 
 
 def bundle(past: int | str, tmp: Path, **extra: Any) -> dict[str, Any]:
-    specs = [{"name": n} for n in ("inputs_embeds", "position_ids", "attention_mask",
-                                   "past_key_values.0.key", "past_key_values.0.value")]
+    specs = [{"name": n} for n in ("inputs_embeds", "position_ids", "attention_mask")]
+    specs += [{"name": f"past_key_values.{i}.{p}", "shape": [1, 2, 32, 8]}
+              for i in range(CONFIG["num_hidden_layers"]) for p in ("key", "value")]
     layer(tmp / "decode_model.onnx", "inputs_embeds", "hidden_states", past)
     return {"graphs": {"prefill": {"model": "prefill_model.onnx", "inputs": specs[:3],
                                    "outputs": [{"name": "hidden_states"}]},
@@ -79,6 +80,22 @@ def test_layers_of_their_own_cache_geometry_get_no_genai_config(tmp_path: Path) 
         "past_key_values.1.key": (1, 2, 32, 16), "past_key_values.1.value": (1, 2, 32, 16)}
     assert feed["past_key_values.1.key"][:, :, :3].all() and \
         not feed["past_key_values.1.key"][:, :, 3:].any()
+
+
+def test_a_cache_genai_cannot_describe_gets_no_genai_config(tmp_path: Path) -> None:
+    """Keys and values of their own widths (a latent attention's latent and rotary key), or a
+    token graph whose buffers the model shaped otherwise than config.json says: no
+    genai_config.json, whose one head_size would be wrong for them."""
+    cpu = {"ep": "cpu", "backend": None, "provider_options": {}}
+    described = bundle("past_sequence_length", tmp_path, runs_on=cpu)
+    latent = {**CONFIG, "kv_lora_rank": 8, "qk_rope_head_dim": 8}
+    assert genai.config_for(latent, described, {}, tmp_path) is None
+    wider = bundle("past_sequence_length", tmp_path, runs_on=cpu)
+    wider["graphs"]["decode"]["inputs"][-1]["shape"] = [1, 2, 32, 16]  # the model's values
+    assert genai.config_for(CONFIG, wider, {}, tmp_path) is None
+    fewer = bundle("past_sequence_length", tmp_path, runs_on=cpu)
+    del fewer["graphs"]["decode"]["inputs"][-2:]  # a layer the model gave no cache
+    assert genai.config_for(CONFIG, fewer, {}, tmp_path) is None
 
 
 def test_fixed_graphs_are_a_pipeline_with_the_host_layers_and_the_build_s_ep(

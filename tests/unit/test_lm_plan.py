@@ -129,6 +129,45 @@ def test_layers_that_reuse_another_layers_cache_have_no_buffers(tmp_path: Path) 
         "logits", *[f"present.{i}.{p}" for i in range(2) for p in ("key", "value")]]
 
 
+def test_a_latent_attention_caches_its_latent_and_rotary_key(tmp_path: Path) -> None:
+    """Multi-head latent attention (DeepSeek-V3, MiniCPM3: `kv_lora_rank`): transformers caches
+    one head of the compressed latent as the key and one of the rotary key as the value, not
+    num_key_value_heads x head_dim; the plan's buffers take those shapes."""
+    config = {**LLAMA, "kv_lora_rank": 12, "qk_rope_head_dim": 4, "qk_nope_head_dim": 8,
+              "v_head_dim": 8}
+    assert lm.layer_shapes(config) == [((1, 12), (1, 4))] * 3
+    decode = params(plan(checkpoint(tmp_path, config), "export.shapes.prefill_length=8",
+                         "export.shapes.context_length=40"), "decode.export")
+    shapes = {s["name"]: s["shape"] for s in decode["inputs"]}
+    assert [shapes[f"past_key_values.2.{p}"] for p in ("key", "value")] == [
+        [1, 1, 40, 12], [1, 1, 40, 4]]
+
+
+def test_layers_without_attention_have_no_buffers() -> None:
+    """Layers `layer_types` says are "mlp" or "moe", or `kv_sharing_modes` says "reuse", get no
+    cache from transformers: the graphs take the other layers' buffers, in order."""
+    config = {**LLAMA, "num_hidden_layers": 4,
+              "layer_types": ["sliding_attention", "mlp", "full_attention", "moe"]}
+    assert lm.cached_layers(config) == [0, 2] and lm.cache_layers(config) == 2
+    assert lm.cached_layers({**LLAMA, "kv_sharing_modes": ["own", "reuse", "own"]}) == [0, 2]
+    assert lm.cached_layers({**LLAMA, "num_kv_shared_layers": 1,
+                             "kv_sharing_modes": ["own", "own", "reuse"]}) == [0, 1]
+    own = {**config, "per_layer_config": {"2": {"head_dim": 16}}}  # by the layer's own index
+    assert lm.layer_shapes(own) == [((2, 8), (2, 8)), ((2, 16), (2, 16))]
+
+
+def test_a_sparse_attention_indexer_bounds_the_context() -> None:
+    """DeepSeek-V3.2's indexer chooses index_topk of the slots and the step's token by indexer
+    keys the static cache does not carry: of index_topk - 1 slots it chooses all, as PyTorch
+    does; more slots are one plan-time line naming the bound."""
+    sparse = {**LLAMA, "index_topk": 17}
+    assert lm.lengths(sparse, {}) == (16, 16)
+    assert lm.lengths(sparse, {"context_length": 16, "prefill_length": 8}) == (8, 16)
+    with pytest.raises(ConfigError, match=r"index_topk 17 .* set "
+                                          r"export.shapes.context_length=16 or less"):
+        lm.lengths(sparse, {"context_length": 32})
+
+
 def test_default_lengths_fit_the_positions(tmp_path: Path) -> None:
     assert lm.lengths(LLAMA, {}) == (64, 64)  # 64 positions: tokens 0 .. 63
     assert lm.lengths({**LLAMA, "max_position_embeddings": 4096}, {}) == (64, 256)
