@@ -18,7 +18,8 @@ from tests.recipe_models import BUILDS, SKIP_WHY, checkpoint_for, corpus_dir
 CORPUS = corpus_dir()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(CORPUS is None, reason=SKIP_WHY)]
 # eval=none: an imported eval section names a hub dataset this machine does not have
-FAST = ("verify.samples=2", "perf.iterations=2", "perf.warmup=1", "eval=none")
+FAST = ("verify.samples=2", "perf.iterations=2", "perf.warmup=0", "perf.profile_runs=1",
+        "eval=none")
 ONNX_TYPES = {6: "int32", 7: "int64", 1: "float32", 10: "float16"}
 
 
