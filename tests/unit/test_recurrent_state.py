@@ -28,6 +28,11 @@ def model_of(model_type: str, **fields: Any) -> Any:
     ("mamba", {}, "layers 0, 1"),                                           # state-space only
     ("lfm2", {"layer_types": ["conv", "full_attention"]}, "layer 0 "),      # a convolution
     ("falcon_h1", {}, "layers 0, 1"),                                       # beside attention
+    # linear attention beside attention, as config.json's layer_types say
+    ("qwen3_next", {"layer_types": ["linear_attention", "full_attention"]}, "layer 0 "),
+    ("lara_mini", {"num_hidden_layers": 3, "layer_types": [
+        "linear_attention", "sliding_attention", "full_attention"]}, "layer 0 "),
+    ("jamba", {}, "layers 0, 1"),  # its layer kinds from its attention period, not a list
 ])
 def test_a_recurrent_state_is_refused_naming_its_layers(model_type: str, fields: dict[str, Any],
                                                         layers: str) -> None:
