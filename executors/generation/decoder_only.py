@@ -1,7 +1,11 @@
 """A causal LM's generation: the prefill graph reads the prompt (right-padded to its length; a
 longer prompt's remaining tokens go through the decode graph one at a time) and its present
 entries fill the first cache slots; each decode step reads one token, its position and the
-cache, and its present entries are written into the next slot. PyTorch's reference steps the
+cache, and its present entries are written into the next slot. A model whose layers keep a
+recurrent state reads a prompt shorter than the prefill graph token by token through the
+decode graph, from no state: a padded position would run through the recurrent update (a
+state-space or linear-attention step does not skip it as a masked attention slot is), while
+a step from a zero state is the prompt's own first step. PyTorch's reference steps the
 checkpoint with its own cache; both run the one greedy loop."""
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ class LMGraphs:
         self.cache.reset()
         first = ids[:self.prefill_length]
         n = len(first)
+        if self.cache.recurrent and n < self.prefill_length:
+            return np.stack([self.step(token) for token in ids])
         tokens = np.zeros((1, self.prefill_length), np.int64)
         tokens[0, :n] = first
         feed = {**self._tokens(tokens),

@@ -49,11 +49,14 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
     the plain decoder over its token graph where that graph has a free past, else the decoder
     pipeline over its graphs; None when its layers' caches differ in heads or width (Gemma 4's
     global layers) or some layers have none (Gemma 3n's shared ones), which genai's one
-    `head_size`, `num_key_value_heads` and `num_hidden_layers` cannot say."""
+    `head_size`, `num_key_value_heads` and `num_hidden_layers` cannot say, or some layers keep
+    a recurrent state, for which genai's decoder has no input."""
+    graphs = bundle["graphs"]
+    if any(CACHE.is_state(s["name"]) for g in graphs.values() for s in g["inputs"]):
+        return None
     if config and (len(set(layer_shapes(config))) > 1
                    or cache_layers(config) != shape_of(config).layers):
         return None
-    graphs = bundle["graphs"]
     token = next(g for g in graphs if ROLES[g].runs is Runs.TOKEN)
     shape = shape_of(config) if config else None
     layers = shape.layers if shape else CACHE.layers([s["name"] for s in graphs[token]["inputs"]])

@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from executors.generation.modules import gives_cross, graph_module
-from executors.generation.recurrent import RecurrentState
+from executors.generation.modules import gives_cross, graph_module, lm_io
 from executors.onnx import hierarchy
 from executors.onnx.artifacts import (
     MODEL,
@@ -38,7 +37,7 @@ from executors.run.step_api import StepContext, StepResult
 from executors.runtime import torch_initializers, torchmodel, torchops
 from executors.runtime.adapters import host_providers
 from executors.samples import Samples
-from planner.models.roles import CACHE, role_of
+from planner.models.roles import CACHE, Trace, role_of
 from planner.support.suggest import did_you_mean
 
 TOLERANCE = 1e-4  # of each output's peak magnitude
@@ -52,10 +51,12 @@ def run(ctx: StepContext) -> StepResult:
     p = ctx.params
     model, _info = torchmodel.load(ctx.inputs["model"])
     specs, outputs = p["inputs"], p["outputs"]
+    role = role_of(p["graph"], [s["name"] for s in specs])
+    if role.trace is Trace.LM:  # layers that keep a recurrent state: their states as well
+        specs, outputs = lm_io(model, specs, outputs, role.reads_cache)
     names = [s["name"] for s in specs]
-    role = role_of(p["graph"], names)
     free_past = bool(p.get("dynamic")) and role.reads_cache
-    module = _graph_module(ctx, model, role, names, outputs, free_past)
+    module = graph_module(model, role, names, outputs, free_past)
     samples = Samples(specs, "verify", source=ctx.inputs["model"])
     feed = samples.feeds(1)[0]
     args = tuple(torch.from_numpy(feed[n]) for n in names)
@@ -125,17 +126,6 @@ def _keep_unread_inputs(model: onnx.ModelProto, names: list[str], args: tuple) -
     model.graph.input.extend([*ordered, *rest])
 
 
-def _graph_module(ctx: StepContext, model: Any, role: Any, names: list[str],
-                  outputs: list[str], free_past: bool) -> Any:
-    """The module the graph traces; a model whose layers keep a recurrent state, refused."""
-    try:
-        return graph_module(model, role, names, outputs, free_past)
-    except RecurrentState as exc:
-        raise ctx.fail(str(exc), "modelplan's generation graphs carry an attention key/value "
-                       "cache only: recurrent and state-space models are not supported") \
-            from None
-
-
 def _kept_classes(ctx: StepContext, model: Any) -> frozenset[str]:
     """export.torch_modules, each checked to be a module class of this model."""
     keep = ctx.params["torch_modules"]
@@ -161,6 +151,8 @@ def free_axes(args: tuple, names: list[str], expected: Any,
             if a.dim() == 2}
     got = expected if isinstance(expected, tuple | list) else (expected,)
     for name, value in zip(outputs, got, strict=False):
+        if CACHE.is_state(name):  # a recurrent layer's state: one sequence's, of fixed shape
+            continue
         axes[name] = {0: "batch"} | ({1: "sequence"} if value.dim() >= 2
                                      and value.shape[1] == length else {})
     return axes
@@ -169,15 +161,18 @@ def free_axes(args: tuple, names: list[str], expected: Any,
 def past_axes(names: list[str], outputs: list[str]) -> dict[str, dict[int, str]]:
     """A token graph with a free past (a causal LM's, an encoder-decoder's cached decoder): its
     new tokens' axis, the past's and the total's (past + new: the mask over both, and the
-    present entries it gives back); an encoder-decoder's cross entries keep their length."""
+    present entries it gives back); an encoder-decoder's cross entries and a recurrent layer's
+    states keep their shapes."""
     axes: dict[str, dict[int, str]] = {}
     for name in names:
-        if name.startswith(CACHE.cross + "."):  # an encoder-decoder's cross entries: fixed
+        if name.startswith(CACHE.cross + ".") or CACHE.is_state(name):  # fixed shapes
             continue
         axes[name] = {2: "past_sequence_length"} if CACHE.is_past(name) else \
             {1: "total_sequence_length"} if name == "attention_mask" else \
             {1: "sequence_length"}
     for name in outputs:
+        if CACHE.is_state(name):
+            continue
         axes[name] = {2: "total_sequence_length"} if name.startswith(CACHE.present + ".") \
             else {1: "sequence_length"}
     return axes
