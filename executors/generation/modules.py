@@ -148,15 +148,24 @@ def lm_io(model: Any, specs: list[dict[str, Any]], outputs: list[str],
     (executors/generation/recurrent.py)."""
     import torch
 
-    if not recurrent.recurrent_layers(dynamic_cache(model)):
+    layers = recurrent.recurrent_layers(dynamic_cache(model))
+    if not layers:
         return specs, outputs
     ids = torch.zeros((1, 1), dtype=torch.long)
     kwargs = {"position_ids": torch.zeros((1, 1), dtype=torch.long)} \
         if takes_positions(model) else {}
-    with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                    past_key_values=dynamic_cache(model), use_cache=True, return_dict=True,
-                    **kwargs)
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                        past_key_values=dynamic_cache(model), use_cache=True,
+                        return_dict=True, **kwargs)
+    except Exception as exc:  # transformers' own refusal, said in one line
+        said = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise recurrent.RecurrentState(
+            f"{type(model).__name__} keeps a recurrent state in layer"
+            f"{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}, and its forward "
+            f"on transformers' cache of its config fails ({type(exc).__name__}: {said})"
+            ) from exc
     return recurrent.state_specs(list(layer_entries(out.past_key_values.layers)), specs,
                                  outputs, reads_cache)
 

@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 
 from executors.generation.modules import gives_cross, graph_module, lm_io
+from executors.generation.recurrent import RecurrentState
 from executors.onnx import hierarchy
 from executors.onnx.artifacts import (
     MODEL,
@@ -53,7 +54,12 @@ def run(ctx: StepContext) -> StepResult:
     specs, outputs = p["inputs"], p["outputs"]
     role = role_of(p["graph"], [s["name"] for s in specs])
     if role.trace is Trace.LM:  # layers that keep a recurrent state: their states as well
-        specs, outputs = lm_io(model, specs, outputs, role.reads_cache)
+        try:
+            specs, outputs = lm_io(model, specs, outputs, role.reads_cache)
+        except RecurrentState as exc:
+            raise ctx.fail(str(exc), "transformers cannot step this checkpoint with its own "
+                           "cache either (its generate fails alike); build one whose "
+                           "config it generates with") from None
     names = [s["name"] for s in specs]
     free_past = bool(p.get("dynamic")) and role.reads_cache
     module = graph_module(model, role, names, outputs, free_past)

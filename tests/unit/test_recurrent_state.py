@@ -57,6 +57,22 @@ def test_the_layers_that_keep_a_state_are_read_from_the_cache_classes(
     assert list(recurrent_layers(cache)) == layers
 
 
+def test_a_cache_transformers_cannot_step_is_refused_in_one_line() -> None:
+    """Linear-attention layers alone (as the class defaults of Bamba and Granite's hybrids
+    give a tiny model): transformers' masks ask the cache for a length only attention layers
+    have; refused naming the layers."""
+    import transformers
+
+    from executors.generation.recurrent import RecurrentState
+
+    torch.manual_seed(0)
+    config = config_of("qwen3_next", **{**QWEN3_NEXT, "layer_types": ["linear_attention"] * 2})
+    model = transformers.Qwen3NextForCausalLM(config).eval()
+    with pytest.raises(RecurrentState, match=r"Qwen3NextForCausalLM keeps a recurrent state in "
+                       r"layers 0, 1, and its forward .* fails \(ValueError: `get_seq_length`"):
+        lm_io(model, plan_specs(2), ["logits"], True)
+
+
 def plan_specs(layers: int) -> list[dict[str, Any]]:
     """The decode graph's inputs as the plan declares them: a key/value pair per layer."""
     past = [{"name": f"past_key_values.{i}.{part}", "dtype": "float32",
