@@ -234,8 +234,10 @@ def _bundle(model: dict[str, Any], files: dict[str, int]) -> list[str]:
     elif model.get("genai") in (GENAI_DECODER, GENAI_PIPELINE) and \
             "genai_config.json" not in files:
         out += ["", ("No `genai_config.json`: onnxruntime-genai's decoder gives every layer one "
-                "cache geometry, and this model's layers have their own (config.json's "
-                "`per_layer_config`): run it with `modelplan generate`.")]
+                "key/value cache geometry, and this model's layers have their own (config.json's "
+                "`per_layer_config`), or some keep a recurrent state (`bundle.json`'s "
+                "`lm_state` inputs), for which it has no input: run it with "
+                "`modelplan generate`.")]
     elif model.get("genai") == GENAI_PIPELINE:
         out += ["", ("`genai_config.json` describes the graphs as onnxruntime-genai's decoder "
                 "pipeline, which onnxruntime-genai 0.18 does not run over graphs of fixed "
