@@ -272,12 +272,32 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
             first = text.splitlines()[0] if text else ""
             raise ExportFailed(f"torch.onnx.export raised {type(exc).__name__}: {first}") \
                 from exc
-    if held:
+    if not dynamo:
         graph = onnx.load(str(path), load_external_data=False)
-        torch_initializers.store(graph, held, path.parent)
-        onnx.save_model(graph, str(path))
+        changed = _positive_perms(graph) > 0 or bool(held)
+        if held:  # (store empties held)
+            torch_initializers.store(graph, held, path.parent)
+        if changed:
+            onnx.save_model(graph, str(path))
     if dynamo:
         _rename_dynamo_nodes(path)
+
+
+def _positive_perms(graph: onnx.ModelProto) -> int:
+    """TorchScript writes a permute's dims as given, and ONNX's Transpose takes none below
+    zero (the state-space scan of Mamba-2, Bamba, Falcon-H1, ...: permute(0, -2, -1, 1)): each
+    counted from the end of the perm, as long as the input's rank. The Transposes fixed."""
+    fixed = 0
+    for node in graph.graph.node:
+        if node.op_type != "Transpose":
+            continue
+        for attr in node.attribute:
+            if attr.name == "perm" and any(p < 0 for p in attr.ints):
+                perm = [p % len(attr.ints) for p in attr.ints]
+                del attr.ints[:]
+                attr.ints.extend(perm)
+                fixed += 1
+    return fixed
 
 
 COL2IM_OPSET = 18
