@@ -164,7 +164,8 @@ def lm_io(model: Any, specs: list[dict[str, Any]], outputs: list[str],
         raise recurrent.RecurrentState(
             f"{type(model).__name__} keeps a recurrent state in layer"
             f"{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}, and its forward "
-            f"on transformers' cache of its config fails ({type(exc).__name__}: {said})"
+            f"on transformers' DynamicCache of its config fails ({type(exc).__name__}: "
+            f"{said})"
             ) from exc
     return recurrent.state_specs(list(layer_entries(out.past_key_values.layers)), specs,
                                  outputs, reads_cache)

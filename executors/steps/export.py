@@ -57,9 +57,11 @@ def run(ctx: StepContext) -> StepResult:
         try:
             specs, outputs = lm_io(model, specs, outputs, role.reads_cache)
         except RecurrentState as exc:
-            raise ctx.fail(str(exc), "transformers cannot step this checkpoint with its own "
-                           "cache either (its generate fails alike); build one whose "
-                           "config it generates with") from None
+            raise ctx.fail(str(exc), "the graphs carry the layers of that cache (keys and "
+                           "values, LinearAttention states), so a model that does not run on "
+                           "it (a cache class of its own, or linear-attention layers alone, "
+                           "whose masks ask the cache for an attention layer's length) is not "
+                           "supported") from None
     names = [s["name"] for s in specs]
     free_past = bool(p.get("dynamic")) and role.reads_cache
     module = graph_module(model, role, names, outputs, free_past)
