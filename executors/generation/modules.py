@@ -92,7 +92,8 @@ def dynamic_cache(model: Any, past: dict[str, Any] | None = None) -> Any:
     if not past:
         return cache
     # a graph's layer i is the cache's i-th layer with entries of its own
-    index = [i for i, layer in enumerate(cache.layers) if layer in own_layers(cache.layers)]
+    own = {id(layer) for layer in own_layers(cache.layers)}
+    index = [i for i, layer in enumerate(cache.layers) if id(layer) in own]
 
     def at(i: int) -> int:
         return index[i] if i < len(index) else i
