@@ -83,14 +83,13 @@ def layer_entries(layers: Any) -> Iterator[tuple[int, str, Any]]:
     graphs' order: a layer's keys and values (parts `key`, `value`), then the states of a
     layer that keeps a recurrent state (`conv.{i}`, `recurrent.{i}`: transformers'
     LinearAttention cache layers; a hybrid layer holds both)."""
-    from executors.generation.recurrent import states_of
+    from executors.generation.recurrent import is_recurrent, states_of
 
     for i, layer in enumerate(own_layers(layers)):
-        states = states_of(layer)
-        if not states or getattr(layer, "keys", None) is not None:
+        if not is_recurrent(layer) or getattr(layer, "keys", None) is not None:
             yield from ((i, part, value) for part, value in
                         zip(CACHE.parts, (layer.keys, layer.values), strict=True))
-        yield from ((i, f"{kind}.{index}", value) for kind, index, value in states)
+        yield from ((i, f"{kind}.{index}", value) for kind, index, value in states_of(layer))
 
 
 def static_entries(layers: Any, seen: int, shape: list[int] | None = None,

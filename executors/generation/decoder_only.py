@@ -104,21 +104,25 @@ class TorchLM:
     def prompt(self, ids: list[int]) -> np.ndarray:
         import torch
 
-        from executors.generation.modules import dynamic_cache
+        from executors.generation.modules import cache_kwargs, dynamic_cache, returned_cache
 
         at = {"position_ids": torch.arange(len(ids))[None]} if self.positions else {}
-        out = self.model(input_ids=torch.tensor([ids]), past_key_values=dynamic_cache(self.model),
+        out = self.model(input_ids=torch.tensor([ids]),
+                         **cache_kwargs(self.model, dynamic_cache(self.model)),
                          use_cache=True, return_dict=True, **at)
-        self.cache, self.seen = out.past_key_values, len(ids)
+        self.cache, self.seen = returned_cache(out), len(ids)
         return out.logits[0, -1].float().numpy()
 
     def step(self, token: int) -> np.ndarray:
         import torch
 
+        from executors.generation.modules import cache_kwargs, returned_cache
+
         at = {"position_ids": torch.tensor([[self.seen]])} if self.positions else {}
-        out = self.model(input_ids=torch.tensor([[token]]), past_key_values=self.cache,
-                         use_cache=True, return_dict=True, **at)
-        self.cache, self.seen = out.past_key_values, self.seen + 1
+        out = self.model(input_ids=torch.tensor([[token]]),
+                         **cache_kwargs(self.model, self.cache), use_cache=True,
+                         return_dict=True, **at)
+        self.cache, self.seen = returned_cache(out), self.seen + 1
         return out.logits[0, -1].float().numpy()
 
     def greedy(self, ids: list[int], new_tokens: int,

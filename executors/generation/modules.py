@@ -109,6 +109,20 @@ def dynamic_cache(model: Any, past: dict[str, Any] | None = None) -> Any:
     return cache
 
 
+def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
+    """A causal LM's cache as its forward takes it: under `cache` where its signature names it
+    so (Mamba's and Mamba-2's take no other name: given `past_key_values`, they would make a
+    cache of their own and drop the one given), else `past_key_values`."""
+    params = inspect.signature(model.forward).parameters
+    return {"cache" if "cache" in params else "past_key_values": cache}
+
+
+def returned_cache(out: Any) -> Any:
+    """The cache a causal LM's forward gives back, under either name."""
+    cache = getattr(out, "past_key_values", None)
+    return cache if cache is not None else out.cache
+
+
 def _presents(cache: Any, last: int | None) -> list[Any]:
     out = []
     for _layer, part, value in layer_entries(cache.layers):
@@ -127,18 +141,19 @@ def lm_step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
     `embedded`: `tokens` are the embeddings the host looked up; `headless`: the final hidden
     states instead of the logits (the host applies the head)."""
     cache = dynamic_cache(model, past)
+    held = model.base_model if headless else model
     kwargs = {"inputs_embeds" if embedded else "input_ids": tokens,
-              "attention_mask": attention_mask, "past_key_values": cache, "use_cache": True,
+              "attention_mask": attention_mask, **cache_kwargs(held, cache), "use_cache": True,
               "return_dict": True}
     takes = takes_positions(model)
     if takes:
         kwargs["position_ids"] = position_ids
     with contextlib.nullcontext() if takes or not past else _lm_positions_at(model,
                                                                              position_ids):
-        out = model.base_model(**kwargs) if headless else model(**kwargs)
+        out = held(**kwargs)
     new = tokens.shape[1] if past and not whole else None
     first = out.last_hidden_state if headless else out.logits
-    return (first, *_presents(out.past_key_values, new))
+    return (first, *_presents(returned_cache(out), new))
 
 
 def lm_io(model: Any, specs: list[dict[str, Any]], outputs: list[str],
@@ -158,7 +173,7 @@ def lm_io(model: Any, specs: list[dict[str, Any]], outputs: list[str],
     try:
         with torch.no_grad():
             out = model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                        past_key_values=dynamic_cache(model), use_cache=True,
+                        **cache_kwargs(model, dynamic_cache(model)), use_cache=True,
                         return_dict=True, **kwargs)
     except Exception as exc:  # transformers' own refusal, said in one line
         said = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -168,7 +183,7 @@ def lm_io(model: Any, specs: list[dict[str, Any]], outputs: list[str],
             f"on transformers' DynamicCache of its config fails ({type(exc).__name__}: "
             f"{said})"
             ) from exc
-    return recurrent.state_specs(list(layer_entries(out.past_key_values.layers)), specs,
+    return recurrent.state_specs(list(layer_entries(returned_cache(out).layers)), specs,
                                  outputs, reads_cache)
 
 

@@ -33,12 +33,17 @@ def recurrent_layers(cache: Any) -> dict[int, str]:
             if isinstance(layer, LinearAttentionCacheLayerMixin)}
 
 
+def is_recurrent(layer: Any) -> bool:
+    """Whether a cache layer keeps a recurrent state (a LinearAttention layer, or a hybrid)."""
+    from transformers.cache_utils import LinearAttentionCacheLayerMixin
+
+    return isinstance(layer, LinearAttentionCacheLayerMixin)
+
+
 def states_of(layer: Any) -> list[tuple[str, int, Any]]:
     """(kind, index, tensor) of the states a cache layer holds: a LinearAttention layer's
     initialized convolution and recurrent states (none for any other layer)."""
-    from transformers.cache_utils import LinearAttentionCacheLayerMixin
-
-    if not isinstance(layer, LinearAttentionCacheLayerMixin):
+    if not is_recurrent(layer):
         return []
     conv, recurrent = CACHE.states
     out = []

@@ -199,3 +199,20 @@ def test_a_prompt_shorter_than_the_prefill_graph_runs_through_decode() -> None:
     lm.prompt([5, 6, 7, 8, 9])
     assert ran == ["prefill", "decode"]
     np.testing.assert_array_equal(lm.cache.buffers["past_key_values.0.conv.0"], 2.0)
+
+
+def test_pytorch_steps_a_model_whose_forward_names_its_cache_cache() -> None:
+    """Mamba's forward takes its cache as `cache` alone: given `past_key_values` it would make
+    one of its own and drop the one given (each step from no state)."""
+    import transformers
+
+    from executors.generation.decoder_only import TorchLM
+
+    torch.manual_seed(0)
+    model = transformers.MambaForCausalLM(config_of("mamba")).eval()
+    lm = TorchLM(model)
+    with torch.no_grad():
+        lm.prompt([5, 6, 7])
+        step = lm.step(8)
+        whole = model(input_ids=torch.tensor([[5, 6, 7, 8]])).logits[0, -1].numpy()
+    np.testing.assert_allclose(step, whole, atol=1e-5)
