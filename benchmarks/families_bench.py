@@ -55,6 +55,11 @@ NEEDS: dict[str, dict[str, Any]] = {
     "gemma3n_text": {"num_hidden_layers": 4, "num_kv_shared_layers": 2,
                      "layer_types": ["sliding_attention", "full_attention"] * 2,
                      "activation_sparsity_pattern": [0.95, 0.95, 0.0, 0.0]},
+    # hybrids of state-space and attention layers whose class defaults put no attention layer
+    # among the first ones (Bamba's and Granite's none at all), as their checkpoints do
+    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1},
+    "bamba": {"attn_layer_indices": [1]},
+    "granitemoehybrid": {"layer_types": ["mamba", "attention"]},
     # Zamba ties one shared attention block across its hybrid layers: two of them at least
     "zamba": {"num_hidden_layers": 3, "layers_block_type": ["mamba", "hybrid", "hybrid"]},
     # LongCat-Flash's rotary embedding is head_dim wide and turns the qk_rope_head_dim part
@@ -115,8 +120,9 @@ def sizes(config_cls: Any, fields: dict[str, Any], vocab: int) -> dict[str, Any]
 
 def layer_lists(config_cls: Any, fields: dict[str, Any]) -> dict[str, Any]:
     """The per-layer lists of the class's default config (layer types, sparsity patterns, ...)
-    cut to the tiny layer count, keeping one layer of each kind (in the order the kinds first
-    appear; more layers where there are more kinds), the same layers from every list; a list
+    cut to the tiny layer count, keeping one layer of each kind (its kinds in every list of
+    names, in the order they first appear; more layers where there are more kinds), the same
+    layers from every list; a list
     of layer indices (`moe_layers`) renumbered to the layers kept."""
     import inspect
 
@@ -139,8 +145,8 @@ def layer_lists(config_cls: Any, fields: dict[str, Any]) -> dict[str, Any]:
         if fields.get(name) is None and isinstance(value, (list, tuple)) and \
                 len(value) == layers:
             lists[name] = value
-    kinds = next((v for v in lists.values() if all(isinstance(k, str) for k in v)),
-                 [0] * layers)
+    named = [v for v in lists.values() if all(isinstance(k, str) for k in v)]
+    kinds = list(zip(*named, strict=True)) if named else [0] * layers  # every list's kind
     first = sorted({k: i for i, k in reversed(list(enumerate(kinds)))}.values())
     rest = [i for i in range(layers) if i not in first][:max(0, tiny - len(first))]
     picked = sorted(first + rest)

@@ -3,10 +3,13 @@
 A graph over a static cache takes one buffer per layer and part (`past_key_values.{i}.key`,
 [1, heads, slots, head width]) and a mask over the slots plus the token itself; it gives back
 the new tokens' entries only (`present.{i}.key`), which the host writes into the next slots:
-no graph scatters and every shape is fixed (planner/models/roles.py declares the names)."""
+no graph scatters and every shape is fixed (planner/models/roles.py declares the names). A
+layer that keeps a recurrent state is fed its states whole and gives them back updated, and
+the host keeps the ones given back (executors/generation/recurrent.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -31,12 +34,19 @@ class StaticCache:
     def full(self) -> bool:
         return self.seen >= self.slots
 
+    @property
+    def recurrent(self) -> bool:
+        """Whether the graphs carry a recurrent layer's states besides keys and values."""
+        return any(CACHE.is_state(n) for n in self.buffers)
+
     def write(self, out: dict[str, np.ndarray], count: int = 1, last: bool = False) -> None:
         """Write the first `count` new entries a graph gave back into the next slots (`last`:
         the one token's entry, which comes last, after the past a graph of a free past gives
-        back with it)."""
+        back with it); a recurrent layer's states given back replace the fed ones."""
         for name, buffer in self.buffers.items():
-            if count == 1:
+            if CACHE.is_state(name):
+                buffer[...] = out[CACHE.present_of(name)]
+            elif count == 1:
                 buffer[:, :, self.seen] = out[CACHE.present_of(name)][:, :, -1 if last else 0]
             else:
                 buffer[:, :, self.seen:self.seen + count] = \
@@ -61,10 +71,25 @@ def step_mask(seen: int, slots: int) -> np.ndarray:
 
 def own_layers(layers: Any) -> list[Any]:
     """A transformers cache's layers that hold entries of their own: not those that reuse an
-    earlier layer's keys and values (Gemma 3n's and Gemma 4's last layers)."""
+    earlier layer's keys and values (Gemma 3n's and Gemma 4's last layers), nor those that
+    cache nothing (a mixture-of-experts or MLP-only layer)."""
     from transformers.cache_utils import DummyLayer
 
     return [layer for layer in layers if not isinstance(layer, DummyLayer)]
+
+
+def layer_entries(layers: Any) -> Iterator[tuple[int, str, Any]]:
+    """(own layer index, part, tensor) of what a transformers cache's layers hold, in the
+    graphs' order: a layer's keys and values (parts `key`, `value`), then the states of a
+    layer that keeps a recurrent state (`conv.{i}`, `recurrent.{i}`: transformers'
+    LinearAttention cache layers; a hybrid layer holds both)."""
+    from executors.generation.recurrent import is_recurrent, states_of
+
+    for i, layer in enumerate(own_layers(layers)):
+        if not is_recurrent(layer) or getattr(layer, "keys", None) is not None:
+            yield from ((i, part, value) for part, value in
+                        zip(CACHE.parts, (layer.keys, layer.values), strict=True))
+        yield from ((i, f"{kind}.{index}", value) for kind, index, value in states_of(layer))
 
 
 def static_entries(layers: Any, seen: int, shape: list[int] | None = None,
@@ -73,16 +98,16 @@ def static_entries(layers: Any, seen: int, shape: list[int] | None = None,
     reads: each layer's first `seen` entries in slots 0 .. seen - 1 of a buffer of `shape`'s
     slots (axis 2) and the layer's own heads and width (Gemma 4's differ by layer); the
     tensor's own shape when None: the cross keys and values, which are read whole). A layer
-    that reuses an earlier one's entries (Gemma 3n's last layers) has no buffers."""
+    that reuses an earlier one's entries (Gemma 3n's last layers) has no buffers; a recurrent
+    layer's states are fed as they are."""
     feed = {}
-    for i, layer in enumerate(own_layers(layers)):
-        for part, value in zip(CACHE.parts, (layer.keys, layer.values), strict=True):
-            name = f"{prefix}.{i}.{part}"
-            if shape is None:
-                feed[name] = value.numpy()
-                continue
-            buf = np.zeros([*value.shape[:2], shape[2], *value.shape[3:]], np.float32)
-            if seen:
-                buf[:, :, :seen] = value.numpy()[:, :, :seen]
-            feed[name] = buf
+    for i, part, value in layer_entries(layers):
+        name = f"{prefix}.{i}.{part}"
+        if shape is None or part not in CACHE.parts:
+            feed[name] = value.numpy()
+            continue
+        buf = np.zeros([*value.shape[:2], shape[2], *value.shape[3:]], np.float32)
+        if seen:
+            buf[:, :, :seen] = value.numpy()[:, :, :seen]
+        feed[name] = buf
     return feed

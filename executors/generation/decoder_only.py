@@ -1,7 +1,11 @@
 """A causal LM's generation: the prefill graph reads the prompt (right-padded to its length; a
 longer prompt's remaining tokens go through the decode graph one at a time) and its present
 entries fill the first cache slots; each decode step reads one token, its position and the
-cache, and its present entries are written into the next slot. PyTorch's reference steps the
+cache, and its present entries are written into the next slot. A model whose layers keep a
+recurrent state reads a prompt shorter than the prefill graph token by token through the
+decode graph, from no state: a padded position would run through the recurrent update (a
+state-space or linear-attention step does not skip it as a masked attention slot is), while
+a step from a zero state is the prompt's own first step. PyTorch's reference steps the
 checkpoint with its own cache; both run the one greedy loop."""
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ class LMGraphs:
         self.cache.reset()
         first = ids[:self.prefill_length]
         n = len(first)
+        if self.cache.recurrent and n < self.prefill_length:
+            return np.stack([self.step(token) for token in ids])
         tokens = np.zeros((1, self.prefill_length), np.int64)
         tokens[0, :n] = first
         feed = {**self._tokens(tokens),
@@ -102,21 +108,25 @@ class TorchLM:
     def prompt(self, ids: list[int]) -> np.ndarray:
         import torch
 
-        from executors.generation.modules import dynamic_cache
+        from executors.generation.modules import cache_kwargs, dynamic_cache, returned_cache
 
         at = {"position_ids": torch.arange(len(ids))[None]} if self.positions else {}
-        out = self.model(input_ids=torch.tensor([ids]), past_key_values=dynamic_cache(self.model),
+        out = self.model(input_ids=torch.tensor([ids]),
+                         **cache_kwargs(self.model, dynamic_cache(self.model)),
                          use_cache=True, return_dict=True, **at)
-        self.cache, self.seen = out.past_key_values, len(ids)
+        self.cache, self.seen = returned_cache(out), len(ids)
         return out.logits[0, -1].float().numpy()
 
     def step(self, token: int) -> np.ndarray:
         import torch
 
+        from executors.generation.modules import cache_kwargs, returned_cache
+
         at = {"position_ids": torch.tensor([[self.seen]])} if self.positions else {}
         try:
-            out = self.model(input_ids=torch.tensor([[token]]), past_key_values=self.cache,
-                             use_cache=True, return_dict=True, **at)
+            out = self.model(input_ids=torch.tensor([[token]]),
+                             **cache_kwargs(self.model, self.cache), use_cache=True,
+                             return_dict=True, **at)
         except RuntimeError as exc:
             first = (str(exc).strip().splitlines() or [""])[0]
             raise NoContinuation(
@@ -124,7 +134,7 @@ class TorchLM:
                 f"prompt filled ({first}): it reads the whole sequence at every step, and the "
                 "decode graph steps one token over the cache; this model cannot be built as "
                 "prefill and decode graphs") from exc
-        self.cache, self.seen = out.past_key_values, self.seen + 1
+        self.cache, self.seen = returned_cache(out), self.seen + 1
         return out.logits[0, -1].float().numpy()
 
     def greedy(self, ids: list[int], new_tokens: int,

@@ -47,8 +47,11 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
                folder: Path) -> dict[str, Any] | None:
     """genai_config.json for a causal LM's bundle (`bundle`: its bundle.json) in `folder`:
     the plain decoder over its token graph where that graph has a free past, else the decoder
-    pipeline over its graphs; None where genai cannot describe its cache (`describable`)."""
+    pipeline over its graphs; None where genai cannot describe its cache (`describable`), or
+    some layers keep a recurrent state, for which genai's decoder has no input."""
     graphs = bundle["graphs"]
+    if any(CACHE.is_state(s["name"]) for g in graphs.values() for s in g["inputs"]):
+        return None
     token = next(g for g in graphs if ROLES[g].runs is Runs.TOKEN)
     if config and not describable(config, graphs[token]["inputs"]):
         return None

@@ -31,8 +31,8 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
-from executors.generation.cache import own_layers
-from executors.generation.recurrent import refuse_recurrent
+from executors.generation import recurrent
+from executors.generation.cache import layer_entries, own_layers
 from executors.runtime import torchmodel
 from planner.models.generation import start_token
 from planner.models.roles import CACHE, Role, Trace
@@ -83,46 +83,108 @@ def positional(model: Any, input_names: list[str],
 
 
 # -- a causal LM ---------------------------------------------------------------------------------
-def dynamic_cache(model: Any, past: tuple[Any, ...] = ()) -> Any:
-    """A transformers cache of the model's config holding `past` (key, value, key, ...)."""
+def dynamic_cache(model: Any, past: dict[str, Any] | None = None) -> Any:
+    """A transformers cache of the model's config holding `past` (graph input name -> tensor:
+    each own layer's keys and values, or the states of a layer that keeps a recurrent state)."""
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
-    for i in range(len(past) // 2):
-        cache.update(past[2 * i], past[2 * i + 1], i)
+    if not past:
+        return cache
+    # a graph's layer i is the cache's i-th layer with entries of its own
+    own = {id(layer) for layer in own_layers(cache.layers)}
+    index = [i for i, layer in enumerate(cache.layers) if id(layer) in own]
+
+    def at(i: int) -> int:
+        return index[i] if i < len(index) else i
+
+    names = list(past)
+    for i in range(len(index) or CACHE.layers(names)):
+        key, value = (f"{CACHE.past}.{i}.{part}" for part in CACHE.parts)
+        if key in past:
+            cache.update(past[key], past[value], at(i))
+    for i, states in recurrent.fed_states(names).items():
+        recurrent.feed_states(cache.layers[at(i)], {(kind, n): past[name]
+                                                    for kind, n, name in states})
     return cache
+
+
+def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
+    """A causal LM's cache as its forward takes it: under `cache` where its signature names it
+    so (Mamba's and Mamba-2's take no other name: given `past_key_values`, they would make a
+    cache of their own and drop the one given), else `past_key_values`."""
+    params = inspect.signature(model.forward).parameters
+    return {"cache" if "cache" in params else "past_key_values": cache}
+
+
+def returned_cache(out: Any) -> Any:
+    """The cache a causal LM's forward gives back, under either name."""
+    cache = getattr(out, "past_key_values", None)
+    return cache if cache is not None else out.cache
 
 
 def _presents(cache: Any, last: int | None) -> list[Any]:
     out = []
-    for layer in own_layers(cache.layers):
-        keys, values = layer.keys, layer.values
-        if last is not None:
-            keys, values = keys[:, :, -last:], values[:, :, -last:]
-        out += [keys, values]
+    for _layer, part, value in layer_entries(cache.layers):
+        if last is not None and part in CACHE.parts:
+            value = value[:, :, -last:]
+        out.append(value)
     return out
 
 
 def lm_step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
-            past: tuple[Any, ...] = (), embedded: bool = False,
+            past: dict[str, Any] | None = None, embedded: bool = False,
             headless: bool = False, whole: bool = False) -> tuple[Any, ...]:
     """(logits, present.0.key, present.0.value, ...) of one forward: the prompt on an empty
-    cache, or one token on the fed cache (the new entries only; `whole`: the fed past and
-    the new entries after it). `embedded`: `tokens` are the embeddings the host looked up;
-    `headless`: the final hidden states instead of the logits (the host applies the head)."""
+    cache, or one token on the fed cache (`past`: input name -> tensor; the new entries only;
+    `whole`: the fed past and the new entries after it; a recurrent layer's states whole).
+    `embedded`: `tokens` are the embeddings the host looked up; `headless`: the final hidden
+    states instead of the logits (the host applies the head)."""
     cache = dynamic_cache(model, past)
+    held = model.base_model if headless else model
     kwargs = {"inputs_embeds" if embedded else "input_ids": tokens,
-              "attention_mask": attention_mask, "past_key_values": cache, "use_cache": True,
+              "attention_mask": attention_mask, **cache_kwargs(held, cache), "use_cache": True,
               "return_dict": True}
     takes = takes_positions(model)
     if takes:
         kwargs["position_ids"] = position_ids
     with contextlib.nullcontext() if takes or not past else _lm_positions_at(model,
                                                                              position_ids):
-        out = model.base_model(**kwargs) if headless else model(**kwargs)
+        out = held(**kwargs)
     new = tokens.shape[1] if past and not whole else None
     first = out.last_hidden_state if headless else out.logits
-    return (first, *_presents(out.past_key_values, new))
+    return (first, *_presents(returned_cache(out), new))
+
+
+def lm_io(model: Any, specs: list[dict[str, Any]], outputs: list[str],
+          reads_cache: bool) -> tuple[list[dict[str, Any]], list[str]]:
+    """A causal LM graph's inputs and outputs: the plan's, or, where the model's cache has
+    layers that keep a recurrent state, what its own cache holds after one token: the keys and
+    values of the layers that cache them and the other layers' states
+    (executors/generation/recurrent.py)."""
+    import torch
+
+    layers = recurrent.recurrent_layers(dynamic_cache(model))
+    if not layers:
+        return specs, outputs
+    ids = torch.zeros((1, 1), dtype=torch.long)
+    kwargs = {"position_ids": torch.zeros((1, 1), dtype=torch.long)} \
+        if takes_positions(model) else {}
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                        **cache_kwargs(model, dynamic_cache(model)), use_cache=True,
+                        return_dict=True, **kwargs)
+    except Exception as exc:  # transformers' own refusal, said in one line
+        said = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise recurrent.RecurrentState(
+            f"{type(model).__name__} keeps a recurrent state in layer"
+            f"{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}, and its forward "
+            f"on transformers' DynamicCache of its config fails ({type(exc).__name__}: "
+            f"{said})"
+            ) from exc
+    return recurrent.state_specs(list(layer_entries(returned_cache(out).layers)), specs,
+                                 outputs, reads_cache)
 
 
 def takes_positions(model: Any) -> bool:
@@ -157,13 +219,12 @@ def _lm_positions_at(model: Any, position_ids: Any) -> contextlib.AbstractContex
 
 def lm_module(model: Any, input_names: list[str], output_names: list[str],
               free_past: bool = False) -> Any:
-    """The module a causal LM's prefill or decode graph traces (RecurrentState where a layer
-    keeps a recurrent state: the graphs would drop it between steps)."""
-    refuse_recurrent(type(model).__name__, dynamic_cache(model))
+    """The module a causal LM's prefill or decode graph traces (its inputs and outputs as
+    `lm_io` gives them)."""
     headless = output_names[0] == "hidden_states"
 
     def run(held: Any, feed: dict[str, Any]) -> Any:
-        past = tuple(feed[n] for n in input_names if CACHE.is_past(n))
+        past = {n: feed[n] for n in input_names if CACHE.is_past(n)}
         embedded = "inputs_embeds" in feed
         return lm_step(held, feed["inputs_embeds" if embedded else "input_ids"],
                        feed["attention_mask"], feed["position_ids"], past, embedded, headless,

@@ -24,6 +24,14 @@ def register() -> None:
         function = _bitwise(f"aten::bitwise_{name}", logical, bitwise)
         torch.onnx.register_custom_op_symbolic(f"aten::__{name}_", function, OPSET)
         torch.onnx.register_custom_op_symbolic(f"aten::bitwise_{name}", function, OPSET)
+    torch.onnx.register_custom_op_symbolic("aten::copy", _copy, OPSET)
+
+
+def _copy(g: Any, x: Any, src: Any, non_blocking: Any = None) -> Any:
+    """x's values replaced by src's, broadcast to x's shape and cast to its type: what the
+    exporter leaves of an in-place copy into a tensor made in the traced forward (a recurrent
+    layer's state, zeros until transformers' cache copies the prompt's into it)."""
+    return g.op("Expand", g.op("CastLike", src, x), g.op("Shape", x))
 
 
 def _expm1(g: Any, x: Any) -> Any:

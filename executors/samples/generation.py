@@ -154,9 +154,11 @@ def _step_feed(model: Any, wanted: dict[str, dict[str, Any]], ids: list[int], st
     feed = {_name(wanted, "lm_step_ids"): np.array([[got.tokens[-1]]], np.int64),
             wanted["lm_step_positions"]["name"]: np.array([[seen]], np.int64),
             wanted["lm_step_mask"]["name"]: static_cache.step_mask(seen, context)}
-    # every layer's buffers (one spec's shape each)
+    # every layer's buffers (one spec's shape each) and a recurrent layer's states (a model
+    # whose layers all keep one has no buffers)
     feed.update(static_cache.static_entries(torch_lm.cache.layers, seen,
-                                            wanted["lm_past"]["shape"]))
+                                            wanted["lm_past"]["shape"] if "lm_past" in wanted
+                                            else None))
     return feed
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 
 from executors.generation import geometry
-from executors.generation.modules import gives_cross, graph_module
+from executors.generation.modules import gives_cross, graph_module, lm_io
 from executors.generation.recurrent import RecurrentState
 from executors.onnx import hierarchy
 from executors.onnx.artifacts import (
@@ -39,7 +39,6 @@ from executors.run.step_api import StepContext, StepResult
 from executors.runtime import torch_initializers, torchmodel, torchops
 from executors.runtime.adapters import host_providers
 from executors.samples import Samples
-from planner.errors import StepError
 from planner.models.roles import CACHE, Trace, role_of
 from planner.support.suggest import did_you_mean
 
@@ -58,7 +57,7 @@ def run(ctx: StepContext) -> StepResult:
     specs, outputs, refit = _model_cache(ctx, model, role, specs, outputs)
     names = [s["name"] for s in specs]
     free_past = bool(p.get("dynamic")) and role.reads_cache
-    module = _graph_module(ctx, model, role, names, outputs, free_past)
+    module = graph_module(model, role, names, outputs, free_past)
     samples = Samples(specs, "verify", source=ctx.inputs["model"])
     feed = samples.feeds(1)[0]
     args = tuple(torch.from_numpy(feed[n]) for n in names)
@@ -131,15 +130,23 @@ def _keep_unread_inputs(model: onnx.ModelProto, names: list[str], args: tuple) -
 
 def _model_cache(ctx: StepContext, model: Any, role: Any, specs: list[dict[str, Any]],
                  outputs: list[str]) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
-    """A causal LM's graph shaped to the cache the model fills (executors/generation/
-    geometry.py): its past inputs and present outputs, and the metric that says where they
-    differ from the plan's estimate from config.json (none where they agree)."""
+    """A causal LM's graph shaped to the cache the model fills: the states of its layers that
+    keep a recurrent one beside the others' keys and values (executors/generation/
+    recurrent.py), or each layer's key and value geometry (executors/generation/geometry.py);
+    and the metric that says where the buffers differ from the plan's estimate from
+    config.json (none where they agree)."""
     if role.trace is not Trace.LM:
         return specs, outputs, {}
     try:
+        carried = lm_io(model, specs, outputs, role.reads_cache)
+        if carried != (specs, outputs):  # recurrent states: lm_io read the whole cache
+            return *carried, {"cache_from_model": "recurrent states"}
         layers = geometry.model_cache(model)
     except RecurrentState as exc:
-        raise _refused(ctx, exc) from None
+        raise ctx.fail(str(exc), "the graphs carry the layers of that cache (keys and values, "
+                       "LinearAttention states), so a model that does not run on it (a cache "
+                       "class of its own, or linear-attention layers alone, whose masks ask the "
+                       "cache for an attention layer's length) is not supported") from None
     except geometry.Uncarried as exc:
         raise ctx.fail(str(exc), "modelplan's graphs carry one key and one value buffer per "
                        "layer of the cache a model's config makes: such a model is not "
@@ -151,20 +158,6 @@ def _model_cache(ctx: StepContext, model: Any, role: Any, specs: list[dict[str, 
     ctx.progress(f"  the model's key/value cache is not config.json's: {said} (the graph "
                  "takes the model's)")
     return fit_specs, fit_outputs, {"cache_from_model": said}
-
-
-def _graph_module(ctx: StepContext, model: Any, role: Any, names: list[str],
-                  outputs: list[str], free_past: bool) -> Any:
-    """The module the graph traces; a model whose layers keep a recurrent state, refused."""
-    try:
-        return graph_module(model, role, names, outputs, free_past)
-    except RecurrentState as exc:
-        raise _refused(ctx, exc) from None
-
-
-def _refused(ctx: StepContext, exc: RecurrentState) -> StepError:
-    return ctx.fail(str(exc), "modelplan's generation graphs carry an attention key/value "
-                    "cache only: recurrent and state-space models are not supported")
 
 
 def _kept_classes(ctx: StepContext, model: Any) -> frozenset[str]:
@@ -192,6 +185,8 @@ def free_axes(args: tuple, names: list[str], expected: Any,
             if a.dim() == 2}
     got = expected if isinstance(expected, tuple | list) else (expected,)
     for name, value in zip(outputs, got, strict=False):
+        if CACHE.is_state(name):  # a recurrent layer's state: one sequence's, of fixed shape
+            continue
         axes[name] = {0: "batch"} | ({1: "sequence"} if value.dim() >= 2
                                      and value.shape[1] == length else {})
     return axes
@@ -200,15 +195,18 @@ def free_axes(args: tuple, names: list[str], expected: Any,
 def past_axes(names: list[str], outputs: list[str]) -> dict[str, dict[int, str]]:
     """A token graph with a free past (a causal LM's, an encoder-decoder's cached decoder): its
     new tokens' axis, the past's and the total's (past + new: the mask over both, and the
-    present entries it gives back); an encoder-decoder's cross entries keep their length."""
+    present entries it gives back); an encoder-decoder's cross entries and a recurrent layer's
+    states keep their shapes."""
     axes: dict[str, dict[int, str]] = {}
     for name in names:
-        if name.startswith(CACHE.cross + "."):  # an encoder-decoder's cross entries: fixed
+        if name.startswith(CACHE.cross + ".") or CACHE.is_state(name):  # fixed shapes
             continue
         axes[name] = {2: "past_sequence_length"} if CACHE.is_past(name) else \
             {1: "total_sequence_length"} if name == "attention_mask" else \
             {1: "sequence_length"}
     for name in outputs:
+        if CACHE.is_state(name):
+            continue
         axes[name] = {2: "total_sequence_length"} if name.startswith(CACHE.present + ".") \
             else {1: "sequence_length"}
     return axes
@@ -315,12 +313,32 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
                          "value of a type the operator's schema does not take")
             raise ExportFailed(f"torch.onnx.export raised {type(exc).__name__}: {first}") \
                 from exc
-    if held:
+    if not dynamo:
         graph = onnx.load(str(path), load_external_data=False)
-        torch_initializers.store(graph, held, path.parent)
-        onnx.save_model(graph, str(path))
+        changed = _positive_perms(graph) > 0 or bool(held)
+        if held:  # (store empties held)
+            torch_initializers.store(graph, held, path.parent)
+        if changed:
+            onnx.save_model(graph, str(path))
     if dynamo:
         _rename_dynamo_nodes(path)
+
+
+def _positive_perms(graph: onnx.ModelProto) -> int:
+    """TorchScript writes a permute's dims as given, and ONNX's Transpose takes none below
+    zero (the state-space scan of Mamba-2, Bamba, Falcon-H1, ...: permute(0, -2, -1, 1)): each
+    counted from the end of the perm, as long as the input's rank. The Transposes fixed."""
+    fixed = 0
+    for node in graph.graph.node:
+        if node.op_type != "Transpose":
+            continue
+        for attr in node.attribute:
+            if attr.name == "perm" and any(p < 0 for p in attr.ints):
+                perm = [p % len(attr.ints) for p in attr.ints]
+                del attr.ints[:]
+                attr.ints.extend(perm)
+                fixed += 1
+    return fixed
 
 
 COL2IM_OPSET = 18

@@ -41,6 +41,7 @@ PART_BYTES = int(1.8 * 2**30)  # a part's weights stay under one protobuf's (and
                                # context binary's) 2 GB, with room for the graph itself
 # config.json fields that name the same quantity across model families
 _LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")
+_LAYER_KINDS = ("layer_types", "layers_block_type")  # a kind per layer, under their names
 _HEADS = ("num_attention_heads", "n_head", "n_heads", "num_heads", "attention_heads",
           "decoder_attention_heads")
 _WIDTH = ("hidden_size", "n_embd", "d_model", "emb_dim")
@@ -67,9 +68,14 @@ def heads_and_width(info: dict[str, Any]) -> tuple[int | None, int | None]:
 
 
 def shape_of(info: dict[str, Any]) -> Shape:
-    """Layers, key/value heads, head width, vocabulary and position limit of a causal LM."""
+    """Layers, key/value heads, head width, vocabulary and position limit of a causal LM (its
+    layers counted from its list of layer kinds where no field counts them: Nemotron-H's
+    `layers_block_type`)."""
     text = info.get("text_config") or info
     layers, heads, width = (_first(text, k) for k in (_LAYERS, _HEADS, _WIDTH))
+    if not layers:
+        kinds = next((text[k] for k in _LAYER_KINDS if isinstance(text.get(k), list)), None)
+        layers = len(kinds) if kinds else None
     vocab = text.get("vocab_size")
     missing = [name for name, value in (("num_hidden_layers", layers),
                                         ("num_attention_heads", heads),

@@ -6,7 +6,10 @@ The cache protocol's names are declared here once: a graph over a static cache t
 `past_key_values.{layer}.{key|value}` buffer per layer ([1, heads, slots, head width], the
 empty slots masked) and gives back only the new tokens' entries, `present.{layer}.{key|value}`,
 which the host writes into the next slots; an encoder-decoder's cross graph gives
-`cross.{layer}.{key|value}` once per input, which its decoder reads.
+`cross.{layer}.{key|value}` once per input, which its decoder reads. A layer that keeps a
+recurrent state (a convolution's, a state-space or linear-attention layer's) is fed its states
+whole, `past_key_values.{layer}.{conv|recurrent}.{index}` (fixed shapes), and gives them back
+updated, `present.{layer}.{conv|recurrent}.{index}`, which replace the fed ones.
 
 Executors read these declarations; they never compare role names (tests/unit/test_layers.py).
 """
@@ -54,6 +57,7 @@ class CacheNames:
     present: str = "present"        # given back: the new entries, which the host writes
     cross: str = "cross"            # an encoder-decoder's cross-attention keys and values
     parts: tuple[str, str] = ("key", "value")
+    states: tuple[str, str] = ("conv", "recurrent")  # a recurrent layer's states, by kind
 
     def names(self, prefix: str, layers: int) -> list[str]:
         return [f"{prefix}.{i}.{part}" for i in range(layers) for part in self.parts]
@@ -66,7 +70,18 @@ class CacheNames:
         return self.present + past_name[len(self.past):]
 
     def layers(self, names: list[str]) -> int:
+        """The layers that cache keys and values (a recurrent layer's states are not counted)."""
         return sum(1 for n in names if self.is_past(n) and n.endswith("." + self.parts[0]))
+
+    def state_name(self, prefix: str, layer: int, kind: str, index: int) -> str:
+        return f"{prefix}.{layer}.{kind}.{index}"
+
+    def is_state(self, name: str) -> bool:
+        """Whether a past input or present output is a recurrent layer's state (replaced
+        whole each step), not a layer's keys or values (written into the next slots)."""
+        parts = name.split(".")
+        return len(parts) == 4 and parts[0] in (self.past, self.present) and \
+            parts[2] in self.states
 
 
 CACHE = CacheNames()

@@ -237,7 +237,9 @@ def _bundle(model: dict[str, Any], files: dict[str, int]) -> list[str]:
                 "keys and values one geometry (`num_key_value_heads` heads of `head_size`), and "
                 "this model's cache has its own (`bundle.json` gives each buffer's shape: "
                 "layers of their own width, keys and values of different widths, or layers "
-                "without a cache): run it with `modelplan generate`.")]
+                "without a cache), or some of its layers keep a recurrent state (`bundle.json`'s "
+                "`lm_state` inputs), for which genai has no input: run it with "
+                "`modelplan generate`.")]
     elif model.get("genai") == GENAI_PIPELINE:
         out += ["", ("`genai_config.json` describes the graphs as onnxruntime-genai's decoder "
                 "pipeline, which onnxruntime-genai 0.18 does not run over graphs of fixed "

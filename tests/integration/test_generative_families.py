@@ -50,6 +50,9 @@ CASES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
         "num_key_value_heads": 1, "head_dim": 32, "v_head_dim": 16,
         "layer_types": ["full_attention", "sliding_attention"],
         "mlp_layer_types": ["dense", "dense"]}),
+    # a convolution layer beside an attention layer: its state carried through the graphs
+    ("lfm2", "Lfm2ForCausalLM", "bfloat16", {"layer_types": ["conv", "full_attention"],
+                                             "num_key_value_heads": 1}),
 )
 # text_config fields a case's config.json leaves to its config class's defaults, as the original
 # gemma-3-4b-it's does
@@ -147,3 +150,21 @@ def test_the_cache_buffers_are_those_the_model_fills(
     assert not (bundle / "genai_config.json").exists()
     card = (Path(record["outputs_dir"]) / "README.md").read_text()
     assert "No `genai_config.json`" in card and "keys and values of different widths" in card
+
+
+def test_a_convolution_layer_s_state_goes_through_the_decode_graph(
+        built: Callable[[str], dict[str, Any]]) -> None:
+    """LFM2's convolution layer keeps its last inputs (transformers' LinearAttention cache
+    layer): the decode graph takes that state in place of the layer's keys and values and gives
+    it back, bundle.json says so, and no genai_config.json describes the bundle."""
+    record = built("lfm2")
+    published = record["published"]
+    described = json.loads(Path(published["bundle.json"]).read_text())
+    decode = described["graphs"]["decode"]
+    states = {s["name"]: s["shape"] for s in decode["inputs"] if s.get("kind") == "lm_state"}
+    assert list(states) == ["past_key_values.0.conv.0"] and states[
+        "past_key_values.0.conv.0"][:2] == [1, TINY["hidden_size"]], states
+    names = [s["name"] for s in decode["inputs"]]
+    assert "past_key_values.0.key" not in names and "past_key_values.1.key" in names
+    assert "present.0.conv.0" in [o["name"] for o in decode["outputs"]]
+    assert "genai_config.json" not in published

@@ -73,7 +73,10 @@ def test_a_listed_encoder_type_saved_as_a_causal_lm_generates() -> None:
     {"num_layers": 3, "attention_heads": 4, "d_model": 32},            # XGLM's names
     {"decoder_layers": 3, "decoder_attention_heads": 4, "d_model": 32},  # TrOCR's
     {"n_layers": 3, "n_heads": 4, "emb_dim": 32},                      # XLM's
-    {"num_layers": 3, "num_heads": 4, "hidden_size": 32}])             # GPT-Neo's
+    {"num_layers": 3, "num_heads": 4, "hidden_size": 32},              # GPT-Neo's
+    # no count: a kind per layer (Nemotron-H's state-space, MLP and attention layers)
+    {"layers_block_type": ["linear_attention", "mlp", "full_attention"],
+     "num_attention_heads": 4, "hidden_size": 32}])
 def test_the_cache_geometry_under_other_field_names(fields: dict[str, int]) -> None:
     config = {"model_type": "mystery", "architectures": ["MysteryForCausalLM"],
               "vocab_size": 100, "max_position_embeddings": 64, **fields}

@@ -35,7 +35,10 @@ def test_positions_passed_on_to_the_language_model_place_the_decoded_token() -> 
         whole = model(input_ids=ids).logits[0, -1]
         prompt = lm_step(model, ids[:, :4], torch.ones(1, 4, dtype=torch.long),
                          torch.arange(4)[None])
-        past = tuple(torch.nn.functional.pad(t, (0, 0, 0, slots - 4)) for t in prompt[1:])
+        names = [f"past_key_values.{i}.{p}" for i in range(len(prompt[1:]) // 2)
+                 for p in ("key", "value")]
+        past = {n: torch.nn.functional.pad(t, (0, 0, 0, slots - 4))
+                for n, t in zip(names, prompt[1:], strict=True)}
         mask = torch.zeros(1, slots + 1, dtype=torch.long)
         mask[0, :4] = mask[0, -1] = 1
         step = lm_step(model, ids[:, 4:], mask, torch.tensor([[4]]), past)[0][0, -1]

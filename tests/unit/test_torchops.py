@@ -4,6 +4,7 @@ module calling them exports and computes in ONNX Runtime what it computes in tor
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import numpy as np
 import pytest
@@ -113,3 +114,42 @@ def test_as_strided_reads_a_permuted_view_in_its_memory_order(shape: tuple) -> N
     x = torch.randn(*shape)
     (got,) = _run(_OverlappingChunks(), (x,), 17)
     np.testing.assert_array_equal(got, _OverlappingChunks()(x).numpy())
+
+
+def test_a_copy_into_a_tensor_the_forward_made_exports() -> None:
+    """A recurrent layer's cache makes its state as zeros and copies the prompt's into it
+    (transformers' LinearAttentionLayer): the trace leaves an out-of-place aten::copy."""
+    import onnxruntime as ort
+
+    class State(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            held = {0: torch.zeros_like(x[..., :2])}
+            held[0].copy_(x[..., -2:].double())  # of another type: cast to the state's
+            return held[0] + 1
+
+    torchops.register()
+    x = torch.randn(1, 3, 5)
+    buf = io.BytesIO()
+    torch.onnx.export(State(), (x,), buf, dynamo=False, opset_version=20, input_names=["x"])
+    session = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": x.numpy()})[0], x[..., -2:] + 1,
+                               rtol=1e-6)
+
+
+def test_a_permute_by_negative_dims_exports_as_a_valid_transpose(tmp_path: Any) -> None:
+    """The state-space scan of Mamba-2's family permutes by (0, -2, -1, 1); TorchScript writes
+    those dims as the Transpose's perm, which ONNX takes from zero up."""
+    import onnxruntime as ort
+
+    from executors.steps.export import export_graph
+
+    class Scan(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.permute(0, -2, -1, 1) * 2
+
+    x = torch.randn(1, 2, 3, 4)
+    export_graph(Scan(), (x,), ["x"], ["y"], tmp_path / "model.onnx", "torchscript", 17, None)
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, {"x": x.numpy()})[0],
+                                  (x.permute(0, 2, 3, 1) * 2).numpy())
