@@ -23,8 +23,8 @@ import numpy as np
 from executors.generation import loop
 from executors.generation.cache import StaticCache
 from executors.onnx.iospecs import kind_of
-from planner.models.generation import decoder_config, special_token, start_token
 from planner.models.roles import CACHE, Role, Trace, roles_of
+from planner.models.seq2seq import decoder_config, special_token, start_token
 from planner.models.tasks import ENCODER_OUTPUTS, model_type_of
 
 Feed = dict[str, np.ndarray]

@@ -20,10 +20,9 @@ from planner.models.generation import (
     GENAI_ENCODER_SECTION,
     GENAI_SECTION,
     GENAI_WHISPER_FRAMES,
-    decoder_config,
-    decoder_shape,
 )
 from planner.models.roles import CACHE, ROLES, Trace
+from planner.models.seq2seq import decoder_config, decoder_shape
 
 AUDIO_PROCESSOR = "audio_processor_config.json"
 

@@ -25,17 +25,26 @@ def model_cache(model: Any) -> list[tuple[Entry, Entry]]:
     import torch
 
     from executors.generation.cache import own_layers
-    from executors.generation.modules import dynamic_cache, takes_positions
-    from executors.generation.recurrent import refuse_recurrent
+    from executors.generation.modules import (
+        cache_kwargs,
+        dynamic_cache,
+        returned_cache,
+        takes_positions,
+    )
+    from executors.generation.recurrent import RecurrentState, recurrent_layers
 
     made = dynamic_cache(model)
-    refuse_recurrent(type(model).__name__, made)
+    if recurrent_layers(made):  # their states are graph_io's (modules.lm_io), not buffers
+        raise RecurrentState(f"{type(model).__name__} keeps a recurrent state in layers "
+                             f"{sorted(recurrent_layers(made))}, which keys and values do not "
+                             "carry")
     count = len(made.layers)
     ids = torch.zeros((1, PROBE_TOKENS), dtype=torch.long)
     at = {"position_ids": torch.arange(PROBE_TOKENS)[None]} if takes_positions(model) else {}
     with torch.no_grad():
-        filled = model(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=made,
-                       use_cache=True, return_dict=True, **at).past_key_values
+        filled = returned_cache(model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                      **cache_kwargs(model, made), use_cache=True,
+                                      return_dict=True, **at))
     layers = own_layers(filled.layers)
     why = uncarried(type(model).__name__, count, filled.layers)
     if why:
@@ -125,3 +134,22 @@ def described(layers: list[tuple[Entry, Entry]]) -> str:
             runs.append((1, entries))
     return "; ".join(f"{count} layer{'s' if count > 1 else ''} of key {k[0]}x{k[1]}, value "
                      f"{v[0]}x{v[1]}" for count, (k, v) in runs)
+
+
+def graph_io(model: Any, specs: list[dict[str, Any]], outputs: list[str], reads_cache: bool
+             ) -> tuple[list[dict[str, Any]], list[str], str | None]:
+    """A causal LM graph's inputs and outputs shaped to the cache the model fills: the states
+    of its layers that keep a recurrent one beside the others' keys and values
+    (modules.lm_io), else each layer's key and value geometry (`model_cache`); and a line
+    saying how that differs from the plan's (None where it does not). RecurrentState and
+    Uncarried where the graphs cannot carry that cache."""
+    from executors.generation.modules import lm_io
+
+    carried = lm_io(model, specs, outputs, reads_cache)
+    if carried != (specs, outputs):
+        return *carried, "recurrent states in place of some layers' keys and values"
+    layers = model_cache(model)
+    fit_specs, fit_outputs = fitted(specs, outputs, layers)
+    if fit_specs == specs and fit_outputs == outputs:
+        return specs, outputs, None
+    return fit_specs, fit_outputs, described(layers)

@@ -26,16 +26,16 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
 from executors.generation import recurrent
 from executors.generation.cache import layer_entries, own_layers
+from executors.generation.positions import decoder_of, position_module, positions_at
 from executors.runtime import torchmodel
-from planner.models.generation import start_token
 from planner.models.roles import CACHE, Role, Trace
+from planner.models.seq2seq import start_token
 
 
 def graph_module(model: Any, role: Role, input_names: list[str],
@@ -211,7 +211,7 @@ def _lm_positions_at(model: Any, position_ids: Any) -> contextlib.AbstractContex
     the token's own (TrOCR); one with none reads positions from the attention mask (BLOOM's
     ALiBi), which hides the empty slots."""
     try:
-        _position_module(decoder_of(model))
+        position_module(decoder_of(model))
     except ValueError:
         return contextlib.nullcontext()
     return positions_at(model, position_ids)
@@ -234,11 +234,6 @@ def lm_module(model: Any, input_names: list[str], output_names: list[str],
 
 
 # -- an encoder-decoder's decoder ----------------------------------------------------------------
-def decoder_of(model: Any) -> Any:
-    """The module that decodes: a captioner's text decoder (BLIP), else the model's decoder."""
-    return model.text_decoder if hasattr(model, "text_decoder") else model.get_decoder()
-
-
 def start(model: Any) -> int:
     return int(start_token(model.config.to_dict()) or 0)
 
@@ -291,85 +286,6 @@ def prefix_decoder(model: Any, feed: dict[str, Any]) -> Any:
         extra["decoder_attention_mask"] = torch.ones_like(feed["input_ids"])
     return decode(model, feed["encoder_hidden_states"], feed["input_ids"],
                   feed.get("encoder_attention_mask"), use_cache=False, **extra)
-
-
-@contextmanager
-def positions_at(model: Any, position_ids: Any) -> Iterator[None]:
-    """Within the block the decoder takes its token's position from `position_ids`."""
-    decoder = decoder_of(model)
-    bias = _relative_bias(decoder)
-    if bias is not None:
-        with _bias_at(bias, position_ids):
-            yield
-        return
-    module, how = _position_module(decoder)
-    if how == "kwargs":
-        hook = module.register_forward_pre_hook(
-            lambda _m, args, kwargs: (args, {**kwargs, "position_ids": position_ids.reshape(
-                1, -1) if _two_d(module) else position_ids.reshape(-1)}), with_kwargs=True)
-    else:  # an embedding table indexed by positions (GPT-2's wpe)
-        hook = module.register_forward_pre_hook(lambda _m, _args: (position_ids.reshape(1, -1),))
-    try:
-        yield
-    finally:
-        hook.remove()
-
-
-def _two_d(module: Any) -> bool:
-    """Whether an embeddings module takes [batch, sequence] positions (BERT-like)."""
-    return hasattr(module, "position_embeddings")
-
-
-def _position_module(decoder: Any) -> tuple[Any, str]:
-    for name, module in decoder.named_modules():
-        if name.rsplit(".", 1)[-1] == "embed_positions" and \
-                "position_ids" in inspect.signature(module.forward).parameters:
-            return module, "kwargs"
-    for _name, module in decoder.named_modules():
-        if hasattr(module, "position_embeddings") and \
-                "position_ids" in inspect.signature(module.forward).parameters:
-            return module, "kwargs"
-    for _name, module in decoder.named_modules():
-        if hasattr(module, "wpe"):
-            return module.wpe, "table"
-    raise ValueError(f"the cached decoder cannot give {type(decoder).__name__} its token's "
-                     "position (no position embedding it knows); set "
-                     "export.shapes.decoder_cache=false")
-
-
-def _relative_bias(decoder: Any) -> Any:
-    """The decoder's first self-attention when it computes a relative position bias (T5)."""
-    for _name, module in decoder.named_modules():
-        if getattr(module, "has_relative_attention_bias", False) and \
-                getattr(module, "is_decoder", False) and hasattr(module, "compute_bias"):
-            return module
-    return None
-
-
-@contextmanager
-def _bias_at(attention: Any, position_ids: Any) -> Iterator[None]:
-    """T5's bias for one query at `position` over C cache slots (slot i holds position i) and
-    the token itself, after them: relative positions [0 .. C-1, position] - position. The
-    bias of every position is a constant table (its buckets take a logarithm, which HTP does
-    not run); the graph gathers the row of `position`."""
-    import torch
-
-    def bias(query_length: int, key_length: int, device: Any = None, **_: Any) -> Any:
-        slots = key_length - 1
-        where = torch.arange(slots)
-        table = attention.relative_attention_bias(attention._relative_position_bucket(
-            where[None, :] - where[:, None], bidirectional=not attention.is_decoder,
-            num_buckets=attention.relative_attention_num_buckets,
-            max_distance=attention.relative_attention_max_distance))  # [position, slot, heads]
-        own = attention.relative_attention_bias(torch.zeros(1, 1, dtype=torch.long))
-        row = table.index_select(0, position_ids.reshape(-1)[:1])  # [1, slots, heads]
-        return torch.cat([row, own], dim=1).permute([2, 0, 1]).unsqueeze(0)
-
-    attention.compute_bias = bias
-    try:
-        yield
-    finally:
-        del attention.compute_bias
 
 
 def cross(model: Any, feed: dict[str, Any]) -> tuple[Any, ...]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from executors.store import weights
-from planner.models.generation import LOOP_FILE
+from planner.models.seq2seq import LOOP_FILE
 
 if TYPE_CHECKING:  # imported where used: a fully cached run never loads onnx (nor numpy)
     import onnx

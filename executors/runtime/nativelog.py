@@ -32,3 +32,19 @@ def native_log() -> Iterator[list[str]]:
                 os.close(fd)
             tmp.seek(0)
             lines.extend(tmp.read().decode(errors="replace").splitlines())
+
+
+@contextmanager
+def fd1_to_stderr() -> Iterator[None]:
+    """Send what native code writes to fd 1 inside the block to fd 2."""
+    import ctypes
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        ctypes.CDLL(None).fflush(None)  # C stdio's buffer, before fd 1 is stdout again
+        os.dup2(saved, 1)
+        os.close(saved)

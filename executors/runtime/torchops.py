@@ -164,3 +164,20 @@ def _bitwise(name: str, logical: str, bitwise: str) -> Any:
         return g.op(bitwise, a, b)
 
     return symbolic
+
+
+def positive_perms(graph: Any) -> int:
+    """TorchScript writes a permute's dims as given, and ONNX's Transpose takes none below
+    zero (the state-space scan of Mamba-2, Bamba, Falcon-H1, ...: permute(0, -2, -1, 1)): each
+    counted from the end of the perm, as long as the input's rank. The Transposes fixed."""
+    fixed = 0
+    for node in graph.graph.node:
+        if node.op_type != "Transpose":
+            continue
+        for attr in node.attribute:
+            if attr.name == "perm" and any(p < 0 for p in attr.ints):
+                perm = [p % len(attr.ints) for p in attr.ints]
+                del attr.ints[:]
+                attr.ints.extend(perm)
+                fixed += 1
+    return fixed

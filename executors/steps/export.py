@@ -13,7 +13,6 @@ import json
 import re
 import sys
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import numpy as np
 import onnx
 
 from executors.generation import geometry
-from executors.generation.modules import gives_cross, graph_module, lm_io
+from executors.generation.modules import gives_cross, graph_module
 from executors.generation.recurrent import RecurrentState
 from executors.onnx import hierarchy
 from executors.onnx.artifacts import (
@@ -38,6 +37,7 @@ from executors.onnx.artifacts import (
 from executors.run.step_api import StepContext, StepResult
 from executors.runtime import torch_initializers, torchmodel, torchops
 from executors.runtime.adapters import host_providers
+from executors.runtime.nativelog import fd1_to_stderr
 from executors.samples import Samples
 from planner.models.roles import CACHE, Trace, role_of
 from planner.support.suggest import did_you_mean
@@ -84,16 +84,7 @@ def run(ctx: StepContext) -> StepResult:
     model = module = None  # the torch weights: from here on, the ONNX copy is the only one
     if weight_bytes >= COLLECT_BYTES:  # a full collection frees them now, at ~0.3 s a time
         gc.collect()
-    onnx_model = load(path, external=False)  # metadata only: the weights are read once, by save
-    clear_node_meta(onnx_model)  # node metadata is written by tag, after every rewrite
-    _keep_unread_inputs(onnx_model, names, args)
-    out_specs = [{"name": n, "dtype": "float32"} for n in outputs]
-    set_meta(onnx_model, "winml.io.inputs", json.dumps(specs, sort_keys=True))
-    set_meta(onnx_model, "winml.io.outputs", json.dumps(out_specs, sort_keys=True))
-    if used.opset != p["opset"]:
-        set_meta(onnx_model, OPSET_RAISED_KEY, json.dumps(
-            {"from": p["opset"], "to": used.opset, "why": used.why}, sort_keys=True))
-    save(onnx_model, path)
+    onnx_model = _described(path, specs, outputs, args, used, p["opset"])
     metrics: dict[str, Any] = {"nodes": len(onnx_model.graph.node), "sample": samples.origin,
                                **refit}
     if used.opset != p["opset"]:
@@ -108,6 +99,23 @@ def run(ctx: StepContext) -> StepResult:
         metrics.update(coverage=meta["coverage"], traced_modules=len(meta["traced_modules"]))
     metrics["max_abs_vs_torch"] = _check_against_torch(ctx, path, feed, expected)
     return StepResult(metrics=metrics)
+
+
+def _described(path: Path, specs: list[dict[str, Any]], outputs: list[str], args: tuple,
+               used: Opset, asked: int) -> onnx.ModelProto:
+    """The exported graph with its I/O specs (and the opset it was raised to) in its metadata,
+    saved; its node metadata cleared (tag writes it, after every rewrite)."""
+    onnx_model = load(path, external=False)  # metadata only: the weights are read once, by save
+    clear_node_meta(onnx_model)
+    _keep_unread_inputs(onnx_model, [s["name"] for s in specs], args)
+    out_specs = [{"name": n, "dtype": "float32"} for n in outputs]
+    set_meta(onnx_model, "winml.io.inputs", json.dumps(specs, sort_keys=True))
+    set_meta(onnx_model, "winml.io.outputs", json.dumps(out_specs, sort_keys=True))
+    if used.opset != asked:
+        set_meta(onnx_model, OPSET_RAISED_KEY, json.dumps(
+            {"from": asked, "to": used.opset, "why": used.why}, sort_keys=True))
+    save(onnx_model, path)
+    return onnx_model
 
 
 def _keep_unread_inputs(model: onnx.ModelProto, names: list[str], args: tuple) -> None:
@@ -130,34 +138,24 @@ def _keep_unread_inputs(model: onnx.ModelProto, names: list[str], args: tuple) -
 
 def _model_cache(ctx: StepContext, model: Any, role: Any, specs: list[dict[str, Any]],
                  outputs: list[str]) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
-    """A causal LM's graph shaped to the cache the model fills: the states of its layers that
-    keep a recurrent one beside the others' keys and values (executors/generation/
-    recurrent.py), or each layer's key and value geometry (executors/generation/geometry.py);
-    and the metric that says where the buffers differ from the plan's estimate from
-    config.json (none where they agree)."""
+    """A causal LM's graph shaped to the cache the model fills (geometry.graph_io), and the
+    metric that says where that differs from the plan's estimate from config.json."""
     if role.trace is not Trace.LM:
         return specs, outputs, {}
     try:
-        carried = lm_io(model, specs, outputs, role.reads_cache)
-        if carried != (specs, outputs):  # recurrent states: lm_io read the whole cache
-            return *carried, {"cache_from_model": "recurrent states"}
-        layers = geometry.model_cache(model)
+        specs, outputs, said = geometry.graph_io(model, specs, outputs, role.reads_cache)
     except RecurrentState as exc:
-        raise ctx.fail(str(exc), "the graphs carry the layers of that cache (keys and values, "
-                       "LinearAttention states), so a model that does not run on it (a cache "
-                       "class of its own, or linear-attention layers alone, whose masks ask the "
-                       "cache for an attention layer's length) is not supported") from None
+        raise ctx.fail(str(exc), "the graphs carry transformers' cache layers (keys and "
+                       "values, LinearAttention states): a model that does not run on them (a "
+                       "cache class of its own, linear-attention layers alone) is not supported"
+                       ) from None
     except geometry.Uncarried as exc:
-        raise ctx.fail(str(exc), "modelplan's graphs carry one key and one value buffer per "
-                       "layer of the cache a model's config makes: such a model is not "
-                       "supported") from None
-    fit_specs, fit_outputs = geometry.fitted(specs, outputs, layers)
-    if fit_specs == specs and fit_outputs == outputs:
+        raise ctx.fail(str(exc), "the graphs carry one key and one value buffer per layer "
+                       "of the cache a model's config makes: not supported") from None
+    if said is None:
         return specs, outputs, {}
-    said = geometry.described(layers)
-    ctx.progress(f"  the model's key/value cache is not config.json's: {said} (the graph "
-                 "takes the model's)")
-    return fit_specs, fit_outputs, {"cache_from_model": said}
+    ctx.progress(f"  the graph's cache is the model's, not config.json's: {said}")
+    return specs, outputs, {"cache_from_model": said}
 
 
 def _kept_classes(ctx: StepContext, model: Any) -> frozenset[str]:
@@ -296,7 +294,7 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
     from executors.runtime import torchcalls  # imports torch
 
     replaced = contextlib.nullcontext() if dynamo else torchcalls.replaced()
-    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr), _fd1_to_stderr(), \
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr), fd1_to_stderr(), \
             held_back as held, replaced:
         warnings.simplefilter("ignore")
         try:
@@ -315,7 +313,7 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
                 from exc
     if not dynamo:
         graph = onnx.load(str(path), load_external_data=False)
-        changed = _positive_perms(graph) > 0 or bool(held)
+        changed = torchops.positive_perms(graph) > 0 or bool(held)
         if held:  # (store empties held)
             torch_initializers.store(graph, held, path.parent)
         if changed:
@@ -324,41 +322,7 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
         _rename_dynamo_nodes(path)
 
 
-def _positive_perms(graph: onnx.ModelProto) -> int:
-    """TorchScript writes a permute's dims as given, and ONNX's Transpose takes none below
-    zero (the state-space scan of Mamba-2, Bamba, Falcon-H1, ...: permute(0, -2, -1, 1)): each
-    counted from the end of the perm, as long as the input's rank. The Transposes fixed."""
-    fixed = 0
-    for node in graph.graph.node:
-        if node.op_type != "Transpose":
-            continue
-        for attr in node.attribute:
-            if attr.name == "perm" and any(p < 0 for p in attr.ints):
-                perm = [p % len(attr.ints) for p in attr.ints]
-                del attr.ints[:]
-                attr.ints.extend(perm)
-                fixed += 1
-    return fixed
-
-
 COL2IM_OPSET = 18
-
-
-@contextlib.contextmanager
-def _fd1_to_stderr() -> Iterator[None]:
-    """Send what native code writes to fd 1 inside the block to fd 2."""
-    import ctypes
-    import os
-
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        ctypes.CDLL(None).fflush(None)  # C stdio's buffer, before fd 1 is stdout again
-        os.dup2(saved, 1)
-        os.close(saved)
 
 
 def _register_col2im() -> None:

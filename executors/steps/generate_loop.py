@@ -19,7 +19,7 @@ import numpy as np
 
 from executors.run.step_api import StepContext, StepResult
 from executors.samples import Samples
-from planner.models.generation import LOOP_FILE
+from planner.models.seq2seq import LOOP_FILE
 
 LOOP = LOOP_FILE
 INLINE_BYTES = 1_800_000_000  # below this the weights stay in the graph's own file
@@ -119,12 +119,12 @@ def _export(loop: Any, args: tuple, names: list[str], path: Any, opset: int) -> 
     import onnx
     import torch
 
-    from executors.steps.export import _fd1_to_stderr
+    from executors.runtime.nativelog import fd1_to_stderr
 
     tmp = path.with_name(f".{path.name}.export")
     tmp.mkdir()
     try:
-        with _fd1_to_stderr():
+        with fd1_to_stderr():
             torch.onnx.export(loop, args, str(tmp / LOOP), input_names=[*names, "steps"],
                               output_names=["tokens"], dynamo=False, opset_version=opset)
         proto = onnx.load(str(tmp / LOOP))

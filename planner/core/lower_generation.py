@@ -10,7 +10,7 @@ from typing import Any
 from planner.core.plan import Step
 from planner.core.targets import of_config
 from planner.errors import ConfigError
-from planner.models import automap, forwards, generation, roles
+from planner.models import automap, forwards, generation, roles, seq2seq
 from planner.models import tasks as T
 
 
@@ -82,7 +82,7 @@ def genai_encoder_decoder(config: dict[str, Any], modality: str, info: dict[str,
             config["quant"]["kind"] != "none" or roles.CROSS not in graphs or \
             not _any_shape_traced_whole(config) or config["export"]["generate_loop"]:
         return graphs
-    return generation.genai_layout(graphs)
+    return seq2seq.genai_layout(graphs)
 
 
 def _any_shape_traced_whole(config: dict[str, Any]) -> bool:
@@ -129,7 +129,7 @@ def deliverable(config: dict[str, Any], known: dict[str, Any], steps: list[Step]
 
 def loop_step(config: dict[str, Any], known: dict[str, Any]) -> list[Step]:
     """export.generate_loop's step (an encoder-decoder's greedy decoding as one graph)."""
-    loop = generation.loop_params(config, known, of_config(config["target"]).compiles)
+    loop = seq2seq.loop_params(config, known, of_config(config["target"]).compiles)
     return [Step("generate_loop", "generate_loop", loop, {"model": "resolve"})] if loop else []
 
 

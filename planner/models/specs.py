@@ -284,11 +284,11 @@ def _encoder_decoder(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelT
                           "config.json); set export.inputs")
     states = _spec("encoder_hidden_states", "float32", [batch, enc_seq, width], -3.0, 3.0,
                    "encoder_hidden_states")
-    from planner.models import generation
+    from planner.models import seq2seq
 
-    if generation.cached(info, shapes.get("decoder_cache")):
+    if seq2seq.cached(info, shapes.get("decoder_cache")):
         return {"encoder": {"inputs": encoder, "outputs": list(T.ENCODER_OUTPUTS)},
-                **generation.cached_graphs(info, states, cross, dec_seq, vocab, outputs)}
+                **seq2seq.cached_graphs(info, states, cross, dec_seq, vocab, outputs)}
     decoder = [_spec("input_ids", "int64", [batch, dec_seq], 0, vocab - 1, "decoder_ids"),
                states, *cross]
     return {"encoder": {"inputs": encoder, "outputs": list(T.ENCODER_OUTPUTS)},

@@ -10,7 +10,7 @@ from planner.core.ops import OPS
 from planner.core.plan import ACTIONS, MAIN_GRAPH, graph_of
 from planner.core.storelayout import WEIGHTS
 from planner.models import roles
-from planner.models.generation import LOOP_FILE
+from planner.models.seq2seq import LOOP_FILE
 from planner.outputs import FAILED_RECORD, record_file
 from planner.render import accuracy, module_error, modules
 from planner.support.units import human_bytes
