@@ -8,7 +8,13 @@ them): the decode graph is fed each state whole, `past_key_values.{layer}.{conv|
 and gives back the updated one, `present.{layer}.{conv|recurrent}.{i}`, which the host keeps
 for the next step; the prefill graph starts from no state and gives back the prompt's. Which
 states a layer keeps, and their shapes, are read from a cache the model itself fills on one
-token (`state_specs`), not from its config's fields."""
+token (`state_specs`), not from its config's fields.
+
+A model whose layers all keep a state (no keys and values: Mamba's) reads its attention mask
+over its input tokens only, a padding mask its mixers multiply their inputs by, while the
+decode graph's covers the cache slots and the token: the step gives it the token's columns
+(over the whole mask, the token would be broadcast over every slot and the states updated as
+by that many tokens)."""
 
 from __future__ import annotations
 
