@@ -166,6 +166,11 @@ def lm_io(model: Any, specs: list[dict[str, Any]], outputs: list[str],
     (executors/generation/recurrent.py)."""
     import torch
 
+    own = recurrent.own_cache_class(model)
+    if own:
+        raise recurrent.RecurrentState(
+            f"{type(model).__name__}'s forward takes a cache class of its own ({own}), which "
+            "keeps its states apart from transformers' cache layers")
     layers = recurrent.recurrent_layers(dynamic_cache(model))
     if not layers:
         return specs, outputs

@@ -29,6 +29,26 @@ class RecurrentState(Exception):
     """A causal LM with layers that keep a recurrent state its graphs cannot carry."""
 
 
+def own_cache_class(model: Any) -> str | None:
+    """The cache class a causal LM's forward takes where its own module defines it apart from
+    transformers' Cache classes (xLSTM's xLSTMCache keeps its states in fields of its own):
+    the graphs carry transformers' cache layers only. None where it takes theirs."""
+    import inspect
+    import typing
+
+    from transformers.cache_utils import Cache
+
+    params = inspect.signature(model.forward).parameters
+    name = next((n for n in ("cache", "past_key_values") if n in params), None)
+    if name is None:
+        return None
+    annotation = params[name].annotation
+    own = [k for k in typing.get_args(annotation) or (annotation,)
+           if isinstance(k, type) and k.__module__ == type(model).__module__
+           and not issubclass(k, Cache)]
+    return own[0].__name__ if own else None
+
+
 def recurrent_layers(cache: Any) -> dict[int, str]:
     """The layers of a transformers cache made for the model that keep a recurrent state (a
     convolution's or a state-space model's, alone or beside keys and values), with their

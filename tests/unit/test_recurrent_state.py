@@ -243,3 +243,17 @@ def test_a_state_space_step_over_the_static_mask_carries_the_states(model_type: 
             for value, state in zip(out[1:], states, strict=True):
                 torch.testing.assert_close(value, state, atol=1e-5, rtol=0)
             past = feed_of(out, names, i + 1)
+
+
+def test_a_forward_taking_a_cache_class_of_its_own_is_refused_in_one_line() -> None:
+    """xLSTM's forward takes its xLSTMCache, whose states are not transformers' cache layers
+    the graphs carry: refused naming the class, before any trace."""
+    import transformers
+
+    from executors.generation.recurrent import RecurrentState
+
+    torch.manual_seed(0)
+    model = transformers.xLSTMForCausalLM(config_of("xlstm")).eval()
+    with pytest.raises(RecurrentState, match=r"^xLSTMForCausalLM's forward takes a cache class "
+                       r"of its own \(xLSTMCache\)"):
+        lm_io(model, plan_specs(2), ["logits"], True)
