@@ -17,7 +17,6 @@ from typing import Any
 
 from planner.errors import ConfigError
 from planner.models.roles import CACHE, DECODE, PREFILL
-from planner.models.statespace import recurrent_layers
 
 # onnxruntime-genai's model types a causal LM's bundle is written as: its plain decoder (one
 # graph of a free past, present = past + new) and its pipeline of graphs
@@ -72,20 +71,16 @@ def shape_of(info: dict[str, Any]) -> Shape:
         kinds = next((text[k] for k in _LAYER_KINDS if isinstance(text.get(k), list)), None)
         layers = len(kinds) if kinds else None
     vocab = text.get("vocab_size")
-    stateful = not heads and bool(width) and bool(recurrent_layers(text))
     missing = [name for name, value in (("num_hidden_layers", layers),
-                                        ("num_attention_heads", heads or stateful),
                                         ("hidden_size", width), ("vocab_size", vocab))
                if not value]
     if missing:
         raise ConfigError(f"model: the checkpoint's config.json has no {', '.join(missing)} "
                           f"(model_type {info.get('model_type')!r}); a causal LM's key/value "
-                          "cache is derived from them: add them to config.json"
-                          + ("" if heads else "; a model without attention heads is built only "
-                             "where transformers' cache for its config keeps its layers' "
-                             "recurrent states (a state-space model's, as Mamba's), which "
-                             "this one's does not"))
-    if stateful:  # the plan's estimate: one head a layer wide (the export reads the states)
+                          "cache is derived from them: add them to config.json")
+    if not heads:  # no attention (a state-space model's config, its class's defaults read):
+        # the plan's estimate is one head a layer wide; the export reads the cache the model
+        # fills (its layers' recurrent states: executors/generation/geometry.py graph_io)
         return Shape(layers, 1, int(width), int(vocab), _first(text, _POSITIONS))
     kv = text.get("num_key_value_heads") or (1 if text.get("multi_query") else heads)
     head_dim = text.get("head_dim") or width // heads
