@@ -142,6 +142,8 @@ def lm_step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
     states instead of the logits (the host applies the head)."""
     cache = dynamic_cache(model, past)
     held = model.base_model if headless else model
+    if past and attention_mask is not None and not CACHE.layers(list(past)):
+        attention_mask = attention_mask[:, -tokens.shape[1]:]  # its tokens' (recurrent.py)
     kwargs = {"inputs_embeds" if embedded else "input_ids": tokens,
               "attention_mask": attention_mask, **cache_kwargs(held, cache), "use_cache": True,
               "return_dict": True}
@@ -164,6 +166,11 @@ def lm_io(model: Any, specs: list[dict[str, Any]], outputs: list[str],
     (executors/generation/recurrent.py)."""
     import torch
 
+    own = recurrent.own_cache_class(model)
+    if own:
+        raise recurrent.RecurrentState(
+            f"{type(model).__name__}'s forward takes a cache class of its own ({own}), which "
+            "keeps its states apart from transformers' cache layers")
     layers = recurrent.recurrent_layers(dynamic_cache(model))
     if not layers:
         return specs, outputs

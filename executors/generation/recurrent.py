@@ -8,7 +8,13 @@ them): the decode graph is fed each state whole, `past_key_values.{layer}.{conv|
 and gives back the updated one, `present.{layer}.{conv|recurrent}.{i}`, which the host keeps
 for the next step; the prefill graph starts from no state and gives back the prompt's. Which
 states a layer keeps, and their shapes, are read from a cache the model itself fills on one
-token (`state_specs`), not from its config's fields."""
+token (`state_specs`), not from its config's fields.
+
+A model whose layers all keep a state (no keys and values: Mamba's) reads its attention mask
+over its input tokens only, a padding mask its mixers multiply their inputs by, while the
+decode graph's covers the cache slots and the token: the step gives it the token's columns
+(over the whole mask, the token would be broadcast over every slot and the states updated as
+by that many tokens)."""
 
 from __future__ import annotations
 
@@ -21,6 +27,26 @@ STATE_KIND = "lm_state"  # the input specs' kind of a recurrent layer's state
 
 class RecurrentState(Exception):
     """A causal LM with layers that keep a recurrent state its graphs cannot carry."""
+
+
+def own_cache_class(model: Any) -> str | None:
+    """The cache class a causal LM's forward takes where its own module defines it apart from
+    transformers' Cache classes (xLSTM's xLSTMCache keeps its states in fields of its own):
+    the graphs carry transformers' cache layers only. None where it takes theirs."""
+    import inspect
+    import typing
+
+    from transformers.cache_utils import Cache
+
+    params = inspect.signature(model.forward).parameters
+    name = next((n for n in ("cache", "past_key_values") if n in params), None)
+    if name is None:
+        return None
+    annotation = params[name].annotation
+    own = [k for k in typing.get_args(annotation) or (annotation,)
+           if isinstance(k, type) and k.__module__ == type(model).__module__
+           and not issubclass(k, Cache)]
+    return own[0].__name__ if own else None
 
 
 def recurrent_layers(cache: Any) -> dict[int, str]:

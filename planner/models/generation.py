@@ -72,16 +72,16 @@ def shape_of(info: dict[str, Any]) -> Shape:
         layers = len(kinds) if kinds else None
     vocab = text.get("vocab_size")
     missing = [name for name, value in (("num_hidden_layers", layers),
-                                        ("num_attention_heads", heads),
                                         ("hidden_size", width), ("vocab_size", vocab))
                if not value]
     if missing:
         raise ConfigError(f"model: the checkpoint's config.json has no {', '.join(missing)} "
                           f"(model_type {info.get('model_type')!r}); a causal LM's key/value "
-                          "cache is derived from them: add them to config.json"
-                          + ("" if heads else "; a model without attention layers (recurrent or "
-                             "state-space, as Mamba's) keeps a state that cache does not hold, "
-                             "and is not supported"))
+                          "cache is derived from them: add them to config.json")
+    if not heads:  # no attention (a state-space model's config, its class's defaults read):
+        # the plan's estimate is one head a layer wide; the export reads the cache the model
+        # fills (its layers' recurrent states: executors/generation/geometry.py graph_io)
+        return Shape(layers, 1, int(width), int(vocab), _first(text, _POSITIONS))
     kv = text.get("num_key_value_heads") or (1 if text.get("multi_query") else heads)
     head_dim = text.get("head_dim") or width // heads
     return Shape(layers, int(kv), int(head_dim), int(vocab), _first(text, _POSITIONS))

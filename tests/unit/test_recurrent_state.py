@@ -216,3 +216,44 @@ def test_pytorch_steps_a_model_whose_forward_names_its_cache_cache() -> None:
         step = lm.step(8)
         whole = model(input_ids=torch.tensor([[5, 6, 7, 8]])).logits[0, -1].numpy()
     np.testing.assert_allclose(step, whole, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_type", ["mamba", "falcon_mamba"])
+def test_a_state_space_step_over_the_static_mask_carries_the_states(model_type: str) -> None:
+    """A model whose layers all keep a state reads its attention mask over its own tokens:
+    decode steps given the static graph's mask (slots and token) give the logits and states
+    the model's own stepping gives, token after token."""
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config_of(model_type)).eval()
+    names = lm_io(model, plan_specs(2), ["logits"], True)[1][1:]
+    assert names == [f"present.{i}.{kind}.0" for i in range(2) for kind in ("conv", "recurrent")]
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11]])
+    with torch.no_grad():
+        own = model(input_ids=ids[:, :4], use_cache=True).cache
+        past = feed_of(lm_step(model, ids[:, :4], torch.ones(1, 4, dtype=torch.long),
+                               torch.arange(4)[None]), names, 4)
+        for i in range(4, ids.shape[1]):
+            out = lm_step(model, ids[:, i:i + 1], step_mask(i), torch.tensor([[i]]), past)
+            theirs = model(input_ids=ids[:, i:i + 1], cache=own, use_cache=True)
+            torch.testing.assert_close(out[0], theirs.logits, atol=1e-5, rtol=0)
+            states = [state for layer in own.layers for state in (layer.conv_states[0],
+                                                                   layer.recurrent_states[0])]
+            for value, state in zip(out[1:], states, strict=True):
+                torch.testing.assert_close(value, state, atol=1e-5, rtol=0)
+            past = feed_of(out, names, i + 1)
+
+
+def test_a_forward_taking_a_cache_class_of_its_own_is_refused_in_one_line() -> None:
+    """xLSTM's forward takes its xLSTMCache, whose states are not transformers' cache layers
+    the graphs carry: refused naming the class, before any trace."""
+    import transformers
+
+    from executors.generation.recurrent import RecurrentState
+
+    torch.manual_seed(0)
+    model = transformers.xLSTMForCausalLM(config_of("xlstm")).eval()
+    with pytest.raises(RecurrentState, match=r"^xLSTMForCausalLM's forward takes a cache class "
+                       r"of its own \(xLSTMCache\)"):
+        lm_io(model, plan_specs(2), ["logits"], True)
