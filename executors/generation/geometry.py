@@ -22,29 +22,17 @@ def model_cache(model: Any) -> list[tuple[Entry, Entry]]:
     prompt of PROBE_TOKENS tokens (the traced forward's: modules.lm_step); RecurrentState
     where a layer keeps a recurrent state, Uncarried where the cache holds what one key and one
     value buffer per layer cannot (`uncarried`)."""
-    import torch
-
     from executors.generation.cache import own_layers
-    from executors.generation.modules import (
-        cache_kwargs,
-        dynamic_cache,
-        returned_cache,
-        takes_positions,
-    )
+    from executors.generation.modules import dynamic_cache, filled_cache
     from executors.generation.recurrent import RecurrentState, recurrent_layers
 
     made = dynamic_cache(model)
-    if recurrent_layers(made):  # their states are graph_io's (modules.lm_io), not buffers
+    recurrent = recurrent_layers(made)
+    if recurrent:  # their states are graph_io's (modules.lm_io), not buffers
         raise RecurrentState(f"{type(model).__name__} keeps a recurrent state in layers "
-                             f"{sorted(recurrent_layers(made))}, which keys and values do not "
-                             "carry")
+                             f"{sorted(recurrent)}, which keys and values do not carry")
     count = len(made.layers)
-    ids = torch.zeros((1, PROBE_TOKENS), dtype=torch.long)
-    at = {"position_ids": torch.arange(PROBE_TOKENS)[None]} if takes_positions(model) else {}
-    with torch.no_grad():
-        filled = returned_cache(model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                      **cache_kwargs(model, made), use_cache=True,
-                                      return_dict=True, **at))
+    filled = filled_cache(model, made, PROBE_TOKENS)
     layers = own_layers(filled.layers)
     why = uncarried(type(model).__name__, count, filled.layers)
     if why:

@@ -164,24 +164,17 @@ def lm_io(model: Any, specs: list[dict[str, Any]], outputs: list[str],
     layers that keep a recurrent state, what its own cache holds after one token: the keys and
     values of the layers that cache them and the other layers' states
     (executors/generation/recurrent.py)."""
-    import torch
-
     own = recurrent.own_cache_class(model)
     if own:
         raise recurrent.RecurrentState(
             f"{type(model).__name__}'s forward takes a cache class of its own ({own}), which "
             "keeps its states apart from transformers' cache layers")
-    layers = recurrent.recurrent_layers(dynamic_cache(model))
+    made = dynamic_cache(model)
+    layers = recurrent.recurrent_layers(made)
     if not layers:
         return specs, outputs
-    ids = torch.zeros((1, 1), dtype=torch.long)
-    kwargs = {"position_ids": torch.zeros((1, 1), dtype=torch.long)} \
-        if takes_positions(model) else {}
     try:
-        with torch.no_grad():
-            out = model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                        **cache_kwargs(model, dynamic_cache(model)), use_cache=True,
-                        return_dict=True, **kwargs)
+        filled = filled_cache(model, made, 1)
     except Exception as exc:  # transformers' own refusal, said in one line
         said = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise recurrent.RecurrentState(
@@ -190,8 +183,21 @@ def lm_io(model: Any, specs: list[dict[str, Any]], outputs: list[str],
             f"on transformers' DynamicCache of its config fails ({type(exc).__name__}: "
             f"{said})"
             ) from exc
-    return recurrent.state_specs(list(layer_entries(returned_cache(out).layers)), specs,
-                                 outputs, reads_cache)
+    return recurrent.state_specs(list(layer_entries(filled.layers)), specs, outputs,
+                                 reads_cache)
+
+
+def filled_cache(model: Any, cache: Any, tokens: int) -> Any:
+    """`cache` as the model's own forward fills it on a prompt of `tokens` tokens (token id 0,
+    positions from 0, no padding): the shapes of what each layer keeps."""
+    import torch
+
+    ids = torch.zeros((1, tokens), dtype=torch.long)
+    at = {"position_ids": torch.arange(tokens)[None]} if takes_positions(model) else {}
+    with torch.no_grad():
+        return returned_cache(model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                    **cache_kwargs(model, cache), use_cache=True,
+                                    return_dict=True, **at))
 
 
 def takes_positions(model: Any) -> bool:

@@ -53,10 +53,8 @@ def recurrent_layers(cache: Any) -> dict[int, str]:
     """The layers of a transformers cache made for the model that keep a recurrent state (a
     convolution's or a state-space model's, alone or beside keys and values), with their
     cache class's name."""
-    from transformers.cache_utils import LinearAttentionCacheLayerMixin
-
     return {i: type(layer).__name__ for i, layer in enumerate(cache.layers)
-            if isinstance(layer, LinearAttentionCacheLayerMixin)}
+            if is_recurrent(layer)}
 
 
 def is_recurrent(layer: Any) -> bool:
