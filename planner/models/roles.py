@@ -73,9 +73,6 @@ class CacheNames:
         """The layers that cache keys and values (a recurrent layer's states are not counted)."""
         return sum(1 for n in names if self.is_past(n) and n.endswith("." + self.parts[0]))
 
-    def state_name(self, prefix: str, layer: int, kind: str, index: int) -> str:
-        return f"{prefix}.{layer}.{kind}.{index}"
-
     def is_state(self, name: str) -> bool:
         """Whether a past input or present output is a recurrent layer's state (replaced
         whole each step), not a layer's keys or values (written into the next slots)."""
