@@ -5,8 +5,11 @@ A bundle whose token graph has a free past (the CPU's: `past_key_values.{i}.*` o
 in, `present.{i}.*` = past + new out, any number of new tokens) is genai's plain decoder
 (`model.type: "decoder"`): genai feeds the whole prompt at once on an empty past, then one
 token at a time, and grows its cache itself. A bundle of fixed shapes (a target that compiles)
-is described as genai's decoder pipeline over its prompt and token graphs (and its host layers),
-which genai 0.18 reads but does not run (docs/generation.md says why)."""
+gets `genai_model.onnx`, genai's windowed uint8 cache over its prompt and token graphs
+(executors/generation/windowed.py), run by genai's plain decoder with a sliding window; where
+that graph cannot be made (host layers, parts, a context binary) it is described as genai's
+decoder pipeline over its graphs (and its host layers), which genai 0.18 reads but does not run
+(docs/generation.md says why)."""
 
 from __future__ import annotations
 
@@ -69,16 +72,24 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
                    "position_ids": "position_ids", **cache_names("past", CACHE.past)},
         "outputs": {"logits": "logits", **cache_names("present", CACHE.present)},
         "session_options": {"provider_options": providers(bundle)}}
-    if plain:
-        decoder["filename"] = graphs[token]["model"]
-    else:
+    windowed = bundle.get("genai")  # the windowed graph over the fixed ones (windowed.py)
+    if plain or windowed:
+        decoder["filename"] = windowed["model"] if windowed else graphs[token]["model"]
+    if windowed:
+        context = windowed["context_length"]  # the decode graph's slots and its token
+        # the prompt in one window of the prefill length, left-padded; genai keeps the cache
+        decoder["sliding_window"] = {"window_size": windowed["window"],
+                                     "pad_value": windowed["cache"]["zero_point"],
+                                     "alignment": "right", "slide_key_value_cache": True,
+                                     "slide_inputs": True}
+    elif not plain:
         decoder["pipeline"] = [_stages(bundle, folder)]
         # the prompt in chunks of the prefill graph's length, padded; a cache of fixed length
         decoder["sliding_window"] = {"window_size": bundle["prefill_length"],
                                      "pad_value": _pad(config, eos), "alignment": "right",
                                      "slide_key_value_cache": False}
     return {"model": {
-        "type": GENAI_DECODER if plain else GENAI_PIPELINE,
+        "type": GENAI_DECODER if plain or windowed else GENAI_PIPELINE,
         "bos_token_id": generation.get("bos_token_id", config.get("bos_token_id")),
         "eos_token_id": eos, "pad_token_id": _pad(config, eos),
         "context_length": context, "vocab_size": shape.vocab if shape else None,
@@ -181,11 +192,15 @@ def read(folder: Path, bundle: dict[str, Any]) -> dict[str, Any] | None:
                           f"({type(exc).__name__}: {exc}); rebuild the bundle with modelplan "
                           "run") from exc
     files = {e["model"] for e in bundle["graphs"].values()} | set(bundle.get("host", {}).values())
+    windowed = bundle.get("genai")
+    if windowed:
+        files.add(windowed["model"])
+    context = windowed["context_length"] if windowed else bundle["context_length"]
     unknown = [f for f in named if f not in files]
-    if unknown or model.get("context_length") != bundle["context_length"]:
+    if unknown or model.get("context_length") != context:
         said = f"names {unknown[0]!r}, which is not one of its graphs" if unknown else \
             f"says context_length {model.get('context_length')!r}, and its graphs hold " \
-            f"{bundle['context_length']} tokens"
+            f"{context} tokens"
         raise BundleError(f"{path} {said} (bundle.json); rebuild the bundle with modelplan run")
     return config
 

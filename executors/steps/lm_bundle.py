@@ -13,15 +13,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from executors.generation import genai
+from executors.generation import genai, windowed
 from executors.generation.bundle import BUNDLE
 from executors.onnx import pieces
 from executors.onnx.artifacts import MODEL
 from executors.onnx.iospecs import io_specs
 from executors.onnx.tied_head import tie_file
 from executors.run.step_api import StepContext, StepResult
-from executors.samples import checkpoint_dir
+from executors.runtime import torchmodel
+from executors.samples import SEEDS, checkpoint_dir
+from executors.samples.generation import MAX_STEPS, prompts
 from executors.store.weights import WEIGHTS, link_blobs, link_or_copy
+from planner.models.roles import CACHE, ROLES, Runs
 from planner.models.tasks import completed
 
 # what a client needs beside the graphs (tokenizer files of the usual tokenizer families)
@@ -31,6 +34,7 @@ CHECKPOINT_FILES = ("config.json", "generation_config.json", "tokenizer.json",
                     "chat_template.jinja")
 STEP_FILES = ("manifest.json", "result.json", "metrics.json")  # the store's, not the model's
 DEVICE = "device"  # the shared-context set: both graphs, the weights once, for the device
+CALIBRATION_PROMPTS = 4  # prompts whose cache ranges scale genai's uint8 cache
 
 
 def run(ctx: StepContext) -> StepResult:
@@ -65,9 +69,10 @@ def run(ctx: StepContext) -> StepResult:
                  "runs_on": {k: p[k] for k in ("ep", "backend", "provider_options")},
                  **({"shared_context": device} if device else {}),
                  **({"host": host} if host else {})}
-    (ctx.out / BUNDLE).write_text(json.dumps(described, indent=2, sort_keys=True))
     config = completed(json.loads((ckpt / "config.json").read_text())) \
         if "config.json" in copied else {}  # as the planner read it: omitted fields' defaults
+    why_not = _windowed(ctx, described, config, ckpt)
+    (ctx.out / BUNDLE).write_text(json.dumps(described, indent=2, sort_keys=True))
     genai_config = genai.config_for(config, described, _generation(ckpt), ctx.out)
     if genai_config is not None:
         (ctx.out / genai.GENAI_CONFIG).write_text(json.dumps(genai_config, indent=2))
@@ -76,8 +81,36 @@ def run(ctx: StepContext) -> StepResult:
     return StepResult(metrics={"graphs": list(graphs), "weight_blobs": blobs - shared,
                                "blobs_shared_by_graphs": shared, "weight_bytes": weight_bytes,
                                "client_files": copied,
+                               "genai_windowed": described.get("genai", {}).get("model"),
+                               **({"genai_windowed_not": why_not} if why_not else {}),
                                "context_length": p["context_length"],
                                "prefill_length": p["prefill_length"]})
+
+
+def _windowed(ctx: StepContext, described: dict[str, Any], config: dict[str, Any],
+              ckpt: Path | None) -> str | None:
+    """A bundle of fixed shapes gets genai's windowed graph over its graphs
+    (executors/generation/windowed.py; `described["genai"]` says what it is), its uint8 cache
+    scaled from PyTorch's cache on calibration prompts; None, or why it gets none."""
+    import numpy as np
+
+    graphs = described["graphs"]
+    token = next(g for g in graphs if ROLES[g].runs is Runs.TOKEN)
+    if genai.free_past(graphs[token]["inputs"], ctx.out / graphs[token]["model"]):
+        return None  # genai's plain decoder runs the token graph itself
+    if not config or any(CACHE.is_state(s["name"]) for s in graphs[token]["inputs"]) or \
+            not genai.describable(config, graphs[token]["inputs"]):
+        return "genai's decoder does not describe this cache"
+    why_not = windowed.fits(described, ctx.out)
+    if why_not:
+        return why_not
+    model, _ = torchmodel.load(ctx.inputs["source"])
+    vocab = int(model.config.get_text_config().vocab_size)
+    asked, _ = prompts(CALIBRATION_PROMPTS, "calibration", ckpt, vocab,
+                       np.random.default_rng(SEEDS["calibration"]), described["prefill_length"])
+    ranges = windowed.cache_ranges(model, asked, MAX_STEPS)
+    described["genai"] = windowed.write(ctx.out, described, windowed.scales(ranges))
+    return None
 
 
 def _host(ctx: StepContext) -> dict[str, str]:

@@ -306,16 +306,17 @@ OPS: dict[str, Op] = {op.name: op for op in (
                  Require(N.FORMAT, "eq", "onnx", role="decoder")),
        tools=("onnx",), outputs=("models",), chain_role="decoder",
        delivers=("encoder", "cross"), memory=Memory(weights=0.7)),
-    Op("lm_bundle", 2, "deliver a causal LM's prefill and decode graphs in one folder, weights "
+    Op("lm_bundle", 3, "deliver a causal LM's prefill and decode graphs in one folder, weights "
        "stored once (a tied head reads the embedding table), with its tokenizer, generation "
-       "config and genai_config.json",
+       "config and genai_config.json (graphs of fixed shapes: genai's windowed uint8 cache "
+       "graph over them, scaled from PyTorch's cache on calibration prompts)",
        params=("graphs", "prefill_length", "context_length", "ep", "backend",
                "provider_options"),
        inputs=("prefill", "decode", "source", "shared", "host"), optional=("shared", "host"),
        requires=(Require(N.FORMAT, "eq", "onnx", role="prefill"),
                  Require(N.FORMAT, "eq", "onnx", role="decode")),
-       tools=("onnx",), outputs=("models",), chain_role="decode", delivers=("prefill",),
-       memory=Memory(weights=0.7)),
+       tools=("onnx", "torch", "transformers"), outputs=("models",), chain_role="decode",
+       delivers=("prefill",), memory=Memory(weights=0.7, checkpoint=1.0, upcast=1.0)),
     Op("split", 1, "cut a tagged graph into parts by its repeated block (decoder layers), "
        "each part's weights under what one model may hold",
        params=("parts",), inputs=("model",),
