@@ -75,7 +75,7 @@ def _genai(og: object, folder: str, prompts: list, new_tokens: int) -> dict:
     for prompt in prompts:
         ids = [int(i) for i in tokenizer.encode(prompt)] if isinstance(prompt, str) else prompt
         params = og.GeneratorParams(model)
-        params.set_search_options(do_sample=False, max_length=len(ids) + new_tokens)
+        params.set_search_options(do_sample=False, max_length=_read(folder, ids) + new_tokens)
         generator = og.Generator(model, params)
         generator.append_tokens(ids)
         tokens = []
@@ -85,6 +85,17 @@ def _genai(og: object, folder: str, prompts: list, new_tokens: int) -> dict:
         runs.append({"prompt_ids": ids, "tokens": tokens,
                      **({"text": tokenizer.decode(tokens)} if tokenizer else {})})
     return {"version": og.__version__, "runs": runs}
+
+
+def _read(folder: str, ids: list[int]) -> int:
+    """The tokens genai's sequence holds once it has read the prompt: with a sliding window over
+    the inputs, the prompt padded to a whole number of windows."""
+    window = json.loads((Path(folder) / "genai_config.json").read_text())["model"]["decoder"] \
+        .get("sliding_window") or {}
+    if not window.get("slide_inputs"):
+        return len(ids)
+    size = window["window_size"]
+    return -(-len(ids) // size) * size
 
 
 def genai_speech(folder: str, features: str, prompt: list[int], new_tokens: int) -> dict:

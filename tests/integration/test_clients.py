@@ -170,6 +170,7 @@ def test_onnxruntime_genai_runs_a_cpu_language_model_bundle_like_pytorch(
     assert got["version"] == "0.18.0"
     checkpoint = Path(next(p for k, p in step(record, "resolve")["outputs"].items()
                            if k.endswith("config.json"))).parent
+    assert "runs" in got, got
     for prompt, run in zip(prompts, got["runs"], strict=True):
         want = torch_greedy(checkpoint, prompt, 8, config["eos_token_id"])
         assert run["prompt_ids"] == prompt and run["tokens"] == want, (len(prompt), run, want)
@@ -200,26 +201,46 @@ def test_onnxruntime_genai_reads_the_prompt_with_the_bundles_own_tokenizer(
                                                            eos)
 
 
-def test_onnxruntime_genai_refuses_the_fixed_shape_pipeline_as_documented(
+def test_onnxruntime_genai_runs_a_fixed_shape_bundle_like_modelplan_and_pytorch(
         tmp_path_factory: pytest.TempPathFactory) -> None:
     """The pair of fixed shapes an HTP build compiles (here in fp32 on the CPU EP:
-    export.shapes.dynamic=false) is described as genai's decoder pipeline with a sliding window
-    of the prefill length; genai 0.18 feeds its prompt stage a mask over the whole context,
-    which the prefill graph does not take (docs/generation.md: genai's pipeline wants graphs
-    that give back the whole fixed-length cache). If genai ever runs it, this says so."""
-    build = built(tmp_path_factory, "clients-genai-fixed", "model=tiny_random",
-                  "model.random_init.model_type=llama", "export.shapes.prefill_length=8",
+    export.shapes.dynamic=false) gets genai_model.onnx, genai's windowed uint8 cache over the
+    two graphs, named as genai's plain decoder with a sliding window of the prefill length:
+    genai 0.18 decodes the tokens `modelplan generate` decodes on the same bundle (its own
+    graphs, its fp32 cache) and PyTorch's, for prompts up to the window. A longer prompt genai
+    0.18 feeds whole, which the window does not take (docs/generation.md): if genai ever
+    reads it window by window, this says so."""
+    checkpoint = bpe_tokenizer(text_checkpoint(
+        tmp_path_factory.mktemp("fixed") / "llama", cls="LlamaForCausalLM", model_type="llama",
+        num_key_value_heads=1, pad_token_id=0))
+    build = built(tmp_path_factory, "clients-genai-fixed", "model=local_hf",
+                  f"model.path={checkpoint}", "export.shapes.prefill_length=8",
                   "export.shapes.context_length=32", "export.shapes.dynamic=false",
                   "target=cpu", "quant=none", "perf=none", "verify.samples=1",
                   "verify.new_tokens=2")
     folder = Path(build["record"]["published"]["genai_config.json"]).parent
     model = json.loads((folder / "genai_config.json").read_text())["model"]
-    assert model["type"] == "decoder-pipeline"
-    assert list(model["decoder"]["pipeline"][0]) == ["prefill", "decode"]
-    assert model["decoder"]["sliding_window"]["window_size"] == 8
-    got = client("genai", str(folder), json.dumps([[5, 17, 300, 42, 9]]), "4")
-    assert "error" in got, got  # genai ran the pipeline: update docs/generation.md and the card
-    assert "attention_mask" in got["error"] and "Got: 32 Expected: 8" in got["error"], got
+    assert model["type"] == "decoder" and model["decoder"]["filename"] == "genai_model.onnx"
+    assert model["context_length"] == 33 and model["decoder"]["sliding_window"] == {
+        "window_size": 8, "pad_value": 128, "alignment": "right",
+        "slide_key_value_cache": True, "slide_inputs": True}
+    described = json.loads((folder / "bundle.json").read_text())
+    assert described["genai"]["reads"] == ["prefill", "decode"]
+    assert described["graphs"]["decode"]["model"] == "decode_model.onnx"  # modelplan's own
+    prompts = ["the cat sat", "hello world"]
+    got = client("genai", str(folder), json.dumps(prompts), "12")
+    assert got["version"] == "0.18.0", got
+    assert "runs" in got, got
+    for prompt, run in zip(prompts, got["runs"], strict=True):
+        result = run_cli("generate", str(folder), prompt, "--new-tokens", "12", "--json")
+        assert result.returncode == 0, result.stderr
+        mine = json.loads(result.stdout)
+        assert run["prompt_ids"] == mine["prompt_ids"] and len(mine["prompt_ids"]) <= 8
+        want = torch_greedy(checkpoint, mine["prompt_ids"], 12, model["eos_token_id"])
+        assert run["tokens"] == mine["tokens"] == want, (prompt, run, mine, want)
+        assert len(want) == 12 or want[-1] == model["eos_token_id"]
+    longer = client("genai", str(folder), json.dumps([list(range(5, 16))]), "4")
+    assert "error" in longer and "logits" in longer["error"], longer
 
 
 def whisper_greedy(checkpoint: Path, features: np.ndarray, prompt: list[int],
