@@ -99,7 +99,7 @@ def write(folder: Path, bundle: dict[str, Any], cache_scales: dict[str, float]) 
     """Write `genai_model.onnx` over the bundle's graphs in `folder`; what bundle.json says of
     it: the file, the window, genai's context, the cache's dtype, zero point and scales."""
     import onnx
-    from onnx import TensorProto, helper
+    from onnx import helper
 
     graphs = bundle["graphs"]
     token = next(g for g in graphs if ROLES[g].runs is Runs.TOKEN)
@@ -116,30 +116,8 @@ def write(folder: Path, bundle: dict[str, Any], cache_scales: dict[str, float]) 
     outer_in = [_like(decode, "input_ids", [1, WINDOW]), _like(decode, "position_ids",
                                                                 [1, WINDOW]),
                 _like(decode, "attention_mask", [1, context])]
-    before, after, outer_out = [], [], []  # the past dequantized; the new entries quantized
-    inits = [helper.make_tensor("genai.zero_point", TensorProto.UINT8, [], [ZERO_POINT]),
-             helper.make_tensor("genai.one", TensorProto.INT64, [], [1])]
-    for value in pasts:
-        shape = _dims(value)
-        genai_shape = [shape[p] for p in PERM[value.name.rsplit(".", 1)[1]]]
-        genai_shape[PERM[value.name.rsplit(".", 1)[1]].index(2)] = PAST
-        outer_in.append(helper.make_tensor_value_info(value.name, TensorProto.UINT8, genai_shape))
-        present = CACHE.present_of(value.name)
-        genai_shape[genai_shape.index(PAST)] = WINDOW
-        outer_out.append(helper.make_tensor_value_info(present, TensorProto.UINT8, genai_shape))
-        scale = f"genai.scale.{value.name}"
-        inits.append(helper.make_tensor(scale, dtype, [], [cache_scales[value.name]]))
-        perm = PERM[value.name.rsplit(".", 1)[1]]  # its own inverse
-        # transposed in uint8: ONNX Runtime's QDQ propagation, which would move a
-        # DequantizeLinear over the Transpose after it, fails on the If reading it (1.32)
-        before += [helper.make_node("Transpose", [value.name], [f"genai.{value.name}.t"],
-                                    perm=perm),
-                   helper.make_node("DequantizeLinear", [f"genai.{value.name}.t", scale,
-                                                         "genai.zero_point"],
-                                    [f"genai.{value.name}"])]
-        after += [helper.make_node("QuantizeLinear", [f"genai.{present}", scale,
-                                                      "genai.zero_point"], [f"genai.{present}.q"]),
-                  helper.make_node("Transpose", [f"genai.{present}.q"], [present], perm=perm)]
+    inputs, outer_out, before, after, inits = _cache(pasts, cache_scales, dtype)
+    outer_in += inputs
     outputs = ["logits", *(f"genai.{CACHE.present_of(v.name)}" for v in pasts)]
     branches = {g: _branch(models[g].graph, g, outputs, window if g == prompt else None)
                 for g in (prompt, token)}
@@ -165,6 +143,40 @@ def write(folder: Path, bundle: dict[str, Any], cache_scales: dict[str, float]) 
                       "scales": {n: cache_scales[n] for n in sorted(cache_scales)}}}
 
 
+def _cache(pasts: list[Any], cache_scales: dict[str, float], dtype: int) -> tuple[list[Any], ...]:
+    """The outer graph's cache: genai's uint8 past inputs and present outputs, the nodes that
+    dequantize and transpose the past before the If and quantize and transpose the new entries
+    after it, and their scales and zero point."""
+    from onnx import TensorProto, helper
+
+    outer_in: list[Any] = []
+    before, after, outer_out = [], [], []  # the past dequantized; the new entries quantized
+    inits = [helper.make_tensor("genai.zero_point", TensorProto.UINT8, [], [ZERO_POINT]),
+             helper.make_tensor("genai.one", TensorProto.INT64, [], [1])]
+    for value in pasts:
+        perm = PERM[value.name.rsplit(".", 1)[1]]  # its own inverse
+        shape = _dims(value)
+        genai_shape = [shape[p] for p in perm]
+        genai_shape[perm.index(2)] = PAST  # the slots' axis
+        outer_in.append(helper.make_tensor_value_info(value.name, TensorProto.UINT8, genai_shape))
+        present = CACHE.present_of(value.name)
+        genai_shape[genai_shape.index(PAST)] = WINDOW
+        outer_out.append(helper.make_tensor_value_info(present, TensorProto.UINT8, genai_shape))
+        scale = f"genai.scale.{value.name}"
+        inits.append(helper.make_tensor(scale, dtype, [], [cache_scales[value.name]]))
+        # transposed in uint8: ONNX Runtime's QDQ propagation, which would move a
+        # DequantizeLinear over the Transpose after it, fails on the If reading it (1.32)
+        before += [helper.make_node("Transpose", [value.name], [f"genai.{value.name}.t"],
+                                    perm=perm),
+                   helper.make_node("DequantizeLinear", [f"genai.{value.name}.t", scale,
+                                                         "genai.zero_point"],
+                                    [f"genai.{value.name}"])]
+        after += [helper.make_node("QuantizeLinear", [f"genai.{present}", scale,
+                                                      "genai.zero_point"], [f"genai.{present}.q"]),
+                  helper.make_node("Transpose", [f"genai.{present}.q"], [present], perm=perm)]
+    return outer_in, outer_out, before, after, inits
+
+
 def _branch(graph: Any, prefix: str, outputs: list[str], window: int | None) -> Any:
     """One built graph as a branch of the If: its values renamed under `prefix` but for the
     inputs it reads from the outer graph (the ids, positions and mask, the dequantized past);
@@ -186,8 +198,8 @@ def _branch(graph: Any, prefix: str, outputs: list[str], window: int | None) -> 
 
     body = onnx.GraphProto()
     body.CopyFrom(graph)
-    for node in body.node:
-        node.name = f"{prefix}/{node.name}"
+    for k, node in enumerate(body.node):
+        node.name = f"{prefix}/{node.name}" if node.name else f"{prefix}/#{k}"
         node.input[:] = [renamed(n) for n in node.input]
         node.output[:] = [renamed(n) for n in node.output]
     for tensor in body.initializer:
