@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from planner.models.generation import GENAI_WINDOWED_GRAPH
 from planner.models.roles import CACHE, ROLES, Runs
 
-GRAPH = "genai_model.onnx"
+GRAPH = GENAI_WINDOWED_GRAPH
 ZERO_POINT = 128      # genai's one pad_value: the empty past dequantizes to 0
 LEVELS = 127          # uint8 steps on either side of the zero point (the low side has 128)
 MARGIN = 1.25         # the scale covers this much more than the calibration prompts reached

@@ -22,6 +22,9 @@ from planner.models.roles import CACHE, DECODE, PREFILL
 # graph of a free past, present = past + new) and its pipeline of graphs
 GENAI_DECODER, GENAI_PIPELINE = "decoder", "decoder-pipeline"
 GENAI_SECTION = "decoder"  # genai_config.json's model section that describes those graphs
+# graphs of fixed shapes as one graph that genai's plain decoder runs with its windowed uint8
+# key/value cache (executors/generation/windowed.py)
+GENAI_WINDOWED_GRAPH = "genai_model.onnx"
 GENAI_ENCODER_SECTION = "encoder"  # and an encoder-decoder's encoder's
 # the encoder-decoder types onnxruntime-genai 0.18 runs, by config.json's model_type: its
 # model.type for them, and the encoder input length its runner feeds (Whisper: 3000 log-mel

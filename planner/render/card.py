@@ -15,6 +15,7 @@ from planner.models.generation import (
     GENAI_PIPELINE,
     GENAI_WHISPER,
     GENAI_WHISPER_FRAMES,
+    GENAI_WINDOWED_GRAPH,
 )
 from planner.models.identity import display_name, model_id
 from planner.models.roles import CACHE, ROLES, Kind, Trace, kind_of
@@ -213,6 +214,25 @@ def _use(model: dict[str, Any], files: dict[str, int]) -> list[str]:
     return out
 
 
+def _genai_windowed() -> list[str]:
+    """How onnxruntime-genai runs a bundle of fixed shapes: the windowed graph over them."""
+    return ["", (f"onnxruntime-genai (0.18) runs the folder on the CPU (`genai_config.json`: its "
+                 f"decoder over `{GENAI_WINDOWED_GRAPH}`, which runs `prefill_model.onnx` on "
+                 "the prompt and `decode_model.onnx` on each token, with genai's windowed "
+                 "key/value cache in uint8: `bundle.json`'s `genai` gives its scales). The "
+                 "prompt must fit in one window (`prefill_length` tokens: genai 0.18 feeds a "
+                 "longer one whole, which the window does not take), and genai counts it "
+                 "padded to the window in `max_length`:"),
+            "", "```python", "import onnxruntime_genai as og", "",
+            'model = og.Model("path/to/this/folder")', "tokenizer = og.Tokenizer(model)",
+            'ids = tokenizer.encode("a prompt")', "params = og.GeneratorParams(model)",
+            "window = 8  # genai_config.json: model.decoder.sliding_window.window_size",
+            "params.set_search_options(do_sample=False, max_length=window + 16)",
+            "generator = og.Generator(model, params)", "generator.append_tokens(ids)",
+            "while not generator.is_done():", "    generator.generate_next_token()",
+            "```"]
+
+
 def _bundle(model: dict[str, Any], files: dict[str, int]) -> list[str]:
     """A generation bundle: graphs over a static cache, run by modelplan's own loop."""
     where = (f"on the EP it was built for (`{model['target']}`)" if model.get("compiled")
@@ -240,6 +260,8 @@ def _bundle(model: dict[str, Any], files: dict[str, int]) -> list[str]:
                 "without a cache), or some of its layers keep a recurrent state (`bundle.json`'s "
                 "`lm_state` inputs), for which genai has no input: run it with "
                 "`modelplan generate`.")]
+    elif model.get("genai") == GENAI_PIPELINE and GENAI_WINDOWED_GRAPH in files:
+        out += _genai_windowed()
     elif model.get("genai") == GENAI_PIPELINE:
         out += ["", ("`genai_config.json` describes the graphs as onnxruntime-genai's decoder "
                 "pipeline, which onnxruntime-genai 0.18 does not run over graphs of fixed "
