@@ -39,8 +39,9 @@ PERM = {CACHE.parts[0]: (1, 0, 3, 2), CACHE.parts[1]: (1, 0, 2, 3)}
 def fits(bundle: dict[str, Any], folder: Path) -> str | None:
     """Why the bundle's graphs cannot be wrapped as genai's windowed graph (None: they can):
     they are its prompt and token graphs as ONNX files of plain nodes (not split in parts, not
-    around host layers, not an EPContext binary's), and genai's context (the slots and the
-    token) holds two windows."""
+    around host layers, not an EPContext binary's: ONNX Runtime 1.32 gives no EP an EPContext
+    node inside an If's branch), and genai's context (the slots and the token) holds two
+    windows."""
     import onnx
 
     if bundle.get("host"):
