@@ -164,12 +164,17 @@ def _stages(bundle: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 
 def providers(bundle: dict[str, Any]) -> list[dict[str, Any]]:
-    """The EP the bundle was built for, as genai names it (none: the CPU)."""
+    """The EP the bundle was built for, as genai names it (none: the CPU), with its backend
+    (genai 0.18 on the QNN plugin EP: "Could not determine default backend path for device"
+    without it)."""
     runs = bundle["runs_on"]
     target = of_params(runs)
     if target.reference:
         return []
-    return [{target.ep: {k: str(v) for k, v in (runs.get("provider_options") or {}).items()}}]
+    backend = {target.session.backend_option: target.backend} \
+        if target.session.backend_option and target.backend else {}
+    return [{target.ep: {**backend, **{k: str(v) for k, v in
+                                       (runs.get("provider_options") or {}).items()}}}]
 
 
 def read(folder: Path, bundle: dict[str, Any]) -> dict[str, Any] | None:

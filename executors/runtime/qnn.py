@@ -82,7 +82,8 @@ def session_options(target: Target, provider_options: dict[str, Any],
                     cpu_fallback: bool = True, configs: dict[str, str] | None = None) -> Any:
     so = base_options(target, {**({} if cpu_fallback else target.session.no_fallback),
                                 **(configs or {})})
-    opts = {"backend_type": target.backend, **{k: str(v) for k, v in provider_options.items()}}
+    opts = {target.session.backend_option: target.backend,
+            **{k: str(v) for k, v in provider_options.items()}}
     so.add_provider_for_devices(qnn_devices(target), opts)
     return so
 

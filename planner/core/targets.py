@@ -56,6 +56,7 @@ class SessionSpec:
     # the distributions a model built for the target needs to load, besides onnxruntime (the
     # EP's plugin library); its runtime manifest records their versions
     packages: tuple[str, ...] = ()
+    backend_option: str | None = None  # the provider option naming the target's backend
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
                                no_fallback={"session.disable_cpu_ep_fallback": "1"},
                                profiling={"profiling_level": "detailed"},
                                profiling_file="profiling_file_path",
-                               packages=("onnxruntime-qnn",)),
+                               packages=("onnxruntime-qnn",), backend_option="backend_type"),
            # search_margin: MiniLM w8a8's search met 0.99 on the CPU (0.9901) and verify on the
            # HTP simulator read 0.9866 (measured, soc_model 60 and without)
            embed_context=True, cpu_fallback=False,

@@ -115,7 +115,7 @@ def test_fixed_graphs_are_a_pipeline_with_the_host_layers_and_the_build_s_ep(
     assert stages["embeddings"]["outputs"] == ["inputs_embeds"]
     assert model["decoder"]["sliding_window"]["window_size"] == 8
     assert model["decoder"]["session_options"]["provider_options"] == [
-        {"qnn": {"soc_model": "60"}}]
+        {"qnn": {"backend_type": "htp", "soc_model": "60"}}]
 
 
 @pytest.mark.parametrize(("change", "said"), [
