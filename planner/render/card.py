@@ -223,13 +223,17 @@ def _genai_windowed() -> list[str]:
                  "prompt must fit in one window (`prefill_length` tokens: genai 0.18 feeds a "
                  "longer one whole, which the window does not take), and genai counts it "
                  "padded to the window in `max_length`:"),
-            "", "```python", "import onnxruntime_genai as og", "",
-            'model = og.Model("path/to/this/folder")', "tokenizer = og.Tokenizer(model)",
-            'ids = tokenizer.encode("a prompt")', "params = og.GeneratorParams(model)",
-            "window = 8  # genai_config.json: model.decoder.sliding_window.window_size",
+            "", "```python", "import json", "", "import onnxruntime_genai as og", "",
+            'folder = "path/to/this/folder"',
+            'with open(f"{folder}/genai_config.json") as f:',
+            '    window = json.load(f)["model"]["decoder"]["sliding_window"]["window_size"]',
+            "model = og.Model(folder)", "tokenizer = og.Tokenizer(model)",
+            "params = og.GeneratorParams(model)",
             "params.set_search_options(do_sample=False, max_length=window + 16)",
-            "generator = og.Generator(model, params)", "generator.append_tokens(ids)",
+            "generator = og.Generator(model, params)",
+            'generator.append_tokens(tokenizer.encode("a prompt"))',
             "while not generator.is_done():", "    generator.generate_next_token()",
+            "print(tokenizer.decode(generator.get_sequence(0)[window:]))  # after the window",
             "```"]
 
 

@@ -130,7 +130,7 @@ def test_a_language_model_card_says_how_onnxruntime_genai_runs_it_where_it_does(
     assert "og.Model" not in pipeline and "0.18 does not run" in pipeline
     fixed = card(record(task="text-generation", genai="decoder-pipeline", dynamic=False),
                  {**BUNDLE, "genai_model.onnx": 100}, None)
-    assert 'model = og.Model("path/to/this/folder")' in fixed and "0.18 does not run" not in fixed
+    assert 'model = og.Model(folder)' in fixed and "0.18 does not run" not in fixed
     assert "windowed key/value cache in uint8" in fixed and "one window" in fixed
     seq2seq = card(record(task="text2text-generation", genai=None), BUNDLE, None)
     assert "og.Model" not in seq2seq and "no runner" in seq2seq
