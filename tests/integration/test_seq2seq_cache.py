@@ -109,14 +109,35 @@ def transformers_generate(record: dict[str, Any], rows: list[dict[str, Any]], ta
     return out
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+SHAPES = ("export.shapes.sequence_length=16", "export.shapes.decoder_sequence_length=8")
+
+
+def pair(tmp: Path, family: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A family's cached and uncached decoders, built for the CPU in fp32."""
+    return tuple(build(tmp / name, family, "target=cpu", "quant=none", *SHAPES,
+                       f"export.shapes.decoder_cache={cache}")
+                 for name, cache in (("c", "true"), ("p", "false")))
+
+
+@pytest.fixture(scope="module")
+def whisper_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], ...]:
+    """Whisper's pair, which the speech bundle's `generate` reads too."""
+    return pair(tmp_path_factory.mktemp("whisper"), "whisper")
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "whisper"])
 def test_cached_decoding_generates_what_the_uncached_decoder_does(tmp_path: Path,
                                                                   family: str) -> None:
-    shapes = ("export.shapes.sequence_length=16", "export.shapes.decoder_sequence_length=8")
-    cached = build(tmp_path / "c", family, "target=cpu", "quant=none", *shapes,
-                   "export.shapes.decoder_cache=true")
-    plain = build(tmp_path / "p", family, "target=cpu", "quant=none", *shapes,
-                  "export.shapes.decoder_cache=false")
+    generates_alike(family, *pair(tmp_path, family))
+
+
+def test_cached_whisper_decoding_generates_what_the_uncached_decoder_does(
+        whisper_pair: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    generates_alike("whisper", *whisper_pair)
+
+
+def generates_alike(family: str, cached: dict[str, Any], plain: dict[str, Any]) -> None:
+    """The cached decoder generates the uncached decoder's tokens and transformers' own."""
     # Whisper's on the CPU is onnxruntime-genai's layout: the encoder gives the cross entries
     graphs = ("encoder", "decoder") if family == "whisper" else ("encoder", "cross", "decoder")
     assert {f"{g}.export" for g in graphs} == {s["id"] for s in cached["steps"]
@@ -150,7 +171,8 @@ def test_cached_decoder_on_htp(tmp_path: Path, family: str) -> None:
     assert generated["token_agreement"] >= 0.75 and generated["cosine_mean"] > 0.99
 
 
-def test_generate_transcribes_with_a_speech_bundle(tmp_path: Path) -> None:
+def test_generate_transcribes_with_a_speech_bundle(
+        tmp_path: Path, whisper_pair: tuple[dict[str, Any], dict[str, Any]]) -> None:
     """`modelplan generate BUNDLE --audio FILE`: the bundle carries its feature extractor and
     the EP it was built for; the cached and the uncached bundles transcribe alike; bad input
     is one line."""
@@ -163,9 +185,7 @@ def test_generate_transcribes_with_a_speech_bundle(tmp_path: Path) -> None:
     wav = tmp_path / "speech.wav"
     soundfile.write(wav, media.speaker().say("the cat sat on the mat"), media.RATE)
     said = []
-    for name, cache in (("c", "true"), ("p", "false")):
-        record = build(tmp_path / name, "whisper", "target=cpu", "quant=none",
-                       f"export.shapes.decoder_cache={cache}")
+    for record in whisper_pair:
         folder = Path(record["published"]["bundle.json"]).parent
         assert (folder / "preprocessor_config.json").is_file()
         assert json.loads((folder / "bundle.json").read_text())["runs_on"]["ep"] == "cpu"
