@@ -51,6 +51,7 @@ SLOW_TOOLS = ("torch",)  # seconds of imports (with transformers' modeling code)
 BASE_PRELOAD = ("executors.run.wrapper",)
 _PRELOAD: set[str] = set(BASE_PRELOAD)
 _warm = False  # the running fork server was started by warm_up, before the plan was known
+_served: tuple[int, frozenset[str]] | None = None  # the running server's pid and its imports
 _LIVE: dict[int, Any] = {}  # pid -> a running child's or worker's Process
 
 OOM_FIX = ("the kernel's OOM killer ends the largest process when memory runs out: free memory "
@@ -82,13 +83,13 @@ def warm_up() -> None:
     of ONNX steps does not wait for torch. Whatever is left is stopped at exit. A server that
     cannot start now (no processes or file descriptors left) is left to the plan to start."""
     global _warm
-    if _server_pid() is not None:  # an earlier run in this process started one
-        return
+    tools = sorted({t for op in OPS.values() if op.has(Trait.HEAVY) for t in op.tools})
+    if {m for t in tools for m in TOOL_MODULES.get(t, ())} <= _server_imports():
+        return  # an earlier run in this process started one that has them
     if warmfork.imported():  # forked warm when a step needs it: no imports to overlap
         return
     try:
-        preload(sorted({t for op in OPS.values() if op.has(Trait.HEAVY) for t in op.tools}),
-                start=True)
+        preload(tools, start=True)
     except OSError:
         stop_server()
         return
@@ -132,8 +133,12 @@ def preload(tools: Any, start: bool = False) -> None:
     if _warm and not set(SLOW_TOOLS) & set(tools):
         stop_server()
     _warm = False
-    for tool in tools:
-        _PRELOAD.update(TOOL_MODULES.get(tool, ()))
+    wanted = {m for tool in tools for m in TOOL_MODULES.get(tool, ())}
+    if not wanted <= _server_imports() and not _LIVE:
+        # an earlier plan in this process started it without them: each step would import
+        # them itself (seconds of torch per step); a server started now imports them once
+        stop_server()
+    _PRELOAD.update(wanted)
     if start:
         from multiprocessing import forkserver
 
@@ -142,6 +147,7 @@ def preload(tools: Any, start: bool = False) -> None:
             warmfork.fork_server(_PRELOAD)
         else:
             forkserver.ensure_running()
+        _note_server()
 
 
 def import_tools() -> None:
@@ -152,10 +158,25 @@ def import_tools() -> None:
     warmfork.import_modules(sorted(_PRELOAD | {m for t in tools for m in TOOL_MODULES.get(t, ())}))
 
 
+def _server_imports() -> frozenset[str]:
+    """What the running fork server imported when it started (nothing: none runs)."""
+    pid = _server_pid()
+    return _served[1] if pid is not None and _served is not None and _served[0] == pid \
+        else frozenset() if pid is None else frozenset(BASE_PRELOAD)
+
+
 def _context() -> Any:
     mp = multiprocessing.get_context("forkserver")
     mp.set_forkserver_preload(sorted(_PRELOAD))  # no effect once the server runs
     return mp
+
+
+def _note_server() -> None:
+    """Remember what the fork server that now runs was started with."""
+    global _served
+    pid = _server_pid()
+    if pid is not None and (_served is None or _served[0] != pid):
+        _served = (pid, frozenset(_PRELOAD))
 
 
 def heavy_tools(steps: Any) -> list[str]:
@@ -172,6 +193,7 @@ def apply_in_child(ctx: StepContext, mon: StepMonitor) -> StepResult:
     proc = mp.Process(target=_child_main, args=(writer, spec(ctx)), name=f"modelplan-{ctx.id}")
     with _standard_start_method():
         proc.start()
+    _note_server()
     writer.close()
     _LIVE[proc.pid] = proc
     try:
@@ -213,6 +235,7 @@ def start_worker(name: str) -> tuple[Any, Connection]:
     proc = mp.Process(target=_worker_main, args=(theirs,), name=f"modelplan-{name}")
     with _standard_start_method():
         proc.start()
+    _note_server()
     theirs.close()
     _LIVE[proc.pid] = proc
     return proc, ours

@@ -67,6 +67,24 @@ def test_a_plan_without_torch_steps_gets_a_server_without_torch() -> None:
     assert not server_imported_torch()
 
 
+def test_a_later_plan_with_torch_steps_replaces_a_server_started_without_torch() -> None:
+    """Runs in one process (an API user's, a test's): a plan of ONNX steps left a server that
+    did not import torch; the next plan's torch steps must not each import it themselves."""
+    forkserver.preload(["onnx", "onnxruntime"], start=True)
+    cool = forkserver._server_pid()
+    assert cool is not None and not server_imported_torch()
+    forkserver.warm_up()  # the next run: the server it would keep lacks torch
+    warm = forkserver._server_pid()
+    assert warm not in (None, cool) and not alive(cool)
+    forkserver.preload(["onnx", "torch", "transformers"], start=True)
+    assert forkserver._server_pid() == warm and server_imported_torch()
+    forkserver.stop_server()
+    forkserver.preload(["onnx"], start=True)  # no warm_up (a plan made in the process)
+    cool = forkserver._server_pid()
+    forkserver.preload(["torch"], start=True)
+    assert forkserver._server_pid() not in (None, cool) and server_imported_torch()
+
+
 def test_a_fully_cached_run_leaves_no_server(cpu_run: dict[str, Any]) -> None:
     store = cpu_run["store"]  # CPU_RUN built there by `modelplan run`
     config = compose(list(CPU_RUN))
