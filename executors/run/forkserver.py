@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from executors.run import warmfork
+from executors.run import childproc, warmfork
 from planner.core.ops import OPS, Trait
 from planner.errors import StepError
 
@@ -309,25 +309,25 @@ def rebuilt(error: dict[str, Any]) -> Exception:
 
 # -- in the child ------------------------------------------------------------------------
 def _child_main(conn: Connection, spec: dict[str, Any]) -> None:
-    _set_up_process(spec["step"]["id"])
+    childproc.set_up(spec["step"]["id"])
     conn.send(_run(conn, spec))
     conn.close()
 
 
 def _worker_main(conn: Connection) -> None:
     """Run the steps the parent sends, one at a time, until it closes the pipe."""
-    _set_up_process("idle")
-    start_mb = _rss_mb()
+    childproc.set_up("idle")
+    start_mb = childproc.rss_mb()
     while True:
         try:
             step = conn.recv()
         except (EOFError, OSError):
             return
-        _name(step["step"]["id"])
-        _reset_peak()
+        childproc.name(step["step"]["id"])
+        childproc.reset_peak()
         status, payload, peak_mb = _run(conn, step)
-        _name("idle")  # before the outcome: `mp:<step>` is running that step, never idle
-        conn.send((status, payload, peak_mb, _rss_mb(), start_mb))
+        childproc.name("idle")  # before the outcome: `mp:<step>` is running that step, never idle
+        conn.send((status, payload, peak_mb, childproc.rss_mb(), start_mb))
 
 
 def _run(conn: Connection, spec: dict[str, Any]) -> tuple:
@@ -340,11 +340,11 @@ def _run(conn: Connection, spec: dict[str, Any]) -> tuple:
                       Path(spec["cache_dir"]) if spec["cache_dir"] else None,
                       Path(spec["blobs"]) if spec["blobs"] else None)
     try:
-        return ("ok", apply_step(ctx).metrics, _peak_mb())
+        return ("ok", apply_step(ctx).metrics, childproc.peak_mb())
     except StepError as exc:
-        return ("failed", {"kind": "step", "message": str(exc)}, _peak_mb())
+        return ("failed", {"kind": "step", "message": str(exc)}, childproc.peak_mb())
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
-        return ("failed", _payload(exc), _peak_mb())
+        return ("failed", _payload(exc), childproc.peak_mb())
 
 
 def _payload(exc: BaseException) -> dict[str, Any]:
@@ -355,56 +355,3 @@ def _payload(exc: BaseException) -> dict[str, Any]:
             "errno": os_error.errno if os_error else None,
             "filename": str(os_error.filename) if os_error and os_error.filename else None,
             "traceback": traceback.format_exc()}
-
-
-def _peak_mb() -> float:
-    """This process's peak RSS since it started or since `_reset_peak`."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
-
-
-def _reset_peak() -> None:
-    """Start a new peak RSS here (Linux: clear_refs 5), so a worker reports each step's own."""
-    with suppress(OSError):
-        Path("/proc/self/clear_refs").write_text("5")
-
-
-def _rss_mb() -> float:
-    import resource
-
-    try:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * resource.getpagesize() / 2**20
-    except (OSError, ValueError, IndexError):
-        return _peak_mb()
-
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-MAP_THRESHOLD = 1 << 20  # blocks from 1 MiB are mapped on their own and unmapped when freed
-
-
-def _set_up_process(step_id: str) -> None:
-    """Ignore SIGINT (the parent decides what an interrupt does), take the step's name, ask
-    the kernel to kill this process when its parent (the fork server) exits, and map every
-    large block on its own, so that what a step frees goes back to the system (glibc would
-    raise its threshold after the first large free and keep later blocks in its heap)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _name(step_id)
-    with suppress(OSError, AttributeError):  # not Linux: the parent still kills its children
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        libc.mallopt(M_MMAP_THRESHOLD, MAP_THRESHOLD)
-    if os.getppid() == 1:  # the parent is already gone
-        os._exit(1)
-
-
-def _name(step_id: str) -> None:
-    """`ps` and `top` show this process as `mp:<step id>`."""
-    with suppress(OSError, AttributeError):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(15, f"mp:{step_id}".encode()[:15])  # SET_NAME
