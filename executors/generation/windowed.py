@@ -44,6 +44,10 @@ def fits(bundle: dict[str, Any], folder: Path) -> str | None:
     windows."""
     import onnx
 
+    from planner.core.targets import of_params
+
+    if of_params(bundle["runs_on"]).compiles:  # read no graph: each is a context binary's
+        return "its graphs are compiled context binaries' (EPContext nodes)"
     if bundle.get("host"):
         return "the embeddings or head run on the host (export.on_host)"
     graphs = bundle["graphs"]

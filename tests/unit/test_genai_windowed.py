@@ -168,7 +168,8 @@ def test_genai_config_names_the_windowed_graph_as_genais_decoder(tmp_path: Path)
 @pytest.mark.parametrize(("change", "why"), [
     ({"host": {"head": "head_model.onnx"}}, "on the host"),
     ({"context_length": 2 * WINDOW - 2}, "less than two windows"),
-    ({"graphs": {"decode": {"model": "decode_model.onnx", "parts": 2}}}, "split in parts")])
+    ({"graphs": {"decode": {"model": "decode_model.onnx", "parts": 2}}}, "split in parts"),
+    ({"runs_on": {"ep": "qnn", "backend": "htp", "provider_options": {}}}, "context binaries")])
 def test_bundles_the_windowed_graph_does_not_cover_say_why(
         tmp_path: Path, change: dict[str, Any], why: str) -> None:
     described = {**stand_ins(tmp_path), **change}
