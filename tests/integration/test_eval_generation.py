@@ -59,12 +59,6 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(autouse=True)
-def datasets_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The `datasets` library's cache (JSON Lines builds) under the test's folder."""
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
-
-
 def evaluate(shared: Path, out: Path, *args: str) -> dict[str, Any]:
     """`modelplan run ARGS eval=task` on 4 samples: the eval step's metrics."""
     code, record, err = run_json(*args, "verify=none", "perf=none", "eval=task",
