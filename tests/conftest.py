@@ -61,12 +61,17 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
 
 
 _forkserver_env: dict[int, dict[str, str]] = {}  # the fork server's pid -> its environment
+# pytest's per-test variable, and what libraries set in this process as a test imports them
+# (torch's compile cache, OpenMP's fork settings): a server started before they appeared is
+# still the server of the test's environment
+NOT_THE_TESTS = frozenset({"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", "KMP_INIT_AT_FORK",
+                           "KMP_DUPLICATE_LIB_OK"})
 
 
 def environment() -> dict[str, str]:
-    """This process's environment as a fork server started now would have it (pytest's
-    per-test variable aside)."""
-    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    """This process's environment as a fork server started now would have it (what is not the
+    test's aside)."""
+    return {k: v for k, v in os.environ.items() if k not in NOT_THE_TESTS}
 
 
 def run_cli_here(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

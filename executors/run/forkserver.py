@@ -84,8 +84,8 @@ def warm_up() -> None:
     cannot start now (no processes or file descriptors left) is left to the plan to start."""
     global _warm
     tools = sorted({t for op in OPS.values() if op.has(Trait.HEAVY) for t in op.tools})
-    if {m for t in tools for m in TOOL_MODULES.get(t, ())} <= _server_imports():
-        return  # an earlier run in this process started one that has them
+    if _server_pid() is not None and _slow(tools) <= _server_imports():
+        return  # an earlier run in this process started one that has torch
     if warmfork.imported():  # forked warm when a step needs it: no imports to overlap
         return
     try:
@@ -134,9 +134,10 @@ def preload(tools: Any, start: bool = False) -> None:
         stop_server()
     _warm = False
     wanted = {m for tool in tools for m in TOOL_MODULES.get(tool, ())}
-    if not wanted <= _server_imports() and not _LIVE:
-        # an earlier plan in this process started it without them: each step would import
-        # them itself (seconds of torch per step); a server started now imports them once
+    if not _slow(tools) <= _server_imports() and not _LIVE:
+        # an earlier plan in this process started it without torch: each step would import it
+        # itself (seconds each); a server started now imports it once (a quick module a step
+        # imports itself)
         stop_server()
     _PRELOAD.update(wanted)
     if start:
@@ -156,6 +157,11 @@ def import_tools() -> None:
     warmfork.py), not started as interpreters that import torch again."""
     tools = {t for op in OPS.values() if op.has(Trait.HEAVY) for t in op.tools}
     warmfork.import_modules(sorted(_PRELOAD | {m for t in tools for m in TOOL_MODULES.get(t, ())}))
+
+
+def _slow(tools: Any) -> set[str]:
+    """The modules of the slow tools among `tools`."""
+    return {m for t in tools if t in SLOW_TOOLS for m in TOOL_MODULES[t]}
 
 
 def _server_imports() -> frozenset[str]:
