@@ -54,13 +54,13 @@ def _stage(graph: Path, out: Path, kind: str, slots: int) -> None:
     entry = next(o for o in g.output if o.name.startswith("present."))
     kv, hd = (d.dim_value for d in entry.type.tensor_type.shape.dim[1:4:2])
     width = next(i for i in g.input if i.name == "input_ids").type.tensor_type.shape.dim[1].dim_value
+    renamed = {o.name: "new." + o.name[len("present."):] for o in g.output
+               if o.name.startswith("present.")}
     for o in g.output:
-        if o.name.startswith("present."):
-            o.name = "new." + o.name[len("present."):]
+        o.name = renamed.get(o.name, o.name)
     for n in g.node:  # the graph's own nodes read its present entries too
         for field in (n.input, n.output):
-            field[:] = ["new." + x[len("present."):] if x.startswith("present.") else x
-                        for x in field]
+            field[:] = [renamed.get(x, x) for x in field]
     for i in [i for i in g.input if i.name in ("attention_mask", "position_ids")]:
         g.input.remove(i)
     nodes = [
@@ -153,10 +153,9 @@ def _config(bundle: Path, folder: Path, slots: int, window: int,
 RUNNER = r'''
 import json, sys
 import onnxruntime_genai as og
-folder, prompts, max_length, qnn = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
-if qnn:
-    import onnxruntime_qnn
-    og.register_execution_provider_library("QNNExecutionProvider", onnxruntime_qnn.get_library_path())
+folder, prompts, max_length, qnn = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+if qnn:  # the QNN plugin EP's library, from modelplan's environment
+    og.register_execution_provider_library("QNNExecutionProvider", qnn)
 out = {"version": og.__version__, "runs": []}
 try:
     model = og.Model(folder)
@@ -177,11 +176,17 @@ print(json.dumps(out))
 '''
 
 
+def _qnn_library() -> str:
+    import onnxruntime_qnn
+
+    return str(onnxruntime_qnn.get_library_path())
+
+
 def genai(folder: Path, prompts: list[list[int]], max_length: int, qnn: bool) -> dict:
     """genai 0.18 in the clients' environment, greedy over each prompt up to `max_length`
     (genai's sequence holds the prompt padded to the window)."""
     done = subprocess.run([str(CLIENTS), "-c", RUNNER, str(folder), json.dumps(prompts),
-                           str(max_length), "1" if qnn else "0"],
+                           str(max_length), _qnn_library() if qnn else ""],
                           capture_output=True, text=True, check=False)
     lines = done.stdout.strip().splitlines()
     if done.returncode or not lines:
@@ -243,7 +248,7 @@ def stages(bundle: Path, prefill: Path, decode: Path, folder: Path, qnn: list[di
     return folder
 
 
-def compare(label: str, got: dict, want: dict[str, list[list[int]]], window: int) -> None:
+def compare(label: str, got: dict, want: dict[str, list[list[int]]]) -> None:
     if "error" in got:
         print(f"  {label}: genai {got.get('version', '')} error: {got['error']}")
         return
@@ -276,8 +281,11 @@ def main() -> None:
     folder = stages(bundle, bundle / "prefill_model.onnx", bundle / "decode_model.onnx",
                     root / "pipe-cpu", [])
     start = time.perf_counter()
-    compare("genai CPU EP, fp32 stages", genai(folder, prompts, window + n, False), want, window)
+    compare("genai CPU EP, fp32 stages", genai(folder, prompts, window + n, False), want)
     print(f"  ({time.perf_counter() - start:.1f} s)")
+    longer = [[11, 22, 33, 44, 55, 66, 77, 88, 99, 111, 122]]  # genai feeds two windows
+    compare("genai CPU EP, a prompt of two windows", genai(folder, longer, 2 * window + n, False),
+            {"torch": torch_tokens(checkpoint, longer, n)})
     if not args.htp:
         return
     start = time.perf_counter()
@@ -289,5 +297,48 @@ def main() -> None:
     want = {"torch": want["torch"], "modelplan-htp": modelplan_tokens(bundle, prompts, n)}
     print(f"  modelplan generate's runner on the HTP bundle: {time.perf_counter() - start:.1f} s")
     folder = stages(bundle, *qdq, root / "pipe-qdq", [])
-    compare("genai CPU EP, QDQ stages", genai(folder, prompts, window + n, False), want, window)
-    qnn_compile(folder, root / "pipe-htp", prompts, window + n, want, window)
+    compare("genai CPU EP, QDQ stages", genai(folder, prompts, window + n, False), want)
+    options = {k: str(v) for k, v in
+               json.loads((bundle / "bundle.json").read_text())["runs_on"]["provider_options"]
+               .items()}
+    start = time.perf_counter()
+    compiled, counts = qnn_compile(folder, root / "pipe-htp", options)
+    print(f"  stages compiled for QNN HTP ({options}) in {time.perf_counter() - start:.1f} s: "
+          f"{counts}")
+    start = time.perf_counter()
+    compare("genai QNN plugin EP, compiled stages", genai(compiled, prompts, window + n, True),
+            want)
+    print(f"  ({time.perf_counter() - start:.1f} s)")
+    longer = [[11, 22, 33, 44, 55, 66, 77, 88, 99, 111, 122]]
+    compare("genai QNN plugin EP, a prompt of two windows",
+            genai(compiled, longer, 2 * window + n, True),
+            {"modelplan-htp": modelplan_tokens(bundle, longer, n)})
+
+
+
+def qnn_compile(qdq: Path, folder: Path, options: dict[str, str]) -> tuple[Path, str]:
+    """The QDQ stages compiled for QNN HTP (EPContext, one context binary each, CPU fallback
+    off: every node on the HTP or the compile fails), in a folder with genai's config naming
+    them and the QNN EP; the node counts of the compiled stages."""
+    from executors.runtime import shared_context as sc
+    from planner.core.targets import named
+
+    models = sc.compile_group(named("qnn_htp"), [qdq / "prompt_stage.onnx",
+                                                 qdq / "token_stage.onnx"],
+                              folder, options, share=False)
+    config = json.loads((qdq / "genai_config.json").read_text())
+    qnn = [{"qnn": {"backend_type": "htp", **options}}]
+    decoder = config["model"]["decoder"]
+    decoder["session_options"] = {"provider_options": qnn}
+    for stage, model in zip(decoder["pipeline"][0].values(), models, strict=True):
+        stage["filename"], stage["session_options"] = model.name, {"provider_options": qnn}
+    (folder / "genai_config.json").write_text(json.dumps(config, indent=2))
+    counts = []
+    for model in models:
+        ops = [n.op_type for n in onnx.load(str(model), load_external_data=False).graph.node]
+        counts.append(f"{model.name}: {len(ops)} node(s), {ops.count('EPContext')} EPContext")
+    return folder, "; ".join(counts)
+
+
+if __name__ == "__main__":
+    main()
