@@ -10,7 +10,8 @@ beside them, and runs genai 0.18 greedy on the CPU EP (and, with --htp, over the
 compiled for the QNN HTP EP on the QNN plugin EP). Prints genai's tokens beside `modelplan
 generate`'s on the bundle and PyTorch's, and every error genai gave.
 
-Run: python benchmarks/genai_pipeline_probe.py [--out DIR] [--htp]
+Run: python benchmarks/genai_pipeline_probe.py [--out DIR] [--htp] [--clients PYTHON]
+(PYTHON: the clients' environment with onnxruntime-genai, `.venv-clients/bin/python` by default)
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parents[1]
-CLIENTS = ROOT.parent / "main" / ".venv-clients" / "bin" / "python"
+CLIENTS = ROOT / ".venv-clients" / "bin" / "python"  # `make clients`: genai 0.18
 LENGTHS = ["export.shapes.prefill_length=8", "export.shapes.context_length=32",
            "export.shapes.dynamic=false"]
 PAST = "past_key_values.%d.%s"
@@ -182,10 +183,11 @@ def _qnn_library() -> str:
     return str(onnxruntime_qnn.get_library_path())
 
 
-def genai(folder: Path, prompts: list[list[int]], max_length: int, qnn: bool) -> dict:
+def genai(folder: Path, prompts: list[list[int]], max_length: int, qnn: bool,
+          clients: Path = CLIENTS) -> dict:
     """genai 0.18 in the clients' environment, greedy over each prompt up to `max_length`
     (genai's sequence holds the prompt padded to the window)."""
-    done = subprocess.run([str(CLIENTS), "-c", RUNNER, str(folder), json.dumps(prompts),
+    done = subprocess.run([str(clients), "-c", RUNNER, str(folder), json.dumps(prompts),
                            str(max_length), _qnn_library() if qnn else ""],
                           capture_output=True, text=True, check=False)
     lines = done.stdout.strip().splitlines()
@@ -260,16 +262,72 @@ def compare(label: str, got: dict, want: dict[str, list[list[int]]]) -> None:
 
 
 
+def variants(folder: Path, prompt: list[int], n: int, window: int, want: list[int],
+             clients: Path) -> None:
+    """What genai does with the fp32 stages when one thing in the config or the graphs changes."""
+    def edit(config: dict, path: tuple[str, ...], value: object) -> None:
+        *parents, last = path
+        for key in parents:
+            config = config[key]
+        if value is None:
+            del config[last]
+        else:
+            config[last] = value
+
+    window_path = ("model", "decoder", "sliding_window")
+    cases = {"search.past_present_share_buffer false":
+             (("search", "past_present_share_buffer"), False, prompt),
+             "sliding_window.alignment right": ((*window_path, "alignment"), "right", prompt),
+             "no sliding_window": (window_path, None, prompt),
+             "the pad token (0) inside the prompt": ((), None, [5, 0, 300, 42]),
+             "max_length over context_length": ((), None, prompt),
+             "stages without total_seq_len": ((), None, prompt)}
+    for label, (path, value, ids) in cases.items():
+        copy = folder.parent / f"{folder.name}-variant"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(folder, copy)
+        config = json.loads((copy / "genai_config.json").read_text())
+        if path:
+            edit(config, path, value)
+        (copy / "genai_config.json").write_text(json.dumps(config))
+        if label.startswith("stages without"):
+            for stage in ("prompt_stage.onnx", "token_stage.onnx"):
+                model = onnx.load(str(copy / stage), load_external_data=False)
+                model.graph.input.remove(next(i for i in model.graph.input
+                                              if i.name == "total_seq_len"))
+                onnx.save(model, str(copy / stage))
+        length = config["model"]["context_length"] + 8 if label.startswith("max_length") \
+            else window + n
+        reference = modelplan_tokens(folder, [ids], n)[0] if ids != prompt else want
+        compare(f"variant: {label}", genai(copy, [ids], length, False, clients),
+                {"modelplan": [reference]})
+        shutil.rmtree(copy)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--htp", action="store_true", help="also the QNN HTP build (slow)")
     ap.add_argument("--new-tokens", type=int, default=8)
+    ap.add_argument("--clients", type=Path, default=CLIENTS,
+                    help="python of an environment with onnxruntime-genai 0.18 (make clients)")
     args = ap.parse_args()
+    if not args.clients.is_file():
+        raise SystemExit(f"genai_pipeline_probe: no {args.clients}; run `make clients` or give "
+                         "--clients PYTHON of an environment with onnxruntime-genai")
     root = args.out or Path(tempfile.mkdtemp(prefix="genai_pipeline_"))
     store = root / "store"
     prompts = [[5, 17, 300, 42, 9], [7], [11, 22, 33, 44, 55, 66, 77, 88]]
+    longer = [[11, 22, 33, 44, 55, 66, 77, 88, 99, 111, 122]]  # genai feeds it as two windows
     n = args.new_tokens
+
+    def run(label: str, folder: Path, ids: list[list[int]], qnn: bool,
+            want: dict[str, list[list[int]]]) -> None:
+        start = time.perf_counter()
+        length = -(-max(len(p) for p in ids) // window) * window + n  # padded to the window
+        compare(label, genai(folder, ids, length, qnn, args.clients), want)
+        print(f"  ({time.perf_counter() - start:.1f} s, sessions included)")
+
     start = time.perf_counter()
     cpu = build(store, root / "out", "target=cpu", "quant=none")
     bundle = Path(cpu["published"]["bundle.json"]).parent
@@ -280,12 +338,10 @@ def main() -> None:
             "modelplan": modelplan_tokens(bundle, prompts, n)}
     folder = stages(bundle, bundle / "prefill_model.onnx", bundle / "decode_model.onnx",
                     root / "pipe-cpu", [])
-    start = time.perf_counter()
-    compare("genai CPU EP, fp32 stages", genai(folder, prompts, window + n, False), want)
-    print(f"  ({time.perf_counter() - start:.1f} s)")
-    longer = [[11, 22, 33, 44, 55, 66, 77, 88, 99, 111, 122]]  # genai feeds two windows
-    compare("genai CPU EP, a prompt of two windows", genai(folder, longer, 2 * window + n, False),
-            {"torch": torch_tokens(checkpoint, longer, n)})
+    run("genai CPU EP, fp32 stages", folder, prompts, False, want)
+    run("genai CPU EP, a prompt of two windows", folder, longer, False,
+        {"torch": torch_tokens(checkpoint, longer, n)})
+    variants(folder, prompts[0], n, window, want["modelplan"][0], args.clients)
     if not args.htp:
         return
     start = time.perf_counter()
@@ -297,7 +353,7 @@ def main() -> None:
     want = {"torch": want["torch"], "modelplan-htp": modelplan_tokens(bundle, prompts, n)}
     print(f"  modelplan generate's runner on the HTP bundle: {time.perf_counter() - start:.1f} s")
     folder = stages(bundle, *qdq, root / "pipe-qdq", [])
-    compare("genai CPU EP, QDQ stages", genai(folder, prompts, window + n, False), want)
+    run("genai CPU EP, QDQ stages", folder, prompts, False, want)
     options = {k: str(v) for k, v in
                json.loads((bundle / "bundle.json").read_text())["runs_on"]["provider_options"]
                .items()}
@@ -305,15 +361,10 @@ def main() -> None:
     compiled, counts = qnn_compile(folder, root / "pipe-htp", options)
     print(f"  stages compiled for QNN HTP ({options}) in {time.perf_counter() - start:.1f} s: "
           f"{counts}")
-    start = time.perf_counter()
-    compare("genai QNN plugin EP, compiled stages", genai(compiled, prompts, window + n, True),
-            want)
-    print(f"  ({time.perf_counter() - start:.1f} s)")
-    longer = [[11, 22, 33, 44, 55, 66, 77, 88, 99, 111, 122]]
-    compare("genai QNN plugin EP, a prompt of two windows",
-            genai(compiled, longer, 2 * window + n, True),
-            {"modelplan-htp": modelplan_tokens(bundle, longer, n)})
-
+    run("genai QNN plugin EP, compiled stages", compiled, prompts, True, want)
+    run("genai QNN plugin EP, a prompt of two windows", compiled, longer, True,
+        {"torch": torch_tokens(checkpoint, longer, n),
+         "modelplan-htp": modelplan_tokens(bundle, longer, n)})
 
 
 def qnn_compile(qdq: Path, folder: Path, options: dict[str, str]) -> tuple[Path, str]:
