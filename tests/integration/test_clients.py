@@ -201,6 +201,36 @@ def test_onnxruntime_genai_reads_the_prompt_with_the_bundles_own_tokenizer(
                                                            eos)
 
 
+def test_genai_pipeline_over_a_fixed_buffer_gives_modelplans_and_pytorchs_tokens(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """benchmarks/genai_pipeline_probe.py's wrapping of a fixed-shape bundle's prefill and decode
+    graphs as genai decoder-pipeline stages over one fixed buffer per layer (Olive's StaticLLM
+    layout): genai 0.18 on the CPU EP decodes `modelplan generate`'s runner's tokens and
+    PyTorch's, for prompts of 1 to 8 tokens (one window)."""
+    from benchmarks import genai_pipeline_probe as probe
+
+    if not CLIENTS_PYTHON.is_file():
+        pytest.skip("the clients' environment is not installed here: run `make clients`")
+    build = built(tmp_path_factory, "clients-genai-pipeline", "model=tiny_random",
+                  "model.random_init.model_type=llama", *probe.LENGTHS, "target=cpu",
+                  "quant=none", "perf=none", "verify.samples=1", "verify.new_tokens=2")
+    record = build["record"]
+    bundle = Path(record["published"]["bundle.json"]).parent
+    folder = probe.stages(bundle, bundle / "prefill_model.onnx", bundle / "decode_model.onnx",
+                          tmp_path_factory.mktemp("pipeline") / "pipe", [])
+    config = json.loads((folder / "genai_config.json").read_text())["model"]
+    assert config["type"] == "decoder-pipeline" and config["context_length"] == 32
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(1, config["vocab_size"], n).tolist() for n in (1, 5, 8)]
+    got = probe.genai(folder, prompts, 8 + 8, False, CLIENTS_PYTHON)
+    assert got.get("version") == "0.18.0" and "runs" in got, got
+    checkpoint = Path(step(record, "resolve")["outputs"]["source.json"]).parent / "checkpoint"
+    mine = probe.modelplan_tokens(bundle, prompts, 8)
+    for prompt, run, tokens in zip(prompts, got["runs"], mine, strict=True):
+        want = torch_greedy(checkpoint, prompt, 8, config["eos_token_id"])
+        assert run["tokens"] == tokens == want, (prompt, run, tokens, want)
+
+
 @pytest.mark.parametrize("quant", ["none", "w8a16_pc"])
 def test_onnxruntime_genai_runs_a_fixed_shape_bundle_like_modelplan_and_pytorch(
         tmp_path_factory: pytest.TempPathFactory, quant: str) -> None:
