@@ -63,6 +63,9 @@ def _graph_files(stage: Path) -> dict[str, str]:
         else:
             found[name] = "target"
     found |= {name: "host" for name in (bundle.get("host") or {}).values()}
+    windowed = (bundle.get("genai") or {}).get("model")
+    if windowed:  # onnxruntime-genai's graph over the target's (executors/generation/windowed.py)
+        found[windowed] = "target"
     shared = bundle.get("shared_context") or {}
     found |= {f"{shared['folder']}/{m}": "device" for m in shared.get("models", [])}
     return found

@@ -274,6 +274,13 @@ def test_onnxruntime_genai_runs_a_fixed_shape_bundle_like_modelplan_and_pytorch(
             assert run["tokens"] == want, (prompt, run, want)
     longer = client("genai", str(folder), json.dumps([list(range(5, 16))]), "4")
     assert "error" in longer and "logits" in longer["error"], longer
+    # the runtime manifest names genai's graph too, and `modelplan check` opens it
+    runtime = json.loads((folder / "runtime.json").read_text())["graphs"]
+    assert runtime["genai_model.onnx"]["runs_on"] == "target"
+    if quant == "none":
+        checked = run_cli("check", str(folder))
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert "genai_model.onnx" in checked.stdout, checked.stdout
 
 
 def whisper_greedy(checkpoint: Path, features: np.ndarray, prompt: list[int],
