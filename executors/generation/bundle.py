@@ -10,7 +10,7 @@ from typing import Any
 
 from executors.generation.decoder_only import Forward, LMGraphs
 from executors.runtime.adapters import adapter, host_providers
-from planner.models.roles import ROLES, Kind, Runs, kind_of
+from planner.models.roles import Kind, kind_of, prompt_and_token
 
 BUNDLE = "bundle.json"
 
@@ -51,7 +51,7 @@ def read(folder: Path) -> dict[str, Any]:
 
 def _check_lengths(path: Path, described: dict[str, Any]) -> None:
     """A causal LM bundle's lengths: positive, and the ones its graphs were built with."""
-    token = next(g for g in described["graphs"] if ROLES[g].runs is Runs.TOKEN)
+    _, token = prompt_and_token(described["graphs"])
     mask = next((s for s in described["graphs"][token]["inputs"]
                  if isinstance(s, dict) and s.get("name") == "attention_mask"), None)
     slots = mask["shape"][1] - 1 if mask and isinstance(mask.get("shape"), list) and \
@@ -102,8 +102,7 @@ def lm_graphs(folder: Path, described: dict[str, Any], target: Any,
               provider_options: dict[str, Any], cache_dir: Path | None = None) -> LMGraphs:
     """A causal LM's bundle as one runner: its prompt graph, its token graph, its host layers."""
     graphs = described["graphs"]
-    prompt, token = (next(g for g in graphs if ROLES[g].runs is runs)
-                     for runs in (Runs.PROMPT, Runs.TOKEN))
+    prompt, token = prompt_and_token(graphs)
     opened = forwards(folder, described, target, provider_options, cache_dir, [prompt, token])
     return LMGraphs(opened[prompt], opened[token], graphs[prompt]["inputs"],
                     graphs[token]["inputs"], host_forwards(folder, described))

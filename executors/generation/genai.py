@@ -28,7 +28,7 @@ from planner.models.generation import (
     layer_shapes,
     shape_of,
 )
-from planner.models.roles import CACHE, ROLES, Runs
+from planner.models.roles import CACHE, ROLES, prompt_and_token
 
 GENAI_CONFIG = "genai_config.json"
 
@@ -55,7 +55,7 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
     graphs = bundle["graphs"]
     if any(CACHE.is_state(s["name"]) for g in graphs.values() for s in g["inputs"]):
         return None
-    token = next(g for g in graphs if ROLES[g].runs is Runs.TOKEN)
+    _, token = prompt_and_token(graphs)
     if config and not describable(config, graphs[token]["inputs"]):
         return None
     shape = shape_of(config) if config else None

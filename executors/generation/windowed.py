@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from planner.models.generation import GENAI_WINDOWED_GRAPH
-from planner.models.roles import CACHE, ROLES, Runs
+from planner.models.roles import CACHE, prompt_and_token
 
 GRAPH = GENAI_WINDOWED_GRAPH
 ZERO_POINT = 128      # genai's one pad_value: the empty past dequantizes to 0
@@ -108,8 +108,7 @@ def write(folder: Path, bundle: dict[str, Any], cache_scales: dict[str, float]) 
     from onnx import helper
 
     graphs = bundle["graphs"]
-    token = next(g for g in graphs if ROLES[g].runs is Runs.TOKEN)
-    prompt = next(g for g in graphs if ROLES[g].runs is Runs.PROMPT)
+    prompt, token = prompt_and_token(graphs)
     models = {g: onnx.load(str(folder / graphs[g]["model"]), load_external_data=False)
               for g in (prompt, token)}
     window, context = bundle["prefill_length"], bundle["context_length"] + 1

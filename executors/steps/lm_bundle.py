@@ -24,7 +24,7 @@ from executors.runtime import torchmodel
 from executors.samples import SEEDS, checkpoint_dir
 from executors.samples.generation import MAX_STEPS, prompts
 from executors.store.weights import WEIGHTS, link_blobs, link_or_copy
-from planner.models.roles import CACHE, ROLES, Runs
+from planner.models.roles import CACHE, prompt_and_token
 from planner.models.tasks import completed
 
 # what a client needs beside the graphs (tokenizer files of the usual tokenizer families)
@@ -95,7 +95,7 @@ def _windowed(ctx: StepContext, described: dict[str, Any], config: dict[str, Any
     import numpy as np
 
     graphs = described["graphs"]
-    token = next(g for g in graphs if ROLES[g].runs is Runs.TOKEN)
+    _, token = prompt_and_token(graphs)
     if genai.free_past(graphs[token]["inputs"], ctx.out / graphs[token]["model"]):
         return None  # genai's plain decoder runs the token graph itself
     if not config or any(CACHE.is_state(s["name"]) for s in graphs[token]["inputs"]) or \

@@ -149,6 +149,13 @@ def roles_of(graphs: dict[str, list[dict[str, Any]]]) -> dict[str, Role]:
     return {g: role_of(g, [s["name"] for s in specs]) for g, specs in graphs.items()}
 
 
+def prompt_and_token(graphs: list[str] | tuple[str, ...] | dict[str, object]) -> tuple[str, str]:
+    """A causal LM's prompt graph and token graph among `graphs` (by their names' roles)."""
+    prompt, token = (next(g for g in graphs if ROLES[g].runs is runs)
+                     for runs in (Runs.PROMPT, Runs.TOKEN))
+    return prompt, token
+
+
 def kind_of(graphs: list[str] | tuple[str, ...] | dict[str, object]) -> Kind:
     """How a set of graphs generates (a bundle's, a plan's)."""
     kinds = {ROLES[g].kind for g in graphs if g in ROLES} - {Kind.SINGLE}
