@@ -83,8 +83,8 @@ def warm_up() -> None:
     of ONNX steps does not wait for torch. Whatever is left is stopped at exit. A server that
     cannot start now (no processes or file descriptors left) is left to the plan to start."""
     global _warm
-    tools = sorted({t for op in OPS.values() if op.has(Trait.HEAVY) for t in op.tools})
-    if _server_pid() is not None and _slow(tools) <= _server_imports():
+    tools = _all_heavy_tools()
+    if _server_pid() is not None and _modules(tools, SLOW_TOOLS) <= _server_imports():
         return  # an earlier run in this process started one that has torch
     if warmfork.imported():  # forked warm when a step needs it: no imports to overlap
         return
@@ -133,13 +133,12 @@ def preload(tools: Any, start: bool = False) -> None:
     if _warm and not set(SLOW_TOOLS) & set(tools):
         stop_server()
     _warm = False
-    wanted = {m for tool in tools for m in TOOL_MODULES.get(tool, ())}
-    if not _slow(tools) <= _server_imports() and not _LIVE:
+    if not _modules(tools, SLOW_TOOLS) <= _server_imports() and not _LIVE:
         # an earlier plan in this process started it without torch: each step would import it
         # itself (seconds each); a server started now imports it once (a quick module a step
         # imports itself)
         stop_server()
-    _PRELOAD.update(wanted)
+    _PRELOAD.update(_modules(tools))
     if start:
         from multiprocessing import forkserver
 
@@ -155,20 +154,27 @@ def import_tools() -> None:
     """Import here what any heavy step imports, for a process that forks others to run
     commands (the build server): their fork servers are then forked warm (executors/run/
     warmfork.py), not started as interpreters that import torch again."""
-    tools = {t for op in OPS.values() if op.has(Trait.HEAVY) for t in op.tools}
-    warmfork.import_modules(sorted(_PRELOAD | {m for t in tools for m in TOOL_MODULES.get(t, ())}))
+    warmfork.import_modules(sorted(_PRELOAD | _modules(_all_heavy_tools())))
 
 
-def _slow(tools: Any) -> set[str]:
-    """The modules of the slow tools among `tools`."""
-    return {m for t in tools if t in SLOW_TOOLS for m in TOOL_MODULES[t]}
+def _all_heavy_tools() -> list[str]:
+    """The tools any heavy step uses."""
+    return sorted({t for op in OPS.values() if op.has(Trait.HEAVY) for t in op.tools})
+
+
+def _modules(tools: Any, among: Any = None) -> set[str]:
+    """What steps using `tools` import first (only the tools in `among`, when given)."""
+    return {m for t in tools if among is None or t in among for m in TOOL_MODULES.get(t, ())}
 
 
 def _server_imports() -> frozenset[str]:
     """What the running fork server imported when it started (nothing: none runs)."""
     pid = _server_pid()
-    return _served[1] if pid is not None and _served is not None and _served[0] == pid \
-        else frozenset() if pid is None else frozenset(BASE_PRELOAD)
+    if pid is None:
+        return frozenset()
+    if _served is not None and _served[0] == pid:
+        return _served[1]
+    return frozenset(BASE_PRELOAD)  # started where it was not noted: the least it imports
 
 
 def _context() -> Any:
