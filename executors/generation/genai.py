@@ -4,11 +4,14 @@ read back by `modelplan generate`: one description of the bundle that both runne
 A bundle whose token graph has a free past (the CPU's: `past_key_values.{i}.*` of any length
 in, `present.{i}.*` = past + new out, any number of new tokens) is genai's plain decoder
 (`model.type: "decoder"`): genai feeds the whole prompt at once on an empty past, then one
-token at a time, and grows its cache itself. A bundle of fixed shapes (a target that compiles)
-gets `genai_model.onnx`, genai's windowed uint8 cache over its prompt and token graphs
-(executors/generation/windowed.py), run by genai's plain decoder with a sliding window; where
-that graph cannot be made (host layers, parts, a context binary) it is described as genai's
-decoder pipeline over its graphs (and its host layers), which genai 0.18 reads but does not run
+token at a time, and grows its cache itself. A bundle of fixed shapes on a target that runs
+its graphs as they are (the CPU) gets `genai_model.onnx`, genai's windowed uint8 cache over its
+prompt and token graphs (executors/generation/windowed.py), run by genai's plain decoder with a
+sliding window. One whose graphs are compiled gets genai's decoder pipeline over its compiled
+stages (executors/generation/stages.py: the graphs over genai's cache of fixed length), which
+genai runs on the target's EP. Where neither can be made (host layers, parts) it is described
+as genai's decoder pipeline over its own graphs (and its host layers), which genai 0.18 reads
+but does not run
 (docs/generation.md says why)."""
 
 from __future__ import annotations
@@ -17,16 +20,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+from executors.generation import stages
 from planner.core.targets import of_params
 from planner.models.generation import (
     GENAI_DECODER,
     GENAI_PIPELINE,
     GENAI_SECTION,
     HOST_LAYERS,
-    cache_layers,
     heads_and_width,
-    layer_shapes,
     shape_of,
+    uniform_cache,
 )
 from planner.models.roles import CACHE, ROLES, prompt_and_token
 
@@ -73,6 +76,8 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
         "outputs": {"logits": "logits", **cache_names("present", CACHE.present)},
         "session_options": {"provider_options": providers(bundle)}}
     windowed = bundle.get("genai")  # the windowed graph over the fixed ones (windowed.py)
+    if windowed and "stages" in windowed:  # or the pipeline's stages over them (stages.py)
+        return _pipeline(config, bundle, generation, decoder)
     if plain or windowed:
         decoder["filename"] = windowed["model"] if windowed else graphs[token]["model"]
     if windowed:
@@ -97,6 +102,25 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
         "search": greedy_search(context)}
 
 
+def _pipeline(config: dict[str, Any], bundle: dict[str, Any], generation: dict[str, Any],
+              decoder: dict[str, Any]) -> dict[str, Any]:
+    """genai's decoder pipeline over the bundle's stages (executors/generation/stages.py): a
+    cache of fixed length genai passes through them, one buffer per layer's keys and values."""
+    staged = bundle["genai"]
+    eos = generation.get("eos_token_id", config.get("eos_token_id"))
+    for field in ("inputs", "outputs"):
+        del decoder[field]
+    decoder |= stages.decoder_section(decoder["num_hidden_layers"], staged["stages"],
+                                      staged["window"], decoder["session_options"])
+    context = staged["context_length"]
+    return {"model": {
+        "type": GENAI_PIPELINE,
+        "bos_token_id": generation.get("bos_token_id", config.get("bos_token_id")),
+        "eos_token_id": eos, "pad_token_id": _pad(config, eos), "context_length": context,
+        "vocab_size": shape_of(config).vocab if config else None, "decoder": decoder},
+        "search": {**greedy_search(context), "past_present_share_buffer": True}}
+
+
 def describable(config: dict[str, Any], specs: list[dict[str, Any]]) -> bool:
     """Whether genai's decoder, which gives every layer's keys and values one `head_size` and
     `num_key_value_heads` and every one of `num_hidden_layers` a cache, describes this cache:
@@ -106,8 +130,7 @@ def describable(config: dict[str, Any], specs: list[dict[str, Any]]) -> bool:
     are not config.json's."""
     shape = shape_of(config)
     one = (shape.kv_heads, shape.head_dim)
-    if cache_layers(config) != shape.layers or \
-            any(entries != (one, one) for entries in layer_shapes(config)):
+    if not uniform_cache(config):
         return False
     past = [s for s in specs if CACHE.is_past(s["name"])]
     return CACHE.layers([s["name"] for s in past]) == shape.layers and \
@@ -199,7 +222,8 @@ def read(folder: Path, bundle: dict[str, Any]) -> dict[str, Any] | None:
     files = {e["model"] for e in bundle["graphs"].values()} | set(bundle.get("host", {}).values())
     windowed = bundle.get("genai")
     if windowed:
-        files.add(windowed["model"])
+        files |= set(windowed["stages"].values()) if "stages" in windowed else \
+            {windowed["model"]}
     context = windowed["context_length"] if windowed else bundle["context_length"]
     unknown = [f for f in named if f not in files]
     if unknown or model.get("context_length") != context:

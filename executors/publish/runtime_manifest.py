@@ -63,9 +63,9 @@ def _graph_files(stage: Path) -> dict[str, str]:
         else:
             found[name] = "target"
     found |= {name: "host" for name in (bundle.get("host") or {}).values()}
-    windowed = (bundle.get("genai") or {}).get("model")
-    if windowed:  # onnxruntime-genai's graph over the target's (executors/generation/windowed.py)
-        found[windowed] = "target"
+    genai = bundle.get("genai") or {}  # onnxruntime-genai's graph over the target's
+    for name in [genai["model"]] if "model" in genai else genai.get("stages", {}).values():
+        found[name] = "target"  # (executors/generation/windowed.py, stages.py)
     shared = bundle.get("shared_context") or {}
     found |= {f"{shared['folder']}/{m}": "device" for m in shared.get("models", [])}
     return found

@@ -71,7 +71,7 @@ def run(ctx: StepContext) -> StepResult:
                  **({"host": host} if host else {})}
     config = completed(json.loads((ckpt / "config.json").read_text())) \
         if "config.json" in copied else {}  # as the planner read it: omitted fields' defaults
-    why_not = _windowed(ctx, described, config, ckpt)
+    why_not = None if _stages(ctx, described) else _windowed(ctx, described, config, ckpt)
     (ctx.out / BUNDLE).write_text(json.dumps(described, indent=2, sort_keys=True))
     genai_config = genai.config_for(config, described, _generation(ckpt), ctx.out)
     if genai_config is not None:
@@ -82,6 +82,7 @@ def run(ctx: StepContext) -> StepResult:
                                "blobs_shared_by_graphs": shared, "weight_bytes": weight_bytes,
                                "client_files": copied,
                                "genai_windowed": described.get("genai", {}).get("model"),
+                               "genai_stages": described.get("genai", {}).get("stages"),
                                **({"genai_windowed_not": why_not} if why_not else {}),
                                "context_length": p["context_length"],
                                "prefill_length": p["prefill_length"]})
@@ -111,6 +112,21 @@ def _windowed(ctx: StepContext, described: dict[str, Any], config: dict[str, Any
     ranges = windowed.cache_ranges(model, asked, MAX_STEPS)
     described["genai"] = windowed.write(ctx.out, described, windowed.scales(ranges))
     return None
+
+
+def _stages(ctx: StepContext, described: dict[str, Any]) -> bool:
+    """genai's compiled pipeline stages (genai_stages) beside the graphs, and in
+    `described["genai"]` what they are; whether the bundle has them."""
+    src = ctx.inputs.get("stages")
+    if src is None:
+        return False
+    made = json.loads((src / "result.json").read_text())["metrics"]
+    for name in (*made["stages"].values(), *made["binaries"]):
+        link_or_copy(src / name, ctx.out / name)
+    described["genai"] = {"stages": made["stages"], "binaries": made["binaries"],
+                          "reads": made["reads"], "window": made["window"],
+                          "context_length": made["slots"], "from": ctx.step["inputs"]["stages"]}
+    return True
 
 
 def _host(ctx: StepContext) -> dict[str, str]:

@@ -119,7 +119,8 @@ def deliverable(config: dict[str, Any], known: dict[str, Any], steps: list[Step]
                 finals: dict[str, str], ep: dict[str, Any]) -> tuple[list[Step], str]:
     """The steps that deliver a model of several graphs together, and the deliverable's id."""
     if roles.kind_of(finals) is roles.Kind.DECODER_ONLY:
-        made = lm_bundle(config, known, finals, ep, _shared_context(config, steps, finals, ep))
+        made = lm_bundle(config, known, finals, ep, _shared_context(config, steps, finals, ep),
+                         _genai_stages(config, known, steps, finals, ep))
         return made, "bundle"
     bundle = Step("bundle", "bundle", {"graphs": list(finals), **ep},
                   {**finals, "source": "resolve"} if known["graphs"].get(roles.ENCODER)
@@ -145,21 +146,42 @@ def _shared_context(config: dict[str, Any], steps: list[Step], finals: dict[str,
                  {graph: read[final] for graph, final in finals.items()})]
 
 
+def _genai_stages(config: dict[str, Any], known: dict[str, Any], steps: list[Step],
+                  finals: dict[str, str], ep: dict[str, Any]) -> list[Step]:
+    """On a target that compiles: the two graphs' quantized models as onnxruntime-genai's
+    decoder-pipeline stages over fixed buffers, compiled (executors/generation/stages.py), for
+    genai to run the bundle; not for a split graph, host layers, or a cache genai does not
+    describe (the bundle's card then says to run it with `modelplan generate`)."""
+    declared = of_config(config["target"])
+    inputs = {g: [s["name"] for s in known["graphs"][g]["inputs"]] for g in finals
+              if known["graphs"].get(g)}
+    if not declared.compiles or config["export"]["on_host"] or len(inputs) != len(finals) or \
+            any(s.op == "split" for s in steps) or \
+            generation.genai_stages_not(known["info"], inputs) is not None:
+        return []
+    read = {s.id: s.inputs["model"] for s in steps if s.id in finals.values()}
+    prefill, _ = generation.lengths(known["info"], config["export"]["shapes"])
+    return [Step("genai_stages", "genai_stages", {"target": declared.name, "window": prefill,
+                                                  **ep},
+                 {graph: read[final] for graph, final in finals.items()})]
+
+
 def lm_bundle(config: dict[str, Any], known: dict[str, Any], finals: dict[str, str],
-              ep: dict[str, Any], shared: list[Step] = ()) -> list[Step]:
-    """A causal LM's deliverable (both graphs, one folder; the shared context beside them),
-    and its generation check."""
+              ep: dict[str, Any], shared: list[Step] = (),
+              stages: list[Step] = ()) -> list[Step]:
+    """A causal LM's deliverable (both graphs, one folder; the shared context and genai's
+    stages beside them), and its generation check."""
     prefill, context = generation.lengths(known["info"], config["export"]["shapes"])
     layers = sorted(config["export"]["on_host"])
     host = [Step("host_layers", "host_layers", {"layers": layers}, {"source": "resolve"})] \
         if layers else []
     inputs = {**finals, "source": "resolve"}
-    for role, made in (("shared", shared), ("host", host)):  # at most one step each
+    for role, made in (("shared", shared), ("host", host), ("stages", stages)):  # one each
         if made:
             inputs[role] = made[0].id
     bundle = Step("bundle", "lm_bundle", {"graphs": list(finals), "prefill_length": prefill,
                                           "context_length": context, **ep}, inputs)
-    return [*shared, *host, bundle, *_generation_check(config, bundle.id, ep)]
+    return [*shared, *stages, *host, bundle, *_generation_check(config, bundle.id, ep)]
 
 
 def _generation_check(config: dict[str, Any], bundle: str, ep: dict[str, Any]) -> list[Step]:

@@ -306,13 +306,14 @@ OPS: dict[str, Op] = {op.name: op for op in (
                  Require(N.FORMAT, "eq", "onnx", role="decoder")),
        tools=("onnx",), outputs=("models",), chain_role="decoder",
        delivers=("encoder", "cross"), memory=Memory(weights=0.7)),
-    Op("lm_bundle", 3, "deliver a causal LM's prefill and decode graphs in one folder, weights "
+    Op("lm_bundle", 4, "deliver a causal LM's prefill and decode graphs in one folder, weights "
        "stored once (a tied head reads the embedding table), with its tokenizer, generation "
        "config and genai_config.json (graphs of fixed shapes: genai's windowed uint8 cache "
        "graph over them, scaled from PyTorch's cache on calibration prompts)",
        params=("graphs", "prefill_length", "context_length", "ep", "backend",
                "provider_options"),
-       inputs=("prefill", "decode", "source", "shared", "host"), optional=("shared", "host"),
+       inputs=("prefill", "decode", "source", "shared", "host", "stages"),
+       optional=("shared", "host", "stages"),
        requires=(Require(N.FORMAT, "eq", "onnx", role="prefill"),
                  Require(N.FORMAT, "eq", "onnx", role="decode")),
        tools=("onnx", "torch", "transformers"), outputs=("models",), chain_role="decode",
@@ -344,6 +345,20 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("onnx", "onnxruntime", "onnxruntime-qnn"), outputs=("models",),
        chain_role="decode", delivers=("prefill",),
        memory=Memory(weights=4.1, by_bits=((4, 2.9),))),
+    Op("genai_stages", 1, "wrap a causal LM's two quantized graphs as onnxruntime-genai's "
+       "decoder-pipeline stages over fixed key/value buffers (positions and mask from genai's "
+       "past_seq_len, new entries written into the buffers) and compile each",
+       params=("target", "window", "ep", "backend", "provider_options"),
+       inputs=("prefill", "decode"),
+       requires=tuple(r for role in ("prefill", "decode") for r in (
+           Require(N.PRECISION, "not_in", ["fp32"], role=role, config_path="quant",
+                   fix="set quant=w8a16_pc (or quant=w4a16), or target=cpu",
+                   need="genai's stages for {target} need quantized graphs"),
+           Require(N.LEGAL_FOR, "eq", Param("target"), role=role, config_path="target"))),
+       traits=frozenset({T.NEEDS_EP, T.HEAVY}),
+       tools=("onnx", "onnxruntime", "onnxruntime-qnn"), outputs=("models",),
+       chain_role="decode", delivers=("prefill",),
+       memory=Memory(weights=3.3, by_bits=((4, 2.1),))),
     Op("verify_generation", 1, "the deliverable's greedy generation against PyTorch's on real "
        "prompts: token agreement, first divergence, logits cosine per step",
        params=("prompts", "new_tokens", "threshold", "ep", "backend", "provider_options"),

@@ -221,6 +221,35 @@ def input_spec(name: str, dtype: str, shape: list[int], lo: float, hi: float,
 
 
 HOST_LAYERS = ("embeddings", "head")  # what export.on_host may place on the host CPU
+# what a genai pipeline stage makes of genai's feed (ids, past_seq_len, total_seq_len and the
+# buffers) for the graph it wraps (executors/generation/stages.py)
+GENAI_STAGE_MAKES = ("input_ids", "attention_mask", "position_ids")
+
+
+def uniform_cache(info: dict[str, Any]) -> bool:
+    """Whether every layer caches keys and values of config.json's one geometry, which is all
+    genai's decoder describes (`num_key_value_heads` heads of `head_size`, every one of
+    `num_hidden_layers`): not Gemma 4's wider global layers, a latent attention's keys and
+    values, Gemma 3n's layers without a cache of their own."""
+    shape = shape_of(info)
+    one = (shape.kv_heads, shape.head_dim)
+    return cache_layers(info) == shape.layers and \
+        all(entries == (one, one) for entries in layer_shapes(info))
+
+
+def genai_stages_not(info: dict[str, Any] | None, inputs: dict[str, list[str]]) -> str | None:
+    """Why a causal LM's prompt and token graphs (`inputs`: each graph's input names) cannot be
+    genai pipeline stages over fixed buffers (None: they can): genai feeds a stage nothing but
+    the ids, the two lengths and one buffer per layer's keys and values, all of one geometry
+    (config.json's `info`; None: not checked)."""
+    if info is not None and not uniform_cache(info):
+        return "its layers' caches differ in geometry, which genai's decoder does not describe"
+    for graph, names in inputs.items():
+        extra = [n for n in names if n not in GENAI_STAGE_MAKES and
+                 (not CACHE.is_past(n) or CACHE.is_state(n))]
+        if extra:
+            return f"the {graph} graph takes {extra[0]}, which genai's pipeline does not feed"
+    return None
 
 
 def lm_graph_specs(info: dict[str, Any], shapes: dict[str, Any], batch: int,

@@ -111,7 +111,8 @@ _PROMPT = ("input_ids", "attention_mask", "position_ids")  # input_ids: inputs_e
 _STEP = ("input_ids", "position_ids", "attention_mask")
 _STATES = "encoder_hidden_states"
 _LOGITS = ("logits",)  # hidden_states when the head runs on the host
-_LM_STEPS = ("share_context", "split", "host_layers", "lm_bundle", "verify_generation")
+_LM_STEPS = ("share_context", "genai_stages", "split", "host_layers", "lm_bundle",
+             "verify_generation")
 _S2S_STEPS = ("bundle", "verify_generation")
 
 ROLES: dict[str, Role] = {r.name: r for r in (
