@@ -8,7 +8,12 @@ Builds a tiny llama with `export.shapes.dynamic=false` for the CPU (fp32) and fo
 into the fixed buffer at genai's `past_seq_len`, writes a decoder-pipeline genai_config.json
 beside them, and runs genai 0.18 greedy on the CPU EP (and, with --htp, over the stages
 compiled for the QNN HTP EP on the QNN plugin EP). Prints genai's tokens beside `modelplan
-generate`'s on the bundle and PyTorch's, and every error genai gave.
+generate`'s on the bundle and PyTorch's, and every error genai gave, and what genai does when
+one thing in the config or the stages changes.
+
+A qnn_htp build now delivers these stages itself (the genai_stages step:
+executors/generation/stages.py makes them; this probe uses it), compiled, named in the bundle's
+genai_config.json; the probe keeps the CPU EP's and the variants' measurements.
 
 Run: python benchmarks/genai_pipeline_probe.py [--out DIR] [--htp] [--clients PYTHON]
 (PYTHON: the clients' environment with onnxruntime-genai, `.venv-clients/bin/python` by default)
@@ -26,105 +31,30 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = ROOT / ".venv-clients" / "bin" / "python"  # `make clients`: genai 0.18
 LENGTHS = ["export.shapes.prefill_length=8", "export.shapes.context_length=32",
            "export.shapes.dynamic=false"]
-PAST = "past_key_values.%d.%s"
-PRESENT = "present.%d.%s"
-
-
-def _const(name: str, value: np.ndarray) -> onnx.NodeProto:
-    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(value, name))
 
 
 def _stage(graph: Path, out: Path, kind: str, slots: int) -> None:
-    """The prefill (`kind` prompt) or decode (token) graph as a stage of genai's pipeline: it
-    reads int32 `past_seq_len` [1, 1] (the position of the input's last token, as genai counts
-    it) and `total_seq_len` [1], and each layer's fixed buffer [1, kv, slots, hd]; it makes the
-    graph's positions and mask from `past_seq_len` and gives back the buffer with the graph's
-    new entries written at their positions (a one-hot of the slots: Equal, Cast, MatMul or Mul,
-    Add), under the past's names' present ones."""
+    """The prefill (`kind` prompt) or decode (token) graph as a stage of genai's pipeline, as
+    the genai_stages step makes it (executors/generation/stages.py)."""
+    from executors.generation import stages as product
+
     model = onnx.load(str(graph), load_external_data=False)
-    g = model.graph
-    layers = sorted({int(o.name.split(".")[1]) for o in g.output if o.name.startswith("present.")})
-    entry = next(o for o in g.output if o.name.startswith("present."))
-    kv, hd = (d.dim_value for d in entry.type.tensor_type.shape.dim[1:4:2])
-    width = next(i for i in g.input if i.name == "input_ids").type.tensor_type.shape.dim[1].dim_value
-    renamed = {o.name: "new." + o.name[len("present."):] for o in g.output
-               if o.name.startswith("present.")}
-    for o in g.output:
-        o.name = renamed.get(o.name, o.name)
-    for n in g.node:  # the graph's own nodes read its present entries too
-        for field in (n.input, n.output):
-            field[:] = [renamed.get(x, x) for x in field]
-    for i in [i for i in g.input if i.name in ("attention_mask", "position_ids")]:
-        g.input.remove(i)
-    nodes = [
-        _const("stage.cw", np.arange(width, dtype=np.int64)[None] - (width - 1)),
-        _const("stage.slots", np.arange(slots, dtype=np.int64)),
-        _const("stage.one", np.ones((1, 1), np.float32)),
-        helper.make_node("Cast", ["past_seq_len"], ["stage.psl"], to=TensorProto.INT64),
-        # positions of the input's tokens: past_seq_len is the last one's
-        helper.make_node("Add", ["stage.psl", "stage.cw"], ["position_ids"]),
-        _const("stage.ax1", np.array([1], np.int64)),
-        helper.make_node("Unsqueeze", ["stage.slots", "stage.ax1"], ["stage.col"]),
-        # hot[s, w]: slot s takes the input's token w
-        helper.make_node("Equal", ["stage.col", "position_ids"], ["stage.eq"]),
-        helper.make_node("Cast", ["stage.eq"], ["stage.hot"], to=TensorProto.FLOAT),
-        helper.make_node("ReduceSum", ["stage.hot", "stage.ax1"], ["stage.taken"], keepdims=1),
-        helper.make_node("Sub", ["stage.one", "stage.taken"], ["stage.kept"]),
-    ]
-    if kind == "prompt":
-        nodes.append(_const("attention_mask", np.ones((1, width), np.int64)))
-    else:  # the slots before the token, then the token itself
-        nodes += [
-            helper.make_node("Less", ["stage.slots", "stage.psl"], ["stage.before"]),
-            helper.make_node("Cast", ["stage.before"], ["stage.mask_slots"], to=TensorProto.INT64),
-            _const("stage.self", np.ones((1, 1), np.int64)),
-            helper.make_node("Concat", ["stage.mask_slots", "stage.self"], ["attention_mask"],
-                             axis=1),
-        ]
-    for i in layers:
-        for part in ("key", "value"):
-            past, new, present = PAST % (i, part), f"new.{i}.{part}", PRESENT % (i, part)
-            nodes += [
-                helper.make_node("Mul", [past, "stage.kept"], [f"stage.{i}.{part}.old"]),
-                helper.make_node("MatMul", ["stage.hot", new], [f"stage.{i}.{part}.put"]),
-                helper.make_node("Add", [f"stage.{i}.{part}.old", f"stage.{i}.{part}.put"],
-                                 [present]),
-            ]
-            if kind == "prompt":
-                g.input.append(helper.make_tensor_value_info(past, TensorProto.FLOAT,
-                                                             [1, kv, slots, hd]))
-            g.output.append(helper.make_tensor_value_info(present, TensorProto.FLOAT,
-                                                          [1, kv, slots, hd]))
-    for o in [o for o in g.output if o.name.startswith("new.")]:
-        g.output.remove(o)
-    g.input.append(helper.make_tensor_value_info("past_seq_len", TensorProto.INT32, [1, 1]))
-    g.input.append(helper.make_tensor_value_info("total_seq_len", TensorProto.INT32, [1]))
-    for n in reversed(nodes):
-        g.node.insert(0, n)
-    onnx.save(model, str(out))
+    onnx.save(product.stage(model, kind == "token", slots), str(out))
 
 
 def _config(bundle: Path, folder: Path, slots: int, window: int,
             provider_options: list[dict]) -> None:
     """genai's decoder-pipeline config over the two stages, from the bundle's own config."""
+    from executors.generation import stages as product
+
     own = json.loads((bundle / "genai_config.json").read_text())["model"]
     dec = own["decoder"]
-    names = {"past_key_names": "past_key_values.%d.key", "past_value_names":
-             "past_key_values.%d.value"}
-    outs = {"present_key_names": "present.%d.key", "present_value_names": "present.%d.value"}
-    layers = range(dec["num_hidden_layers"])
-    cache = ([PAST % (i, p) for i in layers for p in ("key", "value")],
-             [PRESENT % (i, p) for i in layers for p in ("key", "value")])
-    stage_io = {"inputs": ["input_ids", "past_seq_len", "total_seq_len", *cache[0]],
-                "outputs": ["logits", *cache[1]]}
     session = {"provider_options": provider_options}
     config = {"model": {
         **{k: own[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id", "vocab_size")},
@@ -132,20 +62,9 @@ def _config(bundle: Path, folder: Path, slots: int, window: int,
         "decoder": {
             **{k: dec[k] for k in ("num_hidden_layers", "head_size", "num_key_value_heads",
                                    "num_attention_heads", "hidden_size")},
-            "inputs": {"input_ids": "input_ids", "past_sequence_length": "past_seq_len",
-                       "total_sequence_length": "total_seq_len", **names},
-            "outputs": {"logits": "logits", **outs},
             "session_options": session,
-            "sliding_window": {"window_size": window, "pad_value": 0, "alignment": "left",
-                               "slide_key_value_cache": False},
-            "pipeline": [{
-                "prompt": {"filename": "prompt_stage.onnx", **stage_io,
-                           "session_options": session,
-                           "run_on_prompt": True, "run_on_token_gen": False},
-                "token": {"filename": "token_stage.onnx", **stage_io,
-                          "session_options": session,
-                          "run_on_prompt": False, "run_on_token_gen": True},
-            }]}},
+            **product.decoder_section(dec["num_hidden_layers"], product.FILES, window,
+                                      session)}},
         "search": {"do_sample": False, "num_beams": 1, "max_length": slots, "min_length": 0,
                    "past_present_share_buffer": True}}
     (folder / "genai_config.json").write_text(json.dumps(config, indent=2))

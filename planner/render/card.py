@@ -214,6 +214,33 @@ def _use(model: dict[str, Any], files: dict[str, int]) -> list[str]:
     return out
 
 
+def _genai_stages(target: str) -> list[str]:
+    """How onnxruntime-genai runs a compiled bundle: its pipeline over the compiled stages."""
+    return ["", (f"onnxruntime-genai (0.18) runs the folder on the EP it was built for "
+                 f"(`{target}`; `genai_config.json`: its decoder pipeline over "
+                 "`prompt_stage_ctx.onnx` and `token_stage_ctx.onnx`, the graphs compiled "
+                 "over genai's key/value cache of fixed length, with the build's provider "
+                 "options). The QNN EP is a plugin: register its library first. The prompt "
+                 "must fit in one window (`prefill_length` tokens: a longer one's second "
+                 "window does not see the first), and genai counts it padded to the window "
+                 "in `max_length`:"),
+            "", "```python", "import json", "", "import onnxruntime_genai as og",
+            "import onnxruntime_qnn  # pip install onnxruntime-qnn", "",
+            'og.register_execution_provider_library("QNNExecutionProvider",',
+            "                                        onnxruntime_qnn.get_library_path())",
+            'folder = "path/to/this/folder"',
+            'with open(f"{folder}/genai_config.json") as f:',
+            '    window = json.load(f)["model"]["decoder"]["sliding_window"]["window_size"]',
+            "model = og.Model(folder)", "tokenizer = og.Tokenizer(model)",
+            "params = og.GeneratorParams(model)",
+            "params.set_search_options(do_sample=False, max_length=window + 16)",
+            "generator = og.Generator(model, params)",
+            'generator.append_tokens(tokenizer.encode("a prompt"))',
+            "while not generator.is_done():", "    generator.generate_next_token()",
+            "print(tokenizer.decode(generator.get_sequence(0)[window:]))  # after the window",
+            "```"]
+
+
 def _genai_windowed() -> list[str]:
     """How onnxruntime-genai runs a bundle of fixed shapes: the windowed graph over them."""
     return ["", (f"onnxruntime-genai (0.18) runs the folder on the CPU (`genai_config.json`: its "
@@ -266,6 +293,9 @@ def _bundle(model: dict[str, Any], files: dict[str, int]) -> list[str]:
                 "`modelplan generate`.")]
     elif model.get("genai") == GENAI_PIPELINE and GENAI_WINDOWED_GRAPH in files:
         out += _genai_windowed()
+    elif model.get("genai") == GENAI_PIPELINE and "genai_config.json" in files and \
+            any(f.endswith("_stage_ctx.onnx") for f in files):
+        out += _genai_stages(model["target"])
     elif model.get("genai") == GENAI_PIPELINE:
         out += ["", ("`genai_config.json` describes the graphs as onnxruntime-genai's decoder "
                 "pipeline, which onnxruntime-genai 0.18 does not run over graphs of fixed "

@@ -7,11 +7,12 @@
     open_folder.py optimum TASK FOLDER FEEDS_NPZ
         Optimum's ORTModel class for the task, fed the arrays in FEEDS_NPZ by input name: its
         outputs by name
-    open_folder.py genai FOLDER PROMPTS_JSON NEW_TOKENS
+    open_folder.py genai FOLDER PROMPTS_JSON NEW_TOKENS [EP_LIBRARY]
         onnxruntime-genai as its README runs a model folder (`og.Model(folder)`, a greedy
         `Generator`): for each prompt (a list of token ids, or a text its tokenizer encodes)
         the prompt's ids and the tokens it generated, at most NEW_TOKENS of them; or the
-        error genai raised, on one line, as `error`
+        error genai raised, on one line, as `error`. EP_LIBRARY: a plugin EP's library
+        (onnxruntime-qnn's), registered with genai first for a folder that names the QNN EP
     open_folder.py genai-speech FOLDER FEATURES_NPY PROMPT_JSON NEW_TOKENS
         onnxruntime-genai's Whisper runner on the folder: the log-mel features in FEATURES_NPY
         and the decoder prompt (token ids: the start and forced tokens) set as the generator's
@@ -59,9 +60,11 @@ def optimum(task: str, folder: str, feeds_path: str) -> dict:
     return {"class": cls_name, output: getattr(got, output).detach().numpy().tolist()}
 
 
-def genai(folder: str, prompts: list, new_tokens: int) -> dict:
+def genai(folder: str, prompts: list, new_tokens: int, library: str | None = None) -> dict:
     import onnxruntime_genai as og
 
+    if library:  # the QNN EP is a plugin: genai loads it by its library's path
+        og.register_execution_provider_library("QNNExecutionProvider", library)
     try:
         return _genai(og, folder, prompts, new_tokens)
     except RuntimeError as exc:
@@ -88,11 +91,12 @@ def _genai(og: object, folder: str, prompts: list, new_tokens: int) -> dict:
 
 
 def _read(folder: str, ids: list[int]) -> int:
-    """The tokens genai's sequence holds once it has read the prompt: with a sliding window over
-    the inputs, the prompt padded to a whole number of windows."""
+    """The tokens genai's sequence holds once it has read the prompt: with a sliding window (over
+    the inputs, or over a pipeline's prompt stage), the prompt padded to a whole number of
+    windows."""
     window = json.loads((Path(folder) / "genai_config.json").read_text())["model"]["decoder"] \
         .get("sliding_window") or {}
-    if not window.get("slide_inputs"):
+    if not window:
         return len(ids)
     size = window["window_size"]
     return -(-len(ids) // size) * size
@@ -126,7 +130,7 @@ def main(argv: list[str]) -> None:
     elif argv[0] == "optimum":
         result = optimum(argv[1], argv[2], argv[3])
     elif argv[0] == "genai":
-        result = genai(argv[1], json.loads(argv[2]), int(argv[3]))
+        result = genai(argv[1], json.loads(argv[2]), int(argv[3]), *argv[4:5])
     elif argv[0] == "genai-speech":
         result = genai_speech(argv[1], argv[2], json.loads(argv[3]), int(argv[4]))
     else:

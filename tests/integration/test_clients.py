@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -281,6 +282,48 @@ def test_onnxruntime_genai_runs_a_fixed_shape_bundle_like_modelplan_and_pytorch(
         checked = run_cli("check", str(folder))
         assert checked.returncode == 0, checked.stdout + checked.stderr
         assert "genai_model.onnx" in checked.stdout, checked.stdout
+
+
+def test_onnxruntime_genai_runs_an_htp_bundle_on_the_qnn_ep_like_modelplan(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A qnn_htp build's bundle as it is published: genai_config.json names genai's decoder
+    pipeline over the bundle's compiled prompt and token stages (genai_stages) and the QNN EP
+    with the build's provider options; genai 0.18, the QNN plugin EP registered through its
+    API, runs it on the HTP simulator and decodes the tokens `modelplan generate` decodes on
+    the same bundle, for prompts up to the window (the prefill length)."""
+    import onnxruntime_qnn
+
+    checkpoint = bpe_tokenizer(text_checkpoint(
+        tmp_path_factory.mktemp("htp") / "llama", cls="LlamaForCausalLM", model_type="llama",
+        num_key_value_heads=1, pad_token_id=0))
+    build = built(tmp_path_factory, "clients-genai-htp", "model=local_hf",
+                  f"model.path={checkpoint}", "export.shapes.prefill_length=8",
+                  "export.shapes.context_length=32", "target=qnn_htp", "quant=w8a16_pc",
+                  "perf=none", "verify.samples=1", "verify.new_tokens=2")
+    folder = Path(build["record"]["published"]["genai_config.json"]).parent
+    model = json.loads((folder / "genai_config.json").read_text())["model"]
+    decoder = model["decoder"]
+    stages = decoder["pipeline"][0]
+    assert model["type"] == "decoder-pipeline" and model["context_length"] == 32
+    assert [s["filename"] for s in stages.values()] == ["prompt_stage_ctx.onnx",
+                                                         "token_stage_ctx.onnx"]
+    assert decoder["sliding_window"]["window_size"] == 8
+    assert decoder["session_options"]["provider_options"][0]["qnn"]["backend_type"] == "htp"
+    for stage in stages.values():  # each stage one context binary's node
+        ops = [n.op_type for n in onnx.load(str(folder / stage["filename"])).graph.node]
+        assert ops == ["EPContext"], ops
+    runtime = json.loads((folder / "runtime.json").read_text())["graphs"]
+    assert runtime["prompt_stage_ctx.onnx"]["runs_on"] == "target"
+    prompts = ["the cat sat", "hello world", "the"]
+    got = client("genai", str(folder), json.dumps(prompts), "8",
+                 str(onnxruntime_qnn.get_library_path()))
+    assert got.get("version") == "0.18.0" and "runs" in got, got
+    for prompt, run in zip(prompts, got["runs"], strict=True):
+        result = run_cli("generate", str(folder), prompt, "--new-tokens", "8", "--json")
+        assert result.returncode == 0, result.stderr
+        mine = json.loads(result.stdout)
+        assert run["prompt_ids"] == mine["prompt_ids"] and len(mine["prompt_ids"]) <= 8
+        assert run["tokens"] == mine["tokens"], (prompt, run, mine)
 
 
 def whisper_greedy(checkpoint: Path, features: np.ndarray, prompt: list[int],

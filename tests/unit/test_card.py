@@ -128,6 +128,11 @@ def test_a_language_model_card_says_how_onnxruntime_genai_runs_it_where_it_does(
     pipeline = card(record(task="text-generation", genai="decoder-pipeline", compiled=True,
                            target="qnn_htp"), BUNDLE, None)
     assert "og.Model" not in pipeline and "0.18 does not run" in pipeline
+    staged = card(record(task="text-generation", genai="decoder-pipeline", compiled=True,
+                         target="qnn_htp"),
+                  {**BUNDLE, "prompt_stage_ctx.onnx": 10, "token_stage_ctx.onnx": 10}, None)
+    assert "model = og.Model(folder)" in staged and "0.18 does not run" not in staged
+    assert "register_execution_provider_library" in staged and "(`qnn_htp`;" in staged
     fixed = card(record(task="text-generation", genai="decoder-pipeline", dynamic=False),
                  {**BUNDLE, "genai_model.onnx": 100}, None)
     assert 'model = og.Model(folder)' in fixed and "0.18 does not run" not in fixed
