@@ -51,7 +51,8 @@ def _stage(graph: Path, out: Path, kind: str, slots: int) -> None:
 def _config(bundle: Path, folder: Path, slots: int, window: int,
             provider_options: list[dict]) -> None:
     """genai's decoder-pipeline config over the two stages, from the bundle's own config."""
-    from executors.generation import stages as product
+    from executors.generation import genai as product
+    from executors.generation.stages import FILES
 
     own = json.loads((bundle / "genai_config.json").read_text())["model"]
     dec = own["decoder"]
@@ -63,7 +64,7 @@ def _config(bundle: Path, folder: Path, slots: int, window: int,
             **{k: dec[k] for k in ("num_hidden_layers", "head_size", "num_key_value_heads",
                                    "num_attention_heads", "hidden_size")},
             "session_options": session,
-            **product.decoder_section(dec["num_hidden_layers"], product.FILES, window,
+            **product.pipeline_section(dec["num_hidden_layers"], FILES, window,
                                       session)}},
         "search": {"do_sample": False, "num_beams": 1, "max_length": slots, "min_length": 0,
                    "past_present_share_buffer": True}}

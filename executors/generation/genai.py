@@ -110,7 +110,7 @@ def _pipeline(config: dict[str, Any], bundle: dict[str, Any], generation: dict[s
     eos = generation.get("eos_token_id", config.get("eos_token_id"))
     for field in ("inputs", "outputs"):
         del decoder[field]
-    decoder |= stages.decoder_section(decoder["num_hidden_layers"], staged["stages"],
+    decoder |= pipeline_section(decoder["num_hidden_layers"], staged["stages"],
                                       staged["window"], decoder["session_options"])
     context = staged["context_length"]
     return {"model": {
@@ -119,6 +119,27 @@ def _pipeline(config: dict[str, Any], bundle: dict[str, Any], generation: dict[s
         "eos_token_id": eos, "pad_token_id": _pad(config, eos), "context_length": context,
         "vocab_size": shape_of(config).vocab if config else None, "decoder": decoder},
         "search": {**greedy_search(context), "past_present_share_buffer": True}}
+
+
+def pipeline_section(layers: int, files: dict[str, str], window: int,
+                    session: dict[str, Any]) -> dict[str, Any]:
+    """genai_config.json's decoder fields that name the stages (`files`: stage -> its file),
+    their inputs and outputs and the sliding window of the prompt graph's length."""
+    past = [f"{CACHE.past}.{i}.{p}" for i in range(layers) for p in CACHE.parts]
+    io = {"inputs": [stages.IDS, stages.PAST_SEQ_LEN, stages.TOTAL_SEQ_LEN, *past],
+          "outputs": ["logits", *(CACHE.present_of(n) for n in past)]}
+    prompt, token = stages.STAGES
+    return {
+        "inputs": {"input_ids": stages.IDS, "past_sequence_length": stages.PAST_SEQ_LEN,
+                   "total_sequence_length": stages.TOTAL_SEQ_LEN,
+                   **cache_names("past", CACHE.past)},
+        "outputs": {"logits": "logits", **cache_names("present", CACHE.present)},
+        # the prompt in windows of the prompt graph's length, from the left; the buffers stay
+        "sliding_window": {"window_size": window, "pad_value": 0, "alignment": "left",
+                           "slide_key_value_cache": False},
+        "pipeline": [{name: {"filename": files[name], **io, "session_options": session,
+                             "run_on_prompt": name == prompt, "run_on_token_gen": name == token}
+                      for name in stages.STAGES}]}
 
 
 def describable(config: dict[str, Any], specs: list[dict[str, Any]]) -> bool:

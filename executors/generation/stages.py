@@ -111,24 +111,3 @@ def slots_of(model: Any) -> int:
     """The slots of a token graph's cache buffers (its first past input's third axis)."""
     past = next(i for i in model.graph.input if CACHE.is_past(i.name))
     return past.type.tensor_type.shape.dim[2].dim_value
-
-
-def decoder_section(layers: int, files: dict[str, str], window: int,
-                    session: dict[str, Any]) -> dict[str, Any]:
-    """genai_config.json's decoder fields that name the stages (`files`: stage -> its file),
-    their inputs and outputs and the sliding window of the prompt graph's length."""
-    from executors.generation.genai import cache_names
-
-    past = [f"{CACHE.past}.{i}.{p}" for i in range(layers) for p in CACHE.parts]
-    io = {"inputs": [IDS, PAST_SEQ_LEN, TOTAL_SEQ_LEN, *past],
-          "outputs": ["logits", *(CACHE.present_of(n) for n in past)]}
-    return {
-        "inputs": {"input_ids": IDS, "past_sequence_length": PAST_SEQ_LEN,
-                   "total_sequence_length": TOTAL_SEQ_LEN, **cache_names("past", CACHE.past)},
-        "outputs": {"logits": "logits", **cache_names("present", CACHE.present)},
-        # the prompt in windows of the prompt graph's length, from the left; the buffers stay
-        "sliding_window": {"window_size": window, "pad_value": 0, "alignment": "left",
-                           "slide_key_value_cache": False},
-        "pipeline": [{name: {"filename": files[name], **io, "session_options": session,
-                             "run_on_prompt": name == STAGES[0],
-                             "run_on_token_gen": name == STAGES[1]} for name in STAGES}]}
