@@ -147,8 +147,9 @@ def test_check_on_a_tiny_llm_bundle(tmp_path: Path) -> None:
     folder = build(tmp_path, *TINY_LLM)["folder"]
     done = run_cli("check", str(folder))
     assert done.returncode == 0, done.stderr
-    assert sorted(m[0] for m in LOADED.findall(done.stdout)) == ["decode_model.onnx",
-                                                                  "prefill_model.onnx"]
+    assert sorted(m[0] for m in LOADED.findall(done.stdout)) == [
+        "decode_model.onnx", "prefill_model.onnx",  # and onnxruntime-genai's compiled stages
+        "prompt_stage_ctx.onnx", "token_stage_ctx.onnx"]
     assert "skip  device/" in done.stdout  # the shared set for the device is not loaded here
     # the device's shared set, loaded one graph at a time: the HTP simulator's backend crashes
     # on it (measured with onnxruntime-qnn 2.7.0; the bundle says it does not load here)
