@@ -165,7 +165,7 @@ def test_check_on_a_tiny_llm_bundle(tmp_path: Path) -> None:
     assert re.findall(r"^FAIL  (\S+)  on QNNExecutionProvider: the loading process crashed with "
                       r"SIGSEGV$", done.stdout, re.MULTILINE) == ["device/decode_ctx.onnx",
                                                                    "device/prefill_ctx.onnx"]
-    assert len(LOADED.findall(done.stdout)) == 2 and "Check failed: 2 of 4" in done.stdout
+    assert len(LOADED.findall(done.stdout)) == 4 and "Check failed: 4 of 6" in done.stdout
     edited = tmp_path / "edited"
     shutil.copytree(folder, edited)
     found = json.loads((edited / "runtime.json").read_text())
