@@ -77,7 +77,7 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
         "session_options": {"provider_options": providers(bundle)}}
     windowed = bundle.get("genai")  # the windowed graph over the fixed ones (windowed.py)
     if windowed and "stages" in windowed:  # or the pipeline's stages over them (stages.py)
-        return _pipeline(config, bundle, generation, decoder)
+        return _pipeline(config, bundle, generation, decoder, folder)
     if plain or windowed:
         decoder["filename"] = windowed["model"] if windowed else graphs[token]["model"]
     if windowed:
@@ -103,15 +103,20 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
 
 
 def _pipeline(config: dict[str, Any], bundle: dict[str, Any], generation: dict[str, Any],
-              decoder: dict[str, Any]) -> dict[str, Any]:
+              decoder: dict[str, Any], folder: Path) -> dict[str, Any]:
     """genai's decoder pipeline over the bundle's stages (executors/generation/stages.py): a
     cache of fixed length genai passes through them, one buffer per layer's keys and values."""
     staged = bundle["genai"]
     eos = generation.get("eos_token_id", config.get("eos_token_id"))
     for field in ("inputs", "outputs"):
         del decoder[field]
+    prompt, _ = prompt_and_token(bundle["graphs"])
+    graph = bundle["graphs"][prompt]
+    ends = (next(s["name"] for s in graph["inputs"] if s["name"] in (stages.IDS, stages.EMBEDS)),
+            next(s["name"] for s in graph["outputs"] if not s["name"].startswith(CACHE.present)))
     decoder |= pipeline_section(decoder["num_hidden_layers"], staged["stages"],
-                                      staged["window"], decoder["session_options"])
+                                staged["window"], decoder["session_options"], ends,
+                                host_stages(bundle, folder))
     context = staged["context_length"]
     return {"model": {
         "type": GENAI_PIPELINE,
@@ -121,13 +126,17 @@ def _pipeline(config: dict[str, Any], bundle: dict[str, Any], generation: dict[s
         "search": {**greedy_search(context), "past_present_share_buffer": True}}
 
 
-def pipeline_section(layers: int, files: dict[str, str], window: int,
-                    session: dict[str, Any]) -> dict[str, Any]:
+def pipeline_section(layers: int, files: dict[str, str], window: int, session: dict[str, Any],
+                     ends: tuple[str, str] = (stages.IDS, "logits"),
+                     host: tuple[dict[str, Any], dict[str, Any]] = ({}, {})) -> dict[str, Any]:
     """genai_config.json's decoder fields that name the stages (`files`: stage -> its file),
-    their inputs and outputs and the sliding window of the prompt graph's length."""
+    their inputs and outputs (`ends`: the graphs' token input and first output: the ids and
+    the logits, or the host's embeddings and the hidden states for its head), the host's
+    stages before and after them (`host`), and the sliding window of the prompt graph's
+    length."""
     past = [f"{CACHE.past}.{i}.{p}" for i in range(layers) for p in CACHE.parts]
-    io = {"inputs": [stages.IDS, stages.PAST_SEQ_LEN, stages.TOTAL_SEQ_LEN, *past],
-          "outputs": ["logits", *(CACHE.present_of(n) for n in past)]}
+    io = {"inputs": [ends[0], stages.PAST_SEQ_LEN, stages.TOTAL_SEQ_LEN, *past],
+          "outputs": [ends[1], *(CACHE.present_of(n) for n in past)]}
     prompt, token = stages.STAGES
     return {
         "inputs": {"input_ids": stages.IDS, "past_sequence_length": stages.PAST_SEQ_LEN,
@@ -137,9 +146,11 @@ def pipeline_section(layers: int, files: dict[str, str], window: int,
         # the prompt in windows of the prompt graph's length, from the left; the buffers stay
         "sliding_window": {"window_size": window, "pad_value": 0, "alignment": "left",
                            "slide_key_value_cache": False},
-        "pipeline": [{name: {"filename": files[name], **io, "session_options": session,
-                             "run_on_prompt": name == prompt, "run_on_token_gen": name == token}
-                      for name in stages.STAGES}]}
+        "pipeline": [{**host[0],
+                      **{name: {"filename": files[name], **io, "session_options": session,
+                                "run_on_prompt": name == prompt,
+                                "run_on_token_gen": name == token} for name in stages.STAGES},
+                      **host[1]}]}
 
 
 def describable(config: dict[str, Any], specs: list[dict[str, Any]]) -> bool:
@@ -183,28 +194,37 @@ def _stages(bundle: dict[str, Any], folder: Path) -> dict[str, Any]:
     """The pipeline's stages in order: the host's layers that run before the graphs (the
     embeddings), each graph (on the prompt, on each token), the host's layers after them (the
     head, genai's lm_head); each with its file, inputs and outputs."""
-    import onnx
-
     graphs = bundle["graphs"]
-    host = bundle.get("host", {})
-    before = [layer for layer in HOST_LAYERS[:1] if layer in host]
-    after = [layer for layer in HOST_LAYERS[1:] if layer in host]
+    before, after = host_stages(bundle, folder)
 
     def io(graph: str, key: str) -> list[str]:
         return [s["name"] for s in graphs[graph][key]]
+
+    return {**before,
+            **{g: {"filename": graphs[g]["model"], "inputs": io(g, "inputs"),
+                   "outputs": io(g, "outputs"), "run_on_prompt": ROLES[g].prompt_stage,
+                   "run_on_token_gen": ROLES[g].token_stage} for g in graphs},
+            **after}
+
+
+def host_stages(bundle: dict[str, Any], folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The host's layers (export.on_host) as pipeline stages on the CPU EP, on the prompt and
+    on each token: those before the graphs (the embeddings), those after them (the head,
+    genai's lm_head)."""
+    import onnx
+
+    host = bundle.get("host", {})
 
     def layer(name: str) -> dict[str, Any]:
         graph = onnx.load(str(folder / host[name]), load_external_data=False).graph
         outputs = [v.name for v in graph.output]
         return {"filename": host[name], "inputs": [v.name for v in graph.input],
-                "outputs": outputs, "run_on_prompt": True, "run_on_token_gen": True,
+                "outputs": outputs, "session_options": {"provider_options": []},
+                "run_on_prompt": True, "run_on_token_gen": True,
                 "is_lm_head": "logits" in outputs}
 
-    return {**{n: layer(n) for n in before},
-            **{g: {"filename": graphs[g]["model"], "inputs": io(g, "inputs"),
-                   "outputs": io(g, "outputs"), "run_on_prompt": ROLES[g].prompt_stage,
-                   "run_on_token_gen": ROLES[g].token_stage} for g in graphs},
-            **{n: layer(n) for n in after}}
+    return ({n: layer(n) for n in HOST_LAYERS[:1] if n in host},
+            {n: layer(n) for n in HOST_LAYERS[1:] if n in host})
 
 
 def providers(bundle: dict[str, Any]) -> list[dict[str, Any]]:

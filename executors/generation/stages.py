@@ -26,6 +26,7 @@ from typing import Any
 from planner.models.roles import CACHE
 
 IDS, MASK, POSITIONS = "input_ids", "attention_mask", "position_ids"
+EMBEDS = "inputs_embeds"  # the token input where the host looks the ids up (export.on_host)
 PAST_SEQ_LEN, TOTAL_SEQ_LEN = "past_seq_len", "total_seq_len"
 STAGES = ("prompt", "token")  # genai runs the first on the prompt, the second on each token
 FILES = {name: f"{name}_stage.onnx" for name in STAGES}
@@ -43,7 +44,8 @@ def stage(model: Any, token: bool, slots: int) -> Any:
     entry = next(o for o in g.output if o.name in new)
     elem = entry.type.tensor_type.elem_type
     kv, hd = (d.dim_value for d in entry.type.tensor_type.shape.dim[1:4:2])
-    width = next(i for i in g.input if i.name == IDS).type.tensor_type.shape.dim[1].dim_value
+    width = next(i for i in g.input if i.name in (IDS, EMBEDS)).type.tensor_type.shape.dim[1] \
+        .dim_value
     for n in g.node:  # the graph's own nodes may read its outputs too
         n.input[:] = [new.get(x, x) for x in n.input]
         n.output[:] = [new.get(x, x) for x in n.output]

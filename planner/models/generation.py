@@ -223,7 +223,8 @@ def input_spec(name: str, dtype: str, shape: list[int], lo: float, hi: float,
 HOST_LAYERS = ("embeddings", "head")  # what export.on_host may place on the host CPU
 # what a genai pipeline stage makes of genai's feed (ids, past_seq_len, total_seq_len and the
 # buffers) for the graph it wraps (executors/generation/stages.py)
-GENAI_STAGE_MAKES = ("input_ids", "attention_mask", "position_ids")
+# (inputs_embeds: what the host's embeddings stage gives, export.on_host)
+GENAI_STAGE_MAKES = ("input_ids", "attention_mask", "position_ids", "inputs_embeds")
 
 
 def uniform_cache(info: dict[str, Any]) -> bool:

@@ -12,7 +12,9 @@
         `Generator`): for each prompt (a list of token ids, or a text its tokenizer encodes)
         the prompt's ids and the tokens it generated, at most NEW_TOKENS of them; or the
         error genai raised, on one line, as `error`. EP_LIBRARY: a plugin EP's library
-        (onnxruntime-qnn's), registered with genai first for a folder that names the QNN EP
+        (onnxruntime-qnn's), registered with genai first for a folder that names the QNN EP.
+        With OPEN_FOLDER_LOGITS=PATH.npz in the environment, each run's logits before each of
+        its tokens are saved there (arr_0, arr_1, ...: [tokens, vocab])
     open_folder.py genai-speech FOLDER FEATURES_NPY PROMPT_JSON NEW_TOKENS
         onnxruntime-genai's Whisper runner on the folder: the log-mel features in FEATURES_NPY
         and the decoder prompt (token ids: the start and forced tokens) set as the generator's
@@ -24,10 +26,13 @@ Nothing here imports modelplan: the folder must be enough on its own.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
+
+LOGITS = "OPEN_FOLDER_LOGITS"  # genai: a .npz path for each run's logits (arr_0, arr_1, ...)
 
 OPTIMUM = {
     "feature-extraction": ("ORTModelForFeatureExtraction", "last_hidden_state"),
@@ -74,19 +79,24 @@ def genai(folder: str, prompts: list, new_tokens: int, library: str | None = Non
 def _genai(og: object, folder: str, prompts: list, new_tokens: int) -> dict:
     model = og.Model(folder)
     tokenizer = og.Tokenizer(model) if any(isinstance(p, str) for p in prompts) else None
-    runs = []
+    runs, kept = [], []
     for prompt in prompts:
         ids = [int(i) for i in tokenizer.encode(prompt)] if isinstance(prompt, str) else prompt
         params = og.GeneratorParams(model)
         params.set_search_options(do_sample=False, max_length=_read(folder, ids) + new_tokens)
         generator = og.Generator(model, params)
         generator.append_tokens(ids)
-        tokens = []
+        tokens, logits = [], []
         while not generator.is_done():
+            if os.environ.get(LOGITS):  # the logits the next token is picked from
+                logits.append(np.asarray(generator.get_logits(), np.float32).reshape(-1))
             generator.generate_next_token()
             tokens.append(int(generator.get_next_tokens()[0]))
+        kept.append(np.stack(logits) if logits else np.zeros((0,), np.float32))
         runs.append({"prompt_ids": ids, "tokens": tokens,
                      **({"text": tokenizer.decode(tokens)} if tokenizer else {})})
+    if os.environ.get(LOGITS):  # each run's logits, step by step, for a caller to compare
+        np.savez(os.environ[LOGITS], *kept)
     return {"version": og.__version__, "runs": runs}
 
 

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +34,23 @@ TEXTS = ["A man is eating food.", "The new movie is awesome, I loved every minut
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def client(*args: str) -> dict[str, Any]:
-    """What open_folder.py printed, run with the clients' Python."""
+def client(*args: str, logits: bool = False) -> dict[str, Any]:
+    """What open_folder.py printed, run with the clients' Python (`logits`: and genai's logits
+    of each run, step by step, as `logits`)."""
     if not CLIENTS_PYTHON.is_file():
         pytest.skip("the clients' environment is not installed here: run `make clients`")
-    result = subprocess.run([str(CLIENTS_PYTHON), str(OPEN_FOLDER), *args], check=False,
-                            capture_output=True, text=True, timeout=900,
-                            env={**os.environ, **OFFLINE})
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = Path(tmp) / "logits.npz"
+        result = subprocess.run([str(CLIENTS_PYTHON), str(OPEN_FOLDER), *args], check=False,
+                                capture_output=True, text=True, timeout=900,
+                                env={**os.environ, **OFFLINE,
+                                     **({"OPEN_FOLDER_LOGITS": str(saved)} if logits else {})})
+        assert result.returncode == 0, result.stderr[-4000:]
+        got = json.loads(result.stdout.strip().splitlines()[-1])
+        if logits and saved.is_file():
+            with np.load(saved) as arrays:
+                got["logits"] = [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
+    return got
 
 
 def cosines(a: Any, b: Any) -> np.ndarray:
@@ -284,46 +293,80 @@ def test_onnxruntime_genai_runs_a_fixed_shape_bundle_like_modelplan_and_pytorch(
         assert "genai_model.onnx" in checked.stdout, checked.stdout
 
 
+@pytest.mark.parametrize("on_host", [[], ["embeddings", "head"]])
 def test_onnxruntime_genai_runs_an_htp_bundle_on_the_qnn_ep_like_modelplan(
-        tmp_path_factory: pytest.TempPathFactory) -> None:
+        tmp_path_factory: pytest.TempPathFactory, on_host: list[str]) -> None:
     """A qnn_htp build's bundle as it is published: genai_config.json names genai's decoder
-    pipeline over the bundle's compiled prompt and token stages (genai_stages) and the QNN EP
-    with the build's provider options; genai 0.18, the QNN plugin EP registered through its
-    API, runs it on the HTP simulator and decodes the tokens `modelplan generate` decodes on
-    the same bundle, for prompts up to the window (the prefill length)."""
+    pipeline over the bundle's compiled prompt and token stages (genai_stages), between the
+    host's embeddings and head (export.on_host) on the CPU EP where the build keeps them off
+    the device, and the QNN EP with the build's provider options; genai 0.18, the QNN plugin EP
+    registered through its API, runs it on the HTP simulator and decodes the tokens
+    `modelplan generate` decodes on the same bundle, for prompts up to the window (the prefill
+    length)."""
     import onnxruntime_qnn
 
     checkpoint = bpe_tokenizer(text_checkpoint(
         tmp_path_factory.mktemp("htp") / "llama", cls="LlamaForCausalLM", model_type="llama",
         num_key_value_heads=1, pad_token_id=0))
-    build = built(tmp_path_factory, "clients-genai-htp", "model=local_hf",
+    build = built(tmp_path_factory, f"clients-genai-htp-{len(on_host)}", "model=local_hf",
                   f"model.path={checkpoint}", "export.shapes.prefill_length=8",
                   "export.shapes.context_length=32", "target=qnn_htp", "quant=w8a16_pc",
-                  "perf=none", "verify.samples=1", "verify.new_tokens=2")
+                  f"export.on_host=[{','.join(on_host)}]", "perf=none", "verify.samples=1",
+                  "verify.new_tokens=2")
     folder = Path(build["record"]["published"]["genai_config.json"]).parent
     model = json.loads((folder / "genai_config.json").read_text())["model"]
     decoder = model["decoder"]
     stages = decoder["pipeline"][0]
     assert model["type"] == "decoder-pipeline" and model["context_length"] == 32
-    assert [s["filename"] for s in stages.values()] == ["prompt_stage_ctx.onnx",
-                                                         "token_stage_ctx.onnx"]
+    compiled = {"prompt": "prompt_stage_ctx.onnx", "token": "token_stage_ctx.onnx"}
+    host = {"embeddings": "embed_model.onnx", "head": "head_model.onnx"}
+    assert {k: s["filename"] for k, s in stages.items()} == \
+        {**{k: host[k] for k in on_host[:1]}, **compiled, **{k: host[k] for k in on_host[1:]}}
+    assert [s["is_lm_head"] for k, s in stages.items() if k in host] == [False, True][:len(on_host)]
     assert decoder["sliding_window"]["window_size"] == 8
     assert decoder["session_options"]["provider_options"][0]["qnn"]["backend_type"] == "htp"
-    for stage in stages.values():  # each stage one context binary's node
-        ops = [n.op_type for n in onnx.load(str(folder / stage["filename"])).graph.node]
+    for stage in compiled.values():  # each stage one context binary's node
+        ops = [n.op_type for n in onnx.load(str(folder / stage)).graph.node]
         assert ops == ["EPContext"], ops
     runtime = json.loads((folder / "runtime.json").read_text())["graphs"]
     assert runtime["prompt_stage_ctx.onnx"]["runs_on"] == "target"
     prompts = ["the cat sat", "hello world", "the"]
     got = client("genai", str(folder), json.dumps(prompts), "8",
-                 str(onnxruntime_qnn.get_library_path()))
+                 str(onnxruntime_qnn.get_library_path()), logits=True)
     assert got.get("version") == "0.18.0" and "runs" in got, got
     for prompt, run in zip(prompts, got["runs"], strict=True):
         result = run_cli("generate", str(folder), prompt, "--new-tokens", "8", "--json")
         assert result.returncode == 0, result.stderr
         mine = json.loads(result.stdout)
         assert run["prompt_ids"] == mine["prompt_ids"] and len(mine["prompt_ids"]) <= 8
-        assert run["tokens"] == mine["tokens"], (prompt, run, mine)
+    # genai's logits at each step against those of `modelplan generate`'s runner on the same
+    # bundle fed genai's tokens: the same distribution, and the same token wherever it is not
+    # a near-tie (a random model's logits of 32k tokens sit close together: a near-tie breaks
+    # either way under the compiled graphs' different rounding)
+    for run, logits in zip(got["runs"], got["logits"], strict=True):
+        want = teacher_forced(folder, run["prompt_ids"], run["tokens"])
+        assert cosines(logits, want).min() > 0.9999, cosines(logits, want)
+        top2 = np.sort(want, axis=1)[:, -2:]
+        clear = top2[:, 1] - top2[:, 0] > NEAR_TIE
+        assert (np.array(run["tokens"]) == want.argmax(1))[clear].all(), (run, clear)
+
+
+NEAR_TIE = 0.005  # top logits this close are a tie for a graph rounded elsewhere (measured:
+# teacher-forced, genai's tokens are the runner's at every step but one whose margin was 0.0)
+
+
+def teacher_forced(folder: Path, prompt: list[int], tokens: list[int]) -> np.ndarray:
+    """`modelplan generate`'s runner on the bundle (its graphs, its EP): its logits after the
+    prompt and after each of `tokens` but the last, [len(tokens), vocab]."""
+    from executors.generation import bundle
+    from planner.core.targets import of_params
+
+    described = bundle.read(folder)
+    runs_on = described["runs_on"]
+    runner = bundle.lm_graphs(folder, described, of_params(runs_on), runs_on["provider_options"])
+    rows = [runner.prompt(prompt)[-1]]
+    rows += [runner.step(token) for token in tokens[:-1]]
+    return np.stack(rows)
 
 
 def whisper_greedy(checkpoint: Path, features: np.ndarray, prompt: list[int],

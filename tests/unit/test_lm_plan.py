@@ -271,8 +271,9 @@ def test_each_part_compiles_in_a_step_and_key_of_its_own(tmp_path: Path) -> None
 def test_genai_stages_on_a_target_that_compiles(tmp_path: Path) -> None:
     """On HTP the two tagged quantized graphs (what each graph's compile reads) also become
     genai's pipeline stages in one step of the prefill length's window, which the bundle reads;
-    not on the CPU (genai runs its graphs), not over parts or host layers, not for a cache of
-    layers of their own geometry (genai's decoder gives every layer one)."""
+    not on the CPU (genai runs its graphs), not over parts, not for a cache of layers of their
+    own geometry (genai's decoder gives every layer one); with host layers too (genai runs
+    them as stages of their own)."""
     ckpt = checkpoint(tmp_path, LLAMA)
     ir = plan(ckpt, "quant=w8a16_pc", "target=qnn_htp", "export.shapes.prefill_length=16")
     steps = {s["id"]: s for s in ir["steps"]}
@@ -281,15 +282,17 @@ def test_genai_stages_on_a_target_that_compiles(tmp_path: Path) -> None:
         steps["share_context"]["inputs"]
     assert staged["params"]["window"] == 16 and staged["params"]["target"] == "qnn_htp"
     assert steps["bundle"]["inputs"]["stages"] == "genai_stages"
-    for overrides in (["target=cpu"], ["target=qnn_htp", "export.parts=3"],
-                      ["target=qnn_htp", "export.on_host=[head]"]):
+    host = plan(ckpt, "quant=w8a16_pc", "target=qnn_htp", "export.on_host=[embeddings,head]")
+    assert "stages" in next(s for s in host["steps"] if s["id"] == "bundle")["inputs"]
+    for overrides in (["target=cpu"], ["target=qnn_htp", "export.parts=3"]):
         other = plan(ckpt, "quant=w8a16_pc", *overrides)
         assert "genai_stages" not in [s["id"] for s in other["steps"]], overrides
         assert "stages" not in params(other, "bundle") and \
             "stages" not in next(s for s in other["steps"] if s["id"] == "bundle")["inputs"]
     wide = {**LLAMA, "per_layer_config": {"1": {"head_dim": 16}}}
     assert lm.genai_stages_not(wide, {}) is not None and lm.genai_stages_not(LLAMA, {}) is None
-    assert "inputs_embeds" in lm.genai_stages_not(LLAMA, {"prefill": ["inputs_embeds"]})
+    assert lm.genai_stages_not(LLAMA, {"prefill": ["inputs_embeds"]}) is None
+    assert "token_type_ids" in lm.genai_stages_not(LLAMA, {"prefill": ["token_type_ids"]})
 
 
 def test_blocks_and_parts_of_a_tagged_graph() -> None:
