@@ -151,12 +151,13 @@ def _genai_stages(config: dict[str, Any], known: dict[str, Any], steps: list[Ste
     """On a target that compiles: the two graphs' quantized models as onnxruntime-genai's
     decoder-pipeline stages over fixed buffers, compiled (executors/generation/stages.py), for
     genai to run the bundle (with the host layers as stages of their own); not for a split
-    graph or a cache genai does not describe (the bundle's card then says to run it with
-    `modelplan generate`)."""
+    graph or a cache genai does not describe, nor with export.genai_stages=false (the bundle's
+    card then says to run it with `modelplan generate`)."""
     declared = of_config(config["target"])
     inputs = {g: [s["name"] for s in known["graphs"][g]["inputs"]] for g in finals
               if known["graphs"].get(g)}
-    if not declared.compiles or len(inputs) != len(finals) or \
+    if not declared.compiles or not config["export"]["genai_stages"] or \
+            len(inputs) != len(finals) or \
             any(s.op == "split" for s in steps) or \
             generation.genai_stages_not(known["info"], inputs) is not None:
         return []

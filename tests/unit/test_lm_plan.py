@@ -284,7 +284,8 @@ def test_genai_stages_on_a_target_that_compiles(tmp_path: Path) -> None:
     assert steps["bundle"]["inputs"]["stages"] == "genai_stages"
     host = plan(ckpt, "quant=w8a16_pc", "target=qnn_htp", "export.on_host=[embeddings,head]")
     assert "stages" in next(s for s in host["steps"] if s["id"] == "bundle")["inputs"]
-    for overrides in (["target=cpu"], ["target=qnn_htp", "export.parts=3"]):
+    for overrides in (["target=cpu"], ["target=qnn_htp", "export.parts=3"],
+                      ["target=qnn_htp", "export.genai_stages=false"]):
         other = plan(ckpt, "quant=w8a16_pc", *overrides)
         assert "genai_stages" not in [s["id"] for s in other["steps"]], overrides
         assert "stages" not in params(other, "bundle") and \
