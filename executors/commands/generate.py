@@ -37,6 +37,9 @@ def add_command(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
     sp.add_argument("--new-tokens", type=int, default=32, metavar="N",
                     help="tokens to generate at most (default 32; fewer at an end token or a "
                     "full cache)")
+    sp.add_argument("--genai", action="store_true",
+                    help="a compiled language model's bundle: run the onnxruntime-genai stages "
+                    "its genai_config.json names (what genai runs) instead of its own graphs")
     sp.add_argument("--json", action="store_true",
                     help="print token ids, text and timings as JSON")
     sp.set_defaults(handler=cmd_generate)
@@ -61,6 +64,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except bundle.BundleError as exc:
         raise UsageError(f"generate: {exc}") from exc
     if bundle.kind(described) is Kind.ENCODER_DECODER:
+        if args.genai:
+            raise UsageError(f"generate --genai: {folder} is an encoder-decoder's bundle, and "
+                             "--genai runs a compiled language model's onnxruntime-genai "
+                             "stages; drop --genai")
         return _encoder_decoder(folder, described, args)
     if args.audio or args.image:
         raise UsageError(f"generate {'--audio' if args.audio else '--image'}: {folder} is a "
@@ -70,7 +77,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _decoder_only(folder: Path, described: dict[str, Any], args: argparse.Namespace) -> int:
-    from executors.generation import bundle, genai
+    from executors.generation import bundle, genai, pipeline
     from executors.samples.text import tokenizer
     from planner.core.targets import of_params
 
@@ -86,8 +93,8 @@ def _decoder_only(folder: Path, described: dict[str, Any], args: argparse.Namesp
                          "give a prompt with some text")
     runs_on = described["runs_on"]
     try:
-        runner = bundle.lm_graphs(folder, described, of_params(runs_on),
-                                  runs_on["provider_options"])
+        runner = (pipeline.stage_graphs if args.genai else bundle.lm_graphs)(
+            folder, described, of_params(runs_on), runs_on["provider_options"])
         config = genai.read(folder, described)  # the end tokens: what onnxruntime-genai reads
     except bundle.BundleError as exc:
         raise UsageError(f"generate: {exc}") from exc

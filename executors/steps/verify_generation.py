@@ -6,7 +6,9 @@ the first step where it is not (up to there the deliverable's free-running gener
 PyTorch's, token for token).
 
 * A causal LM: shipped sentences through its tokenizer are the prompts; PyTorch decodes with
-  the checkpoint's own cache.
+  the checkpoint's own cache. A compiled bundle's onnxruntime-genai stages (genai_stages) are
+  checked the same way, fed as genai feeds them (executors/generation/pipeline.py), under
+  `genai_stages`; either below the threshold fails the step.
 * An encoder-decoder: verify's own inputs for the encoder (shipped sentences, synthesized
   speech, photographs through the model's preprocessor; random token ids for a text model
   without a tokenizer); PyTorch decodes through the same traced graph modules; both run to
@@ -22,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from executors.evaluation import runner, textscore
-from executors.generation import bundle, encoder_decoder
+from executors.generation import bundle, encoder_decoder, pipeline
 from executors.generation.decoder_only import TorchLM
 from executors.onnx.artifacts import METRICS
 from executors.onnx.iospecs import kind_of
@@ -37,6 +39,7 @@ from planner.core.targets import of_params
 from planner.models.roles import Kind, Trace, roles_of
 
 SPEECH = ("mel_features", "waveform", "spectrogram")
+STAGES = "genai_stages"  # the metrics of a compiled bundle's onnxruntime-genai stages
 
 
 def run(ctx: StepContext) -> StepResult:
@@ -58,13 +61,24 @@ def _decoder_only(ctx: StepContext, folder: Any, described: dict[str, Any]) -> d
     asked, origin = prompts(p["prompts"], "verify", checkpoint_dir(ctx.inputs["source"]),
                             vocab, np.random.default_rng(1), room)
     reference = TorchLM(model)
-    rows = []
+    staged = pipeline.stage_graphs(folder, described, of_params(p), p["provider_options"],
+                                   ctx.cache_dir) if pipeline.has_stages(described) else None
+    rows, stage_rows = [], []
     for i, ids in enumerate(asked, 1):
         ctx.progress(f"  generation {i}/{len(asked)}: {len(ids)} prompt tokens")
         want = reference.greedy(ids, p["new_tokens"], eos)
         got = graphs.greedy(ids, len(want.tokens), follow=want.tokens)
         rows.append(compare(want, got))
-    return summarize(rows, p["threshold"], origin)
+        if staged is not None:  # what onnxruntime-genai runs: its stages, as genai feeds them
+            stage_rows.append(compare(want, staged.greedy(ids, len(want.tokens),
+                                                          follow=want.tokens)))
+    metrics = summarize(rows, p["threshold"], origin)
+    if stage_rows:
+        of_stages = summarize(stage_rows, p["threshold"], origin)
+        metrics[STAGES] = {k: of_stages[k] for k in (
+            "cosine_mean", "cosine_min", "token_agreement", "first_divergence_min",
+            "exact_prompts", "passed")}
+    return metrics
 
 
 def _encoder_decoder(ctx: StepContext) -> dict[str, Any]:
@@ -105,10 +119,13 @@ def _text(ids: list[int], tok: Any) -> str:
 def _verdict(ctx: StepContext, metrics: dict, described: dict[str, Any]) -> StepResult:
     p = ctx.params
     (ctx.out / METRICS).write_text(json.dumps(metrics, indent=2, sort_keys=True))
-    if not metrics["passed"]:
-        first = next(iter(described["graphs"].values()))["model"]
-        raise ctx.fail(f"cosine_mean {metrics['cosine_mean']:.4f} {VERDICTS['verify']} "
-                       f"{p['threshold']} (token agreement {metrics['token_agreement']:.3f}, "
-                       f"first divergence at token {metrics['first_divergence_min']})",
-                       hint(ctx.inputs["candidate"] / first))
+    checked = ((metrics, ""), (metrics.get(STAGES, {}), "onnxruntime-genai's stages: "))
+    for failed, whose in checked:
+        if failed and not failed["passed"]:
+            first = next(iter(described["graphs"].values()))["model"]
+            raise ctx.fail(f"{whose}cosine_mean {failed['cosine_mean']:.4f} "
+                           f"{VERDICTS['verify']} {p['threshold']} (token agreement "
+                           f"{failed['token_agreement']:.3f}, first divergence at token "
+                           f"{failed['first_divergence_min']})",
+                           hint(ctx.inputs["candidate"] / first))
     return StepResult(metrics=metrics)

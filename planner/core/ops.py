@@ -359,8 +359,9 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("onnx", "onnxruntime", "onnxruntime-qnn"), outputs=("models",),
        chain_role="decode", delivers=("prefill",),
        memory=Memory(weights=3.3, by_bits=((4, 2.1),))),
-    Op("verify_generation", 1, "the deliverable's greedy generation against PyTorch's on real "
-       "prompts: token agreement, first divergence, logits cosine per step",
+    Op("verify_generation", 2, "the deliverable's greedy generation against PyTorch's on real "
+       "prompts: token agreement, first divergence, logits cosine per step (and of its "
+       "onnxruntime-genai stages where it has them)",
        params=("prompts", "new_tokens", "threshold", "ep", "backend", "provider_options"),
        inputs=("candidate", "source"),
        traits=frozenset({T.SINK, T.NEEDS_EP, T.HEAVY}),

@@ -300,7 +300,8 @@ def _bundle(model: dict[str, Any], files: dict[str, int]) -> list[str]:
         out += ["", ("`genai_config.json` describes the graphs as onnxruntime-genai's decoder "
                 "pipeline, which onnxruntime-genai 0.18 does not run over graphs of fixed "
                 "shapes and a cache of new entries (docs/generation.md says why): run it with "
-                "`modelplan generate`.")]
+                "`modelplan generate`. A build for a target that compiles adds the stages "
+                "genai runs unless its graphs are cut in parts or `export.genai_stages=false`.")]
     elif model.get("genai") == GENAI_WHISPER and "genai_config.json" in files:
         out += _genai_whisper()
     elif model.get("genai") == GENAI_WHISPER:

@@ -301,8 +301,8 @@ def test_onnxruntime_genai_runs_an_htp_bundle_on_the_qnn_ep_like_modelplan(
     host's embeddings and head (export.on_host) on the CPU EP where the build keeps them off
     the device, and the QNN EP with the build's provider options; genai 0.18, the QNN plugin EP
     registered through its API, runs it on the HTP simulator and decodes the tokens
-    `modelplan generate` decodes on the same bundle, for prompts up to the window (the prefill
-    length)."""
+    `modelplan generate --genai` decodes over the same stages, for prompts up to the window
+    (the prefill length), with logits next to those of the bundle's own graphs."""
     import onnxruntime_qnn
 
     checkpoint = bpe_tokenizer(text_checkpoint(
@@ -334,11 +334,15 @@ def test_onnxruntime_genai_runs_an_htp_bundle_on_the_qnn_ep_like_modelplan(
     got = client("genai", str(folder), json.dumps(prompts), "8",
                  str(onnxruntime_qnn.get_library_path()), logits=True)
     assert got.get("version") == "0.18.0" and "runs" in got, got
-    for prompt, run in zip(prompts, got["runs"], strict=True):
-        result = run_cli("generate", str(folder), prompt, "--new-tokens", "8", "--json")
-        assert result.returncode == 0, result.stderr
-        mine = json.loads(result.stdout)
-        assert run["prompt_ids"] == mine["prompt_ids"] and len(mine["prompt_ids"]) <= 8
+    result = run_cli("generate", str(folder), prompts[0], "--new-tokens", "8", "--json",
+                     "--genai")  # modelplan's loop over the same stages, fed as genai does
+    assert result.returncode == 0, result.stderr
+    mine = json.loads(result.stdout)
+    assert got["runs"][0]["prompt_ids"] == mine["prompt_ids"] and len(mine["prompt_ids"]) <= 8
+    assert got["runs"][0]["tokens"] == mine["tokens"], (got["runs"][0], mine)
+    staged = stage_runner(folder)  # the same runner, in this process, for the other prompts
+    for run in got["runs"][1:]:
+        assert run["tokens"] == staged.greedy(run["prompt_ids"], 8).tokens, run
     # genai's logits at each step against those of `modelplan generate`'s runner on the same
     # bundle fed genai's tokens: the same distribution, and the same token wherever it is not
     # a near-tie (a random model's logits of 32k tokens sit close together: a near-tie breaks
@@ -353,6 +357,17 @@ def test_onnxruntime_genai_runs_an_htp_bundle_on_the_qnn_ep_like_modelplan(
 
 NEAR_TIE = 0.005  # top logits this close are a tie for a graph rounded elsewhere (measured:
 # teacher-forced, genai's tokens are the runner's at every step but one whose margin was 0.0)
+
+
+def stage_runner(folder: Path) -> Any:
+    """`modelplan generate --genai`'s runner on the bundle: its genai stages on its EP."""
+    from executors.generation import bundle, pipeline
+    from planner.core.targets import of_params
+
+    described = bundle.read(folder)
+    runs_on = described["runs_on"]
+    return pipeline.stage_graphs(folder, described, of_params(runs_on),
+                                 runs_on["provider_options"])
 
 
 def teacher_forced(folder: Path, prompt: list[int], tokens: list[int]) -> np.ndarray:

@@ -1,0 +1,116 @@
+"""onnxruntime-genai's decoder pipeline run by modelplan's loop: the stages a compiled bundle's
+genai_config.json names (executors/generation/stages.py makes them), fed as genai 0.18 feeds
+them, so that verify_generation checks what genai runs and `modelplan generate --genai` runs it
+from the same description.
+
+The stages run in the config's order, each on the prompt or on each token as it says, reading
+the tensors the fed ones and the earlier stages' outputs hold by name: the ids (the prompt
+left-aligned in one window of `window_size`, padded), int32 `past_seq_len` (the position of
+the input's last token) and `total_seq_len`, and one buffer per layer's keys and values of the
+cache's fixed length, which each call gives back whole as the next past. A prompt longer than
+the window goes on through the token stage one token at a time (genai feeds it as windows,
+which its prompt stage does not read: docs/generation.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from executors.generation import genai, loop, stages
+from planner.models.generation import GENAI_SECTION
+from planner.models.roles import CACHE
+
+_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+
+class StageGraphs:
+    """A compiled bundle's genai stages as a runner with LMGraphs' interface (prompt, step,
+    greedy, context, full)."""
+
+    def __init__(self, config: dict[str, Any], sessions: dict[str, Any]) -> None:
+        decoder = config["model"][GENAI_SECTION]
+        self.pipeline = decoder["pipeline"][0]
+        self.sessions = sessions  # stage -> its ONNX Runtime session
+        self.window = int(decoder["sliding_window"]["window_size"])
+        self.pad = int(config["model"].get("pad_token_id") or 0)
+        token = next(k for k, s in self.pipeline.items() if s["run_on_token_gen"] and
+                     any(CACHE.is_past(n) for n in s["inputs"]))
+        self.empty = {i.name: np.zeros(i.shape, _TYPES[i.type])
+                      for i in sessions[token].get_inputs() if CACHE.is_past(i.name)}
+        self.context = next(iter(self.empty.values())).shape[2]
+        self.buffers, self.seen = dict(self.empty), 0
+
+    @property
+    def full(self) -> bool:
+        return self.seen >= self.context
+
+    def _call(self, ids: list[int], last: int, on: str) -> np.ndarray:
+        """One pass of the stages that run `on` ("run_on_prompt" or "run_on_token_gen") over
+        `ids` whose last token sits at position `last`; the logits [len(ids), vocab]."""
+        held: dict[str, np.ndarray] = {
+            stages.IDS: np.array([ids], np.int64),
+            stages.PAST_SEQ_LEN: np.array([[last]], np.int32),
+            stages.TOTAL_SEQ_LEN: np.array([last + 1], np.int32), **self.buffers}
+        for name, stage in self.pipeline.items():
+            if stage[on]:
+                session = self.sessions[name]
+                outs = session.run(stage["outputs"], {n: held[n] for n in stage["inputs"]})
+                held.update(zip(stage["outputs"], outs, strict=True))
+        self.buffers = {n: held[CACHE.present_of(n)] for n in self.empty}
+        return held["logits"][0]
+
+    def prompt(self, ids: list[int]) -> np.ndarray:
+        """Read the prompt into the buffers; the logits at every prompt position [n, vocab]."""
+        self.buffers, first = dict(self.empty), ids[:self.window]
+        window = [*first, *[self.pad] * (self.window - len(first))]
+        rows = list(self._call(window, self.window - 1, "run_on_prompt")[:len(first)])
+        self.seen = len(first)
+        rows += [self.step(token) for token in ids[len(first):]]
+        return np.stack(rows)
+
+    def step(self, token: int) -> np.ndarray:
+        """One token at the next position; its logits for the token after it."""
+        if self.full:
+            raise IndexError(f"the key/value cache is full ({self.context} tokens)")
+        logits = self._call([token], self.seen, "run_on_token_gen")[-1]
+        self.seen += 1
+        return logits
+
+    def greedy(self, ids: list[int], new_tokens: int, eos: set[int] | None = None,
+               follow: list[int] | None = None) -> loop.Generated:
+        return loop.greedy(lambda: self.prompt(ids)[-1],
+                           lambda token: None if self.full else self.step(token),
+                           new_tokens, eos or set(), follow)
+
+
+def has_stages(described: dict[str, Any]) -> bool:
+    """Whether a causal LM's bundle (its bundle.json) carries genai's compiled stages."""
+    return "stages" in (described.get("genai") or {})
+
+
+def stage_graphs(folder: Path, described: dict[str, Any], target: Any,
+                 provider_options: dict[str, Any], cache_dir: Path | None = None
+                 ) -> StageGraphs:
+    """The bundle's genai stages as a runner: each stage on the EP genai_config.json gives it
+    (the target's, with the build's options; the host CPU for a stage with no provider)."""
+    import onnxruntime as ort
+
+    from executors.generation.bundle import BundleError
+    from executors.runtime.adapters import adapter, host_providers
+
+    config = genai.read(folder, described)
+    if config is None or not has_stages(described):
+        raise BundleError(f"{folder} has no onnxruntime-genai stages (a compiled language "
+                          "model's bundle gets them unless export.genai_stages=false); "
+                          "run it without --genai")
+    sessions = {}
+    for name, stage in config["model"][GENAI_SECTION]["pipeline"][0].items():
+        path = folder / stage["filename"]
+        if stage.get("session_options", {}).get("provider_options") == []:
+            sessions[name] = ort.InferenceSession(str(path), providers=host_providers())
+        else:
+            sessions[name] = adapter(target).step_session(path, target, provider_options,
+                                                          cache_dir)[0]
+    return StageGraphs(config, sessions)
