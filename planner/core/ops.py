@@ -175,6 +175,16 @@ def source_format(params: dict[str, Any]) -> str:
 
 T = Trait
 N = FactName
+def _lm_pair_for_target(what: str) -> tuple[Require, ...]:
+    """A causal LM's two graphs, each quantized and legal for the step's target (`what` needs
+    them: a step that compiles both)."""
+    return tuple(r for role in ("prefill", "decode") for r in (
+        Require(N.PRECISION, "not_in", ["fp32"], role=role, config_path="quant",
+                fix="set quant=w8a16_pc (or quant=w4a16), or target=cpu",
+                need=f"{what} needs quantized graphs"),
+        Require(N.LEGAL_FOR, "eq", Param("target"), role=role, config_path="target")))
+
+
 _GRAPH_REWRITER = frozenset({T.IDEMPOTENT, T.FOLDS_CONSTANTS, T.DROPS_NODE_METADATA, T.HEAVY})
 
 OPS: dict[str, Op] = {op.name: op for op in (
@@ -336,11 +346,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("share_context", 1, "compile a causal LM's two graphs into EPContext models sharing "
        "one context binary (the weights once on the device), and try loading it here",
        params=("target", "ep", "backend", "provider_options"), inputs=("prefill", "decode"),
-       requires=tuple(r for role in ("prefill", "decode") for r in (
-           Require(N.PRECISION, "not_in", ["fp32"], role=role, config_path="quant",
-                   fix="set quant=w8a16_pc (or quant=w4a16), or target=cpu",
-                   need="a shared context for {target} needs quantized graphs"),
-           Require(N.LEGAL_FOR, "eq", Param("target"), role=role, config_path="target"))),
+       requires=_lm_pair_for_target("a shared context for {target}"),
        traits=frozenset({T.NEEDS_EP, T.HEAVY}),
        tools=("onnx", "onnxruntime", "onnxruntime-qnn"), outputs=("models",),
        chain_role="decode", delivers=("prefill",),
@@ -350,11 +356,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        "past_seq_len, new entries written into the buffers) and compile each",
        params=("target", "window", "ep", "backend", "provider_options"),
        inputs=("prefill", "decode"),
-       requires=tuple(r for role in ("prefill", "decode") for r in (
-           Require(N.PRECISION, "not_in", ["fp32"], role=role, config_path="quant",
-                   fix="set quant=w8a16_pc (or quant=w4a16), or target=cpu",
-                   need="genai's stages for {target} need quantized graphs"),
-           Require(N.LEGAL_FOR, "eq", Param("target"), role=role, config_path="target"))),
+       requires=_lm_pair_for_target("genai's stages for {target}"),
        traits=frozenset({T.NEEDS_EP, T.HEAVY}),
        tools=("onnx", "onnxruntime", "onnxruntime-qnn"), outputs=("models",),
        chain_role="decode", delivers=("prefill",),

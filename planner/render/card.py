@@ -214,6 +214,20 @@ def _use(model: dict[str, Any], files: dict[str, int]) -> list[str]:
     return out
 
 
+# onnxruntime-genai over a folder whose prompt fills one window, read after the window
+_WINDOW_RUN = ['folder = "path/to/this/folder"',
+               'with open(f"{folder}/genai_config.json") as f:',
+               '    window = json.load(f)["model"]["decoder"]["sliding_window"]["window_size"]',
+               "model = og.Model(folder)", "tokenizer = og.Tokenizer(model)",
+               "params = og.GeneratorParams(model)",
+               "params.set_search_options(do_sample=False, max_length=window + 16)",
+               "generator = og.Generator(model, params)",
+               'generator.append_tokens(tokenizer.encode("a prompt"))',
+               "while not generator.is_done():", "    generator.generate_next_token()",
+               "print(tokenizer.decode(generator.get_sequence(0)[window:]))  # after the window",
+               "```"]
+
+
 def _genai_stages(target: str) -> list[str]:
     """How onnxruntime-genai runs a compiled bundle: its pipeline over the compiled stages."""
     return ["", (f"onnxruntime-genai (0.18) runs the folder on the EP it was built for "
@@ -228,17 +242,7 @@ def _genai_stages(target: str) -> list[str]:
             "import onnxruntime_qnn  # pip install onnxruntime-qnn", "",
             'og.register_execution_provider_library("QNNExecutionProvider",',
             "                                        onnxruntime_qnn.get_library_path())",
-            'folder = "path/to/this/folder"',
-            'with open(f"{folder}/genai_config.json") as f:',
-            '    window = json.load(f)["model"]["decoder"]["sliding_window"]["window_size"]',
-            "model = og.Model(folder)", "tokenizer = og.Tokenizer(model)",
-            "params = og.GeneratorParams(model)",
-            "params.set_search_options(do_sample=False, max_length=window + 16)",
-            "generator = og.Generator(model, params)",
-            'generator.append_tokens(tokenizer.encode("a prompt"))',
-            "while not generator.is_done():", "    generator.generate_next_token()",
-            "print(tokenizer.decode(generator.get_sequence(0)[window:]))  # after the window",
-            "```"]
+            *_WINDOW_RUN]
 
 
 def _genai_windowed() -> list[str]:
@@ -251,17 +255,7 @@ def _genai_windowed() -> list[str]:
                  "longer one whole, which the window does not take), and genai counts it "
                  "padded to the window in `max_length`:"),
             "", "```python", "import json", "", "import onnxruntime_genai as og", "",
-            'folder = "path/to/this/folder"',
-            'with open(f"{folder}/genai_config.json") as f:',
-            '    window = json.load(f)["model"]["decoder"]["sliding_window"]["window_size"]',
-            "model = og.Model(folder)", "tokenizer = og.Tokenizer(model)",
-            "params = og.GeneratorParams(model)",
-            "params.set_search_options(do_sample=False, max_length=window + 16)",
-            "generator = og.Generator(model, params)",
-            'generator.append_tokens(tokenizer.encode("a prompt"))',
-            "while not generator.is_done():", "    generator.generate_next_token()",
-            "print(tokenizer.decode(generator.get_sequence(0)[window:]))  # after the window",
-            "```"]
+            *_WINDOW_RUN]
 
 
 def _bundle(model: dict[str, Any], files: dict[str, int]) -> list[str]:
