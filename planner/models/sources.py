@@ -15,7 +15,7 @@ from typing import Any
 
 from planner.errors import ConfigError
 from planner.models.hfcache import hub_cache
-from planner.models.tasks import completed
+from planner.models.tasks import completed, with_class
 from planner.support.atomic import write_atomic
 from planner.support.digests import file_sha256
 
@@ -233,7 +233,8 @@ def _merged(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 def model_info(model: dict[str, Any], where: Path | None) -> dict[str, Any]:
-    """The parts of a checkpoint's config.json the planner needs."""
+    """The parts of a checkpoint's config.json the planner needs (a config that names no class
+    takes the one the model config asks for: planner/models/tasks.py `with_class`)."""
     if model["source"] == "random_init":
         ri = random_init(model)
         cfg = ri["config"]
@@ -243,10 +244,10 @@ def model_info(model: dict[str, Any], where: Path | None) -> dict[str, Any]:
                 f"model.random_init.config.hidden_size: {hidden} is not a multiple of "
                 f"num_attention_heads {heads}; change one of them")
         arch = [model["model_class"]] if model["model_class"] else []
-        return {**cfg, "model_type": ri["model_type"], "architectures": arch}
+        return with_class(model, {**cfg, "model_type": ri["model_type"], "architectures": arch})
     if where is None or where.is_file():
         return {}
-    return completed(_read_json(where / "config.json", required=True))
+    return with_class(model, completed(_read_json(where / "config.json", required=True)))
 
 
 def preprocessor_info(model: dict[str, Any], where: Path | None) -> dict[str, Any]:

@@ -299,6 +299,19 @@ def _is_nli(info: dict[str, Any]) -> bool:
     return "entailment" in labels
 
 
+def with_class(model: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+    """config.json as the planner reads it: one that names no class (written by hand, or a
+    random-init config) takes model.model_class's, or, asked for text generation, the causal
+    LM class transformers has for its model type, so that a generative type the catalogue
+    lists by its encoder (bloom, falcon, gptj) is read as the model asked for."""
+    if info.get("architectures"):
+        return info
+    cls = model.get("model_class") or (
+        automap.causal_lm_class(str(info.get("model_type", "")))
+        if model.get("task") == "text-generation" else None)
+    return {**info, "architectures": [cls]} if cls else info
+
+
 def detect(model: dict[str, Any], info: dict[str, Any],
            files: tuple[str, ...] = ()) -> tuple[str, str | None]:
     """(task, model class) from config.json, with model.task / model.model_class overriding.

@@ -268,6 +268,20 @@ def test_each_part_compiles_in_a_step_and_key_of_its_own(tmp_path: Path) -> None
     assert "prefill.compile.0" not in whole
 
 
+def test_a_config_naming_no_class_generates_when_asked_to(tmp_path: Path) -> None:
+    """A config.json with no `architectures` of a type the catalogue lists by its encoder
+    (bloom): model.task=text-generation takes transformers' causal LM class of the type, as
+    model.model_class would; without either the task is asked for in one line."""
+    bloom = {"model_type": "bloom", "vocab_size": 100, "hidden_size": 32, "n_layer": 2,
+             "n_head": 4}
+    ckpt = checkpoint(tmp_path, bloom)
+    for asked in (["model.task=text-generation"], ["model.model_class=BloomForCausalLM"]):
+        ir = plan(ckpt, *asked)
+        assert {"prefill.export", "decode.export"} <= {s["id"] for s in ir["steps"]}, asked
+    with pytest.raises(ConfigError, match="set model.task to one of"):
+        plan(ckpt)
+
+
 def test_genai_stages_on_a_target_that_compiles(tmp_path: Path) -> None:
     """On HTP the two tagged quantized graphs (what each graph's compile reads) also become
     genai's pipeline stages in one step of the prefill length's window, which the bundle reads;
