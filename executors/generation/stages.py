@@ -36,7 +36,7 @@ NEW = "stage_new"  # the graph's own new entries, renamed so the buffers take it
 def stage(model: Any, token: bool, slots: int) -> Any:
     """The prompt graph (`token` False) or the token graph as a stage over `slots` slots per
     buffer (module docstring), changed in place and returned."""
-    from onnx import helper
+    from onnx import TensorProto, helper
 
     g = model.graph
     new = {o.name: f"{NEW}{o.name[len(CACHE.present):]}" for o in g.output
@@ -49,6 +49,8 @@ def stage(model: Any, token: bool, slots: int) -> Any:
     for n in g.node:  # the graph's own nodes may read its outputs too
         n.input[:] = [new.get(x, x) for x in n.input]
         n.output[:] = [new.get(x, x) for x in n.output]
+    for v in g.value_info:  # a shape recorded under an output's name is the new entries'
+        v.name = new.get(v.name, v.name)
     kept_outputs = [o for o in g.output if o.name not in new]
     del g.output[:]
     g.output.extend(kept_outputs)
@@ -66,21 +68,18 @@ def stage(model: Any, token: bool, slots: int) -> Any:
         if not token:  # the prompt graph reads no past: the stage takes the buffer
             g.input.append(helper.make_tensor_value_info(past, elem, buffer))
         g.output.append(helper.make_tensor_value_info(present, elem, buffer))
-    g.input.append(helper.make_tensor_value_info(PAST_SEQ_LEN, _INT32, [1, 1]))
-    g.input.append(helper.make_tensor_value_info(TOTAL_SEQ_LEN, _INT32, [1]))
+    g.input.append(helper.make_tensor_value_info(PAST_SEQ_LEN, TensorProto.INT32, [1, 1]))
+    g.input.append(helper.make_tensor_value_info(TOTAL_SEQ_LEN, TensorProto.INT32, [1]))
     for n in reversed(nodes):
         g.node.insert(0, n)
     return model
-
-
-_INT32, _INT64 = 6, 7  # onnx.TensorProto's
 
 
 def _positions(width: int, slots: int, token: bool, dtype: Any) -> list[Any]:
     """The nodes that make the graph's positions and mask from `past_seq_len`, and the one-hot
     `stage.hot` [slots, width] of where each new entry goes with `stage.kept` [slots, 1]."""
     import numpy as np
-    from onnx import helper, numpy_helper
+    from onnx import TensorProto, helper, numpy_helper
 
     def const(name: str, value: Any) -> Any:
         return helper.make_node("Constant", [], [name],
@@ -91,7 +90,7 @@ def _positions(width: int, slots: int, token: bool, dtype: Any) -> list[Any]:
         const("stage.slots", np.arange(slots, dtype=np.int64)),
         const("stage.one", np.ones((1, 1), dtype)),
         const("stage.ax1", np.array([1], np.int64)),
-        helper.make_node("Cast", [PAST_SEQ_LEN], ["stage.psl"], to=_INT64),
+        helper.make_node("Cast", [PAST_SEQ_LEN], ["stage.psl"], to=TensorProto.INT64),
         helper.make_node("Add", ["stage.psl", "stage.cw"], [POSITIONS]),
         helper.make_node("Unsqueeze", ["stage.slots", "stage.ax1"], ["stage.col"]),
         helper.make_node("Equal", ["stage.col", POSITIONS], ["stage.eq"]),
@@ -104,7 +103,7 @@ def _positions(width: int, slots: int, token: bool, dtype: Any) -> list[Any]:
         return [*nodes, const(MASK, np.ones((1, width), np.int64))]
     return [*nodes,
             helper.make_node("Less", ["stage.slots", "stage.psl"], ["stage.before"]),
-            helper.make_node("Cast", ["stage.before"], ["stage.mask_slots"], to=_INT64),
+            helper.make_node("Cast", ["stage.before"], ["stage.mask_slots"], to=TensorProto.INT64),
             const("stage.self", np.ones((1, 1), np.int64)),  # [1, slots] then the token
             helper.make_node("Concat", ["stage.mask_slots", "stage.self"], [MASK], axis=1)]
 
