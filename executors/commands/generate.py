@@ -38,8 +38,9 @@ def add_command(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
                     help="tokens to generate at most (default 32; fewer at an end token or a "
                     "full cache)")
     sp.add_argument("--genai", action="store_true",
-                    help="a compiled language model's bundle: run the onnxruntime-genai stages "
-                    "its genai_config.json names (what genai runs) instead of its own graphs")
+                    help="a language model's bundle: run what onnxruntime-genai runs of it, as "
+                    "its genai_config.json names it (a compiled bundle's stages, a CPU "
+                    "bundle's token graph on a growing cache) instead of its own pair")
     sp.add_argument("--json", action="store_true",
                     help="print token ids, text and timings as JSON")
     sp.set_defaults(handler=cmd_generate)
@@ -93,7 +94,7 @@ def _decoder_only(folder: Path, described: dict[str, Any], args: argparse.Namesp
                          "give a prompt with some text")
     runs_on = described["runs_on"]
     try:
-        runner = (pipeline.stage_graphs if args.genai else bundle.lm_graphs)(
+        runner = (pipeline.genai_graphs if args.genai else bundle.lm_graphs)(
             folder, described, of_params(runs_on), runs_on["provider_options"])
         config = genai.read(folder, described)  # the end tokens: what onnxruntime-genai reads
     except bundle.BundleError as exc:

@@ -1,7 +1,8 @@
-"""onnxruntime-genai's decoder pipeline run by modelplan's loop: the stages a compiled bundle's
-genai_config.json names (executors/generation/stages.py makes them), fed as genai 0.18 feeds
-them, so that verify_generation checks what genai runs and `modelplan generate --genai` runs it
-from the same description.
+"""onnxruntime-genai's decoder run by modelplan's loop from the bundle's genai_config.json, fed
+as genai 0.18 feeds it, so that verify_generation checks what genai runs and `modelplan
+generate --genai` runs it from the same description: the stages of a compiled bundle's pipeline
+(executors/generation/stages.py makes them), or a CPU bundle's token graph of a free past
+(genai's plain decoder).
 
 The stages run in the config's order, each on the prompt or on each token as it says, reading
 the tensors the fed ones and the earlier stages' outputs hold by name: the ids (the prompt
@@ -83,6 +84,81 @@ class StageGraphs:
         return loop.greedy(lambda: self.prompt(ids)[-1],
                            lambda token: None if self.full else self.step(token),
                            new_tokens, eos or set(), follow)
+
+
+class PlainDecoder:
+    """genai's plain decoder over a bundle's token graph of a free past (a CPU bundle's
+    decode_model.onnx), fed as genai feeds it: the whole prompt on an empty past, then one token
+    at a time, each call's present (past and new) the next call's past."""
+
+    def __init__(self, config: dict[str, Any], session: Any) -> None:
+        model = config["model"]
+        decoder = model[GENAI_SECTION]
+        self.session, self.names = session, decoder["inputs"]
+        self.context = int(model["context_length"])
+        layers, kv, width = (int(decoder[k]) for k in ("num_hidden_layers",
+                                                        "num_key_value_heads", "head_size"))
+        kinds = {i.name: _TYPES.get(i.type) for i in session.get_inputs()}
+        self.empty = {name % i: np.zeros((1, kv, 0, width), kinds.get(name % i) or np.float32)
+                      for i in range(layers) for name in (self.names["past_key_names"],
+                                                          self.names["past_value_names"])}
+        self.buffers, self.seen = dict(self.empty), 0
+
+    @property
+    def full(self) -> bool:
+        return self.seen >= self.context
+
+    def _call(self, ids: list[int]) -> np.ndarray:
+        total = self.seen + len(ids)
+        feed = {self.names["input_ids"]: np.array([ids], np.int64),
+                self.names["attention_mask"]: np.ones((1, total), np.int64), **self.buffers}
+        if "position_ids" in self.names:
+            feed[self.names["position_ids"]] = np.arange(self.seen, total, dtype=np.int64)[None]
+        taken = {i.name for i in self.session.get_inputs()}
+        names = [o.name for o in self.session.get_outputs()]
+        out = dict(zip(names, self.session.run(names, {k: v for k, v in feed.items()
+                                                       if k in taken}), strict=True))
+        self.buffers = {name: out[CACHE.present_of(name)] for name in self.empty}
+        self.seen = total
+        return out["logits"][0]
+
+    def prompt(self, ids: list[int]) -> np.ndarray:
+        self.buffers, self.seen = dict(self.empty), 0
+        return self._call(ids)
+
+    def step(self, token: int) -> np.ndarray:
+        if self.full:
+            raise IndexError(f"the key/value cache is full ({self.context} tokens)")
+        return self._call([token])[-1]
+
+    def greedy(self, ids: list[int], new_tokens: int, eos: set[int] | None = None,
+               follow: list[int] | None = None) -> loop.Generated:
+        return loop.greedy(lambda: self.prompt(ids)[-1],
+                           lambda token: None if self.full else self.step(token),
+                           new_tokens, eos or set(), follow)
+
+
+def genai_graphs(folder: Path, described: dict[str, Any], target: Any,
+                 provider_options: dict[str, Any], cache_dir: Path | None = None
+                 ) -> StageGraphs | PlainDecoder:
+    """What onnxruntime-genai runs of the bundle, as a runner: its compiled stages
+    (`stage_graphs`), or its plain decoder over the bundle's token graph of a free past."""
+    from executors.generation.bundle import BundleError
+    from executors.runtime.adapters import adapter
+
+    if has_stages(described):
+        return stage_graphs(folder, described, target, provider_options, cache_dir)
+    config = genai.read(folder, described)
+    decoder = (config or {}).get("model", {}).get(GENAI_SECTION, {})
+    own = {e["model"] for e in described["graphs"].values()}
+    if config is None or decoder.get("filename") not in own or "sliding_window" in decoder:
+        raise BundleError(f"{folder}: modelplan runs onnxruntime-genai's decoder over the "
+                          "bundle's own token graph or its compiled stages, and this bundle "
+                          "has neither (genai_config.json: none, genai's windowed graph, or a "
+                          "pipeline genai does not run); run it without --genai")
+    session = adapter(target).step_session(folder / decoder["filename"], target,
+                                           provider_options, cache_dir)[0]
+    return PlainDecoder(config, session)
 
 
 def has_stages(described: dict[str, Any]) -> bool:

@@ -209,6 +209,11 @@ def test_onnxruntime_genai_reads_the_prompt_with_the_bundles_own_tokenizer(
     eos = json.loads((folder / "genai_config.json").read_text())["model"]["eos_token_id"]
     assert got["tokens"] == mine["tokens"] == torch_greedy(checkpoint, mine["prompt_ids"], 6,
                                                            eos)
+    # and modelplan's loop over what genai runs (decode_model.onnx on a growing cache), fed as
+    # genai feeds it: the whole prompt at once
+    result = run_cli("generate", str(folder), prompt, "--new-tokens", "6", "--json", "--genai")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["tokens"] == got["tokens"]
 
 
 def test_genai_pipeline_over_a_fixed_buffer_gives_modelplans_and_pytorchs_tokens(
