@@ -21,7 +21,7 @@ from executors.generation.cache import StaticCache
 Forward = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
 
-class LMGraphs:
+class LMGraphs(loop.PromptStepper):
     """The prefill and decode graphs (as forwards: named inputs -> named outputs) and the cache
     between their calls; the decode graph's input specs give the cache geometry."""
 
@@ -80,11 +80,6 @@ class LMGraphs:
         self.cache.write(out, last=True)
         return out["logits"][0, -1]
 
-    def greedy(self, ids: list[int], new_tokens: int, eos: set[int] | None = None,
-               follow: list[int] | None = None) -> loop.Generated:
-        return loop.greedy(lambda: self.prompt(ids)[-1],
-                           lambda token: None if self.full else self.step(token),
-                           new_tokens, eos or set(), follow)
 
 
 class NoContinuation(ValueError):

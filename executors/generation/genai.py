@@ -75,19 +75,23 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
                    "position_ids": "position_ids", **cache_names("past", CACHE.past)},
         "outputs": {"logits": "logits", **cache_names("present", CACHE.present)},
         "session_options": {"provider_options": providers(bundle)}}
-    windowed = bundle.get("genai")  # the windowed graph over the fixed ones (windowed.py)
-    if windowed and "stages" in windowed:  # or the pipeline's stages over them (stages.py)
-        return _pipeline(config, bundle, generation, decoder, folder)
-    if plain or windowed:
-        decoder["filename"] = windowed["model"] if windowed else graphs[token]["model"]
-    if windowed:
+    made = bundle.get("genai") or {}  # genai's graphs over the bundle's own:
+    windowed = made if "model" in made else None  # the windowed graph (windowed.py)
+    staged = made if "stages" in made else None   # or the compiled stages (stages.py)
+    if staged:
+        context = staged["context_length"]  # the slots of the buffers genai passes through
+        _over_stages(bundle, decoder, folder)
+    elif windowed:
+        decoder["filename"] = windowed["model"]
         context = windowed["context_length"]  # the decode graph's slots and its token
         # the prompt in one window of the prefill length, left-padded; genai keeps the cache
         decoder["sliding_window"] = {"window_size": windowed["window"],
                                      "pad_value": windowed["cache"]["zero_point"],
                                      "alignment": "right", "slide_key_value_cache": True,
                                      "slide_inputs": True}
-    elif not plain:
+    elif plain:
+        decoder["filename"] = graphs[token]["model"]
+    else:
         decoder["pipeline"] = [_stages(bundle, folder)]
         # the prompt in chunks of the prefill graph's length, padded; a cache of fixed length
         decoder["sliding_window"] = {"window_size": bundle["prefill_length"],
@@ -99,31 +103,25 @@ def config_for(config: dict[str, Any], bundle: dict[str, Any], generation: dict[
         "eos_token_id": eos, "pad_token_id": _pad(config, eos),
         "context_length": context, "vocab_size": shape.vocab if shape else None,
         "decoder": decoder},
-        "search": greedy_search(context)}
+        # the stages give back the buffers they read: genai passes one through them
+        "search": {**greedy_search(context),
+                   **({"past_present_share_buffer": True} if staged else {})}}
 
 
-def _pipeline(config: dict[str, Any], bundle: dict[str, Any], generation: dict[str, Any],
-              decoder: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """genai's decoder pipeline over the bundle's stages (executors/generation/stages.py): a
-    cache of fixed length genai passes through them, one buffer per layer's keys and values."""
-    staged = bundle["genai"]
-    eos = generation.get("eos_token_id", config.get("eos_token_id"))
+def _over_stages(bundle: dict[str, Any], decoder: dict[str, Any], folder: Path) -> None:
+    """`decoder` made genai's decoder pipeline over the bundle's compiled stages
+    (executors/generation/stages.py): a cache of fixed length genai passes through them, one
+    buffer per layer's keys and values."""
     for field in ("inputs", "outputs"):
         del decoder[field]
     prompt, _ = prompt_and_token(bundle["graphs"])
     graph = bundle["graphs"][prompt]
     ends = (next(s["name"] for s in graph["inputs"] if s["name"] in (stages.IDS, stages.EMBEDS)),
             next(s["name"] for s in graph["outputs"] if not s["name"].startswith(CACHE.present)))
+    staged = bundle["genai"]
     decoder |= pipeline_section(decoder["num_hidden_layers"], staged["stages"],
                                 staged["window"], decoder["session_options"], ends,
                                 host_stages(bundle, folder))
-    context = staged["context_length"]
-    return {"model": {
-        "type": GENAI_PIPELINE,
-        "bos_token_id": generation.get("bos_token_id", config.get("bos_token_id")),
-        "eos_token_id": eos, "pad_token_id": _pad(config, eos), "context_length": context,
-        "vocab_size": shape_of(config).vocab if config else None, "decoder": decoder},
-        "search": {**greedy_search(context), "past_present_share_buffer": True}}
 
 
 def pipeline_section(layers: int, files: dict[str, str], window: int, session: dict[str, Any],

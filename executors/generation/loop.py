@@ -35,6 +35,26 @@ class Generated:
         return self.tokens[:-1] if self.stopped == "eos" else list(self.tokens)
 
 
+class PromptStepper:
+    """A causal LM's graphs as a stepper: `prompt(ids)` reads a prompt into the cache and gives
+    the logits at each of its positions, `step(token)` one token's, `full` once the cache is;
+    `greedy` runs them through the loop (modelplan's pair, or what onnxruntime-genai runs)."""
+
+    full: bool
+
+    def prompt(self, ids: list[int]) -> np.ndarray:
+        raise NotImplementedError
+
+    def step(self, token: int) -> Logits:
+        raise NotImplementedError
+
+    def greedy(self, ids: list[int], new_tokens: int, eos: set[int] | None = None,
+               follow: list[int] | None = None) -> Generated:
+        return greedy(lambda: self.prompt(ids)[-1],
+                      lambda token: None if self.full else self.step(token),
+                      new_tokens, eos or set(), follow)
+
+
 def greedy(first: Callable[[], Logits | None], step: Callable[[int], Logits | None],
            new_tokens: int | None, eos: set[int] | frozenset[int] = frozenset(),
            follow: Sequence[int] | None = None,

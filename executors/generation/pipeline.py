@@ -26,7 +26,18 @@ from planner.models.roles import CACHE
 _TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 
-class StageGraphs:
+class _FedAsGenai(loop.PromptStepper):
+    """A runner that counts the tokens it has read (`seen`) against genai's context."""
+
+    context: int
+    seen: int
+
+    @property
+    def full(self) -> bool:
+        return self.seen >= self.context
+
+
+class StageGraphs(_FedAsGenai):
     """A compiled bundle's genai stages as a runner with LMGraphs' interface (prompt, step,
     greedy, context, full)."""
 
@@ -42,10 +53,6 @@ class StageGraphs:
                       for i in sessions[token].get_inputs() if CACHE.is_past(i.name)}
         self.context = next(iter(self.empty.values())).shape[2]
         self.buffers, self.seen = dict(self.empty), 0
-
-    @property
-    def full(self) -> bool:
-        return self.seen >= self.context
 
     def _call(self, ids: list[int], last: int, on: str) -> np.ndarray:
         """One pass of the stages that run `on` ("run_on_prompt" or "run_on_token_gen") over
@@ -79,34 +86,27 @@ class StageGraphs:
         self.seen += 1
         return logits
 
-    def greedy(self, ids: list[int], new_tokens: int, eos: set[int] | None = None,
-               follow: list[int] | None = None) -> loop.Generated:
-        return loop.greedy(lambda: self.prompt(ids)[-1],
-                           lambda token: None if self.full else self.step(token),
-                           new_tokens, eos or set(), follow)
 
-
-class PlainDecoder:
+class PlainDecoder(_FedAsGenai):
     """genai's plain decoder over a bundle's token graph of a free past (a CPU bundle's
     decode_model.onnx), fed as genai feeds it: the whole prompt on an empty past, then one token
     at a time, each call's present (past and new) the next call's past."""
 
     def __init__(self, config: dict[str, Any], session: Any) -> None:
+        from executors.generation.bundle import session_forward
+
         model = config["model"]
         decoder = model[GENAI_SECTION]
-        self.session, self.names = session, decoder["inputs"]
+        self.forward, self.names = session_forward(session), decoder["inputs"]
+        self.taken = {i.name for i in session.get_inputs()}  # what it reads of genai's feed
         self.context = int(model["context_length"])
         layers, kv, width = (int(decoder[k]) for k in ("num_hidden_layers",
                                                         "num_key_value_heads", "head_size"))
-        kinds = {i.name: _TYPES.get(i.type) for i in session.get_inputs()}
+        kinds = {i.name: _TYPES.get(i.type) for i in session.get_inputs()}  # the past's
         self.empty = {name % i: np.zeros((1, kv, 0, width), kinds.get(name % i) or np.float32)
                       for i in range(layers) for name in (self.names["past_key_names"],
                                                           self.names["past_value_names"])}
         self.buffers, self.seen = dict(self.empty), 0
-
-    @property
-    def full(self) -> bool:
-        return self.seen >= self.context
 
     def _call(self, ids: list[int]) -> np.ndarray:
         total = self.seen + len(ids)
@@ -114,10 +114,7 @@ class PlainDecoder:
                 self.names["attention_mask"]: np.ones((1, total), np.int64), **self.buffers}
         if "position_ids" in self.names:
             feed[self.names["position_ids"]] = np.arange(self.seen, total, dtype=np.int64)[None]
-        taken = {i.name for i in self.session.get_inputs()}
-        names = [o.name for o in self.session.get_outputs()]
-        out = dict(zip(names, self.session.run(names, {k: v for k, v in feed.items()
-                                                       if k in taken}), strict=True))
+        out = self.forward({k: v for k, v in feed.items() if k in self.taken})
         self.buffers = {name: out[CACHE.present_of(name)] for name in self.empty}
         self.seen = total
         return out["logits"][0]
@@ -130,12 +127,6 @@ class PlainDecoder:
         if self.full:
             raise IndexError(f"the key/value cache is full ({self.context} tokens)")
         return self._call([token])[-1]
-
-    def greedy(self, ids: list[int], new_tokens: int, eos: set[int] | None = None,
-               follow: list[int] | None = None) -> loop.Generated:
-        return loop.greedy(lambda: self.prompt(ids)[-1],
-                           lambda token: None if self.full else self.step(token),
-                           new_tokens, eos or set(), follow)
 
 
 def genai_graphs(folder: Path, described: dict[str, Any], target: Any,

@@ -13,7 +13,7 @@ from executors.onnx.artifacts import MODEL
 from executors.onnx.iospecs import io_specs
 from executors.run.step_api import StepContext, StepResult
 from executors.runtime import shared_context
-from executors.store.weights import WEIGHTS, link_or_copy
+from executors.store.weights import link_blobs
 from planner.core.targets import of_params
 from planner.models.generation import genai_stages_not
 from planner.models.roles import prompt_and_token
@@ -30,7 +30,7 @@ def run(ctx: StepContext) -> StepResult:
         raise ctx.fail(f"genai's pipeline stages: {why_not}", "re-plan the build (modelplan "
                        "plan): the plan stages only graphs genai's pipeline feeds")
     staged = ctx.out / ".sources"  # each stage graph, the weights beside them
-    (staged / WEIGHTS).mkdir(parents=True)
+    staged.mkdir()
     token = onnx.load(str(ctx.input_model(graphs[1])), load_external_data=False)
     slots = stages.slots_of(token)
     sources = []
@@ -41,9 +41,7 @@ def run(ctx: StepContext) -> StepResult:
         path = staged / stages.FILES[name]
         onnx.save(stages.stage(model, graph == graphs[1], slots), str(path))
         sources.append(path)
-        for blob in (src / WEIGHTS).glob("*"):
-            if not (staged / WEIGHTS / blob.name).exists():
-                link_or_copy(blob, staged / WEIGHTS / blob.name)
+        link_blobs(src, staged)  # the weights both graphs read, once
     target = of_params(p)
     ctx.progress("  compiling the prompt and token stages (child processes)")
     models = shared_context.compile_group(target, sources, ctx.out, p["provider_options"],

@@ -12,7 +12,7 @@ import shutil
 from executors.onnx.artifacts import MODEL
 from executors.run.step_api import StepContext, StepResult
 from executors.runtime import shared_context
-from executors.store.weights import WEIGHTS, link_or_copy
+from executors.store.weights import link_blobs, link_or_copy
 from planner.core.targets import of_params
 from planner.models.roles import Kind, graphs_of
 
@@ -22,13 +22,11 @@ def run(ctx: StepContext) -> StepResult:
     graphs = [g for g in graphs_of(Kind.DECODER_ONLY) if g in ctx.inputs]  # prompt's first
     target = of_params(p)
     staged = ctx.out / ".sources"  # each graph under its own name, the weights beside them
-    (staged / WEIGHTS).mkdir(parents=True)
+    staged.mkdir()
     for graph in graphs:
         src = ctx.input_model(graph).parent
         link_or_copy(src / MODEL, staged / f"{graph}.onnx")
-        for blob in (src / WEIGHTS).glob("*"):
-            if not (staged / WEIGHTS / blob.name).exists():
-                link_or_copy(blob, staged / WEIGHTS / blob.name)
+        link_blobs(src, staged)
     ctx.progress("  compiling both graphs into one shared context (child process)")
     models = shared_context.compile_group(target, [staged / f"{g}.onnx" for g in graphs],
                                           ctx.out, p["provider_options"], share=True)

@@ -141,9 +141,8 @@ def _shared_context(config: dict[str, Any], steps: list[Step], finals: dict[str,
     declared = of_config(config["target"])
     if not declared.compiles or any(s.op == "split" for s in steps):
         return []  # a split graph's parts would share per part: not built yet
-    read = {s.id: s.inputs["model"] for s in steps if s.id in finals.values()}
     return [Step("share_context", "share_context", {"target": declared.name, **ep},
-                 {graph: read[final] for graph, final in finals.items()})]
+                 _compiled_from(steps, finals))]
 
 
 def _genai_stages(config: dict[str, Any], known: dict[str, Any], steps: list[Step],
@@ -161,11 +160,15 @@ def _genai_stages(config: dict[str, Any], known: dict[str, Any], steps: list[Ste
             any(s.op == "split" for s in steps) or \
             generation.genai_stages_not(known["info"], inputs) is not None:
         return []
-    read = {s.id: s.inputs["model"] for s in steps if s.id in finals.values()}
     prefill, _ = generation.lengths(known["info"], config["export"]["shapes"])
     return [Step("genai_stages", "genai_stages", {"target": declared.name, "window": prefill,
-                                                  **ep},
-                 {graph: read[final] for graph, final in finals.items()})]
+                                                  **ep}, _compiled_from(steps, finals))]
+
+
+def _compiled_from(steps: list[Step], finals: dict[str, str]) -> dict[str, str]:
+    """Each graph's model its final step (its compile) reads: the quantized, tagged graph."""
+    read = {s.id: s.inputs["model"] for s in steps if s.id in finals.values()}
+    return {graph: read[final] for graph, final in finals.items()}
 
 
 def lm_bundle(config: dict[str, Any], known: dict[str, Any], finals: dict[str, str],

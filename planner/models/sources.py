@@ -243,8 +243,7 @@ def model_info(model: dict[str, Any], where: Path | None) -> dict[str, Any]:
             raise ConfigError(
                 f"model.random_init.config.hidden_size: {hidden} is not a multiple of "
                 f"num_attention_heads {heads}; change one of them")
-        arch = [model["model_class"]] if model["model_class"] else []
-        return with_class(model, {**cfg, "model_type": ri["model_type"], "architectures": arch})
+        return with_class(model, {**cfg, "model_type": ri["model_type"], "architectures": []})
     if where is None or where.is_file():
         return {}
     return with_class(model, completed(_read_json(where / "config.json", required=True)))
