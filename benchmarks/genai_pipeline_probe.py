@@ -45,7 +45,7 @@ def _stage(graph: Path, out: Path, kind: str, slots: int) -> None:
     from executors.generation import stages as product
 
     model = onnx.load(str(graph), load_external_data=False)
-    onnx.save(product.stage(model, kind == "token", slots), str(out))
+    onnx.save(product.stage(model, slots), str(out))
 
 
 def _config(bundle: Path, folder: Path, slots: int, window: int,

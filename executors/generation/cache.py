@@ -57,6 +57,14 @@ class StaticCache:
         """The mask of a one-token step: the filled slots and the token itself (last)."""
         return step_mask(self.seen, self.slots)
 
+    def window_feed(self, tokens: dict[str, np.ndarray], count: int) -> dict[str, np.ndarray]:
+        """A prompt window's inputs: its tokens (or embeddings, `count` of them real, the rest
+        padding), positions, mask and the buffers."""
+        width = next(iter(tokens.values())).shape[1]
+        return {**tokens, "position_ids": window_positions(self.seen, width, self.slots),
+                "attention_mask": window_mask(self.seen, count, width, self.slots),
+                **self.buffers}
+
     def step_feed(self, token_input: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """A one-token step's cache inputs: its token (or embedding), position, mask, buffers."""
         return {**token_input, "position_ids": np.array([[self.seen]], np.int64),
@@ -64,9 +72,22 @@ class StaticCache:
 
 
 def step_mask(seen: int, slots: int) -> np.ndarray:
-    mask = np.zeros((1, slots + 1), np.int64)
-    mask[0, :seen], mask[0, -1] = 1, 1
+    return window_mask(seen, 1, 1, slots)
+
+
+def window_mask(seen: int, count: int, width: int, slots: int) -> np.ndarray:
+    """The mask of a window of `width` tokens, the first `count` real, after `seen` filled
+    slots: [1, slots + width], the filled slots then the real tokens."""
+    mask = np.zeros((1, slots + width), np.int64)
+    mask[0, :seen] = 1
+    mask[0, slots:slots + count] = 1
     return mask
+
+
+def window_positions(seen: int, width: int, slots: int) -> np.ndarray:
+    """A window's positions from `seen` on, its padding's held at the last slot's position
+    (a position table has no row past it)."""
+    return np.minimum(np.arange(seen, seen + width, dtype=np.int64), slots - 1)[None]
 
 
 def own_layers(layers: Any) -> list[Any]:

@@ -1,12 +1,12 @@
-"""A causal LM's generation: the prefill graph reads the prompt (right-padded to its length; a
-longer prompt's remaining tokens go through the decode graph one at a time) and its present
-entries fill the first cache slots; each decode step reads one token, its position and the
+"""A causal LM's generation: the prefill graph reads the prompt a window at a time (each
+right-padded to its length, after the slots the earlier windows filled) and its present
+entries fill the next cache slots; each decode step reads one token, its position and the
 cache, and its present entries are written into the next slot. A model whose layers keep a
-recurrent state reads a prompt shorter than the prefill graph token by token through the
-decode graph, from no state: a padded position would run through the recurrent update (a
+recurrent state reads the last part of a prompt that fills no whole window token by token
+through the decode graph: a padded position would run through the recurrent update (a
 state-space or linear-attention step does not skip it as a masked attention slot is), while
-a step from a zero state is the prompt's own first step. PyTorch's reference steps the
-checkpoint with its own cache; both run the one greedy loop."""
+a step is the prompt's own next step. PyTorch's reference steps the checkpoint with its own
+cache; both run the one greedy loop."""
 
 from __future__ import annotations
 
@@ -33,31 +33,33 @@ class LMGraphs(loop.PromptStepper):
         self.cache = StaticCache(decode_specs)
         self.context = self.cache.slots
         self.prefill_length = int(next(s["shape"][1] for s in prefill_specs
-                                       if s["name"] == "attention_mask"))
+                                       if s["name"] == "position_ids"))
 
     @property
     def full(self) -> bool:
         return self.cache.full
 
     def prompt(self, ids: list[int]) -> np.ndarray:
-        """Read the prompt into the cache; the logits at every prompt position [n, vocab]
-        (row i predicts token i + 1)."""
+        """Read the prompt into the cache, a window at a time; the logits at every prompt
+        position [n, vocab] (row i predicts token i + 1)."""
         self.cache.reset()
-        first = ids[:self.prefill_length]
-        n = len(first)
-        if self.cache.recurrent and n < self.prefill_length:
-            return np.stack([self.step(token) for token in ids])
-        tokens = np.zeros((1, self.prefill_length), np.int64)
-        tokens[0, :n] = first
-        feed = {**self._tokens(tokens),
-                "attention_mask": (np.arange(self.prefill_length) < n).astype(np.int64)[None],
-                "position_ids": np.arange(self.prefill_length, dtype=np.int64)[None]}
-        out = self._logits(self.prefill_forward(feed))
-        self.cache.write(out, n)
-        rows = [out["logits"][0, i] for i in range(n)]
-        for token in ids[n:]:
+        rows: list[np.ndarray] = []
+        while len(ids) - self.cache.seen >= (self.prefill_length if self.cache.recurrent else 1):
+            rows += self._window(ids[self.cache.seen:self.cache.seen + self.prefill_length])
+        for token in ids[self.cache.seen:]:
             rows.append(self.step(token))
         return np.stack(rows)
+
+    def _window(self, ids: list[int]) -> list[np.ndarray]:
+        """One window of the prompt through the prefill graph; its tokens' logits."""
+        if self.cache.seen + len(ids) > self.context:
+            raise IndexError(f"the key/value cache is full ({self.context} tokens)")
+        tokens = np.zeros((1, self.prefill_length), np.int64)
+        tokens[0, :len(ids)] = ids
+        out = self._logits(self.prefill_forward(
+            self.cache.window_feed(self._tokens(tokens), len(ids))))
+        self.cache.write(out, len(ids))
+        return [out["logits"][0, i] for i in range(len(ids))]
 
     def _tokens(self, ids: np.ndarray) -> dict[str, np.ndarray]:
         """The graphs' token input: the ids, or their embeddings looked up on the host."""

@@ -6,11 +6,10 @@ generate --genai` runs it from the same description: the stages of a compiled bu
 
 The stages run in the config's order, each on the prompt or on each token as it says, reading
 the tensors the fed ones and the earlier stages' outputs hold by name: the ids (the prompt
-left-aligned in one window of `window_size`, padded), int32 `past_seq_len` (the position of
-the input's last token) and `total_seq_len`, and one buffer per layer's keys and values of the
-cache's fixed length, which each call gives back whole as the next past. A prompt longer than
-the window goes on through the token stage one token at a time (genai feeds it as windows,
-which its prompt stage does not read: docs/generation.md)."""
+in windows of `window_size` from the left, the last one padded after its tokens), int32
+`past_seq_len` (the position of the input's last slot: a window's end, or the token's own) and
+`total_seq_len`, and one buffer per layer's keys and values of the cache's fixed length, which
+each call gives back whole as the next past (measured: benchmarks/genai_pipeline_probe.py)."""
 
 from __future__ import annotations
 
@@ -70,12 +69,16 @@ class StageGraphs(_FedAsGenai):
         return held["logits"][0]
 
     def prompt(self, ids: list[int]) -> np.ndarray:
-        """Read the prompt into the buffers; the logits at every prompt position [n, vocab]."""
-        self.buffers, first = dict(self.empty), ids[:self.window]
-        window = [*first, *[self.pad] * (self.window - len(first))]
-        rows = list(self._call(window, self.window - 1, "run_on_prompt")[:len(first)])
-        self.seen = len(first)
-        rows += [self.step(token) for token in ids[len(first):]]
+        """Read the prompt into the buffers a window at a time; the logits at every prompt
+        position [n, vocab]."""
+        if len(ids) > self.context:
+            raise IndexError(f"the key/value cache is full ({self.context} tokens)")
+        self.buffers, rows = dict(self.empty), []
+        for start in range(0, len(ids), self.window):
+            part = ids[start:start + self.window]
+            window = [*part, *[self.pad] * (self.window - len(part))]
+            rows += list(self._call(window, start + self.window - 1, "run_on_prompt")[:len(part)])
+        self.seen = len(ids)
         return np.stack(rows)
 
     def step(self, token: int) -> np.ndarray:

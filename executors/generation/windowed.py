@@ -8,9 +8,10 @@ width, window]`, `[heads, 1, window, head width]`), which genai appends after sl
 left. The prompt comes in one window of the prefill length (left-padded with the pad token,
 whose positions are 0 and mask 0), then one token at a time over a past of context - 1: the
 mask is `[1, context]`, the past's slots then the window. That is the bundle's own pair of
-graphs: the prefill graph reads the window (no past: the prompt is the first window) and the
-decode graph, whose `context_length` slots and token are genai's context - 1 and 1, reads each
-token. So the graph is an `If` on the window's length over the two graphs as they were built
+graphs: the prefill graph reads a window after `context_length` slots, genai's past of
+context - window and window - 1 empty slots after it (masked), and the decode graph, whose
+`context_length` slots and token are genai's context - 1 and 1, reads each token. So the graph
+is an `If` on the window's length over the two graphs as they were built
 (their nodes and weights, which stay in `weights/`), the past dequantized and transposed
 before them and the new entries transposed and quantized after them. Every layer's entries
 share the zero point 128 (genai fills the empty past with one `pad_value`); each layer's keys
@@ -185,18 +186,17 @@ def _cache(pasts: list[Any], cache_scales: dict[str, float], dtype: int) -> tupl
 def _branch(graph: Any, prefix: str, outputs: list[str], window: int | None) -> Any:
     """One built graph as a branch of the If: its values renamed under `prefix` but for the
     inputs it reads from the outer graph (the ids, positions and mask, the dequantized past);
-    the prompt graph (`window`: its length) reads the mask's last `window` columns and no
-    past; the branch gives back the logits and the new entries in `outputs`' order."""
+    the prompt graph (`window`: its length) reads genai's past with window - 1 empty slots
+    after it and the mask with as many zeros before the window's columns; the branch gives
+    back the logits and the new entries in `outputs`' order."""
     import onnx
-    from onnx import TensorProto, helper
+    from onnx import helper
 
     names = {v.name: v.name for v in graph.input}
     names.update({v.name: f"genai.{v.name}" for v in graph.input if CACHE.is_past(v.name)})
-    head = []
+    head, extra = [], []
     if window is not None:
-        names["attention_mask"] = f"{prefix}/attention_mask"
-        head = [helper.make_node("Slice", ["attention_mask", f"{prefix}/from", f"{prefix}/to",
-                                           f"{prefix}/axis"], [f"{prefix}/attention_mask"])]
+        head, extra = _widened(graph, prefix, window, names)
 
     def renamed(name: str) -> str:
         return name if not name else names.setdefault(name, f"{prefix}/{name}")
@@ -215,12 +215,42 @@ def _branch(graph: Any, prefix: str, outputs: list[str], window: int | None) -> 
     out_names = ["logits", *(o[len("genai."):] for o in outputs[1:])]
     branch_out = [helper.make_tensor_value_info(renamed(n), given[n].type.tensor_type.elem_type,
                                                 None) for n in out_names]
-    extra = [] if window is None else [
-        helper.make_tensor(f"{prefix}/from", TensorProto.INT64, [1], [-window]),
-        helper.make_tensor(f"{prefix}/to", TensorProto.INT64, [1], [np.iinfo(np.int64).max]),
-        helper.make_tensor(f"{prefix}/axis", TensorProto.INT64, [1], [1])]
     return helper.make_graph([*head, *body.node], prefix, [], branch_out,
                              [*body.initializer, *extra], value_info=body.value_info)
+
+
+def _widened(graph: Any, prefix: str, window: int, names: dict[str, str]
+             ) -> tuple[list[Any], list[Any]]:
+    """The nodes and constants that give the prompt graph genai's past and mask at the
+    lengths it was built for (its slots = genai's past + window - 1): each past padded with
+    empty slots after it, the mask with zeros between the past's columns and the window's;
+    `names` maps the graph's inputs to them."""
+    from onnx import TensorProto, helper
+
+    gap = window - 1
+    mask = f"{prefix}/attention_mask"
+    names["attention_mask"] = mask
+    head = [helper.make_node("Slice", ["attention_mask", f"{prefix}/genai.zero", f"{prefix}/genai.cut",
+                                       f"{prefix}/genai.axis"], [f"{mask}.past"]),
+            helper.make_node("Slice", ["attention_mask", f"{prefix}/genai.cut", f"{prefix}/genai.end",
+                                       f"{prefix}/genai.axis"], [f"{mask}.window"]),
+            helper.make_node("Concat", [f"{mask}.past", f"{prefix}/genai.gap", f"{mask}.window"],
+                             [mask], axis=1)]
+    for value in graph.input:
+        if CACHE.is_past(value.name):
+            padded = f"{prefix}/{value.name}.padded"
+            head.append(helper.make_node("Pad", [names[value.name], f"{prefix}/genai.pads"],
+                                         [padded], mode="constant"))
+            names[value.name] = padded
+    extra = [helper.make_tensor(f"{prefix}/genai.zero", TensorProto.INT64, [1], [0]),
+             helper.make_tensor(f"{prefix}/genai.cut", TensorProto.INT64, [1], [-window]),
+             helper.make_tensor(f"{prefix}/genai.end", TensorProto.INT64, [1],
+                                [np.iinfo(np.int64).max]),
+             helper.make_tensor(f"{prefix}/genai.axis", TensorProto.INT64, [1], [1]),
+             helper.make_tensor(f"{prefix}/genai.gap", TensorProto.INT64, [1, gap], [0] * gap),
+             helper.make_tensor(f"{prefix}/genai.pads", TensorProto.INT64, [8],
+                                [0, 0, 0, 0, 0, 0, gap, 0])]
+    return head, extra
 
 
 def _like(graph: Any, name: str, shape: list[Any]) -> Any:

@@ -88,7 +88,8 @@ class Samples:
             self.origins["decoding"] = got.origin
             return got.feeds
         if set(wanted) & set(generation.LM_KINDS):
-            got = generation.lm_feeds(wanted, n, self.split, self.source, self.ckpt, self.rng) \
+            got = generation.lm_feeds(wanted, self.specs, n, self.split, self.source, self.ckpt,
+                                      self.rng) \
                 if self.source is not None else generation.random_feeds(wanted, n, self.specs,
                                                                         self.rng)
             self.origins["lm"] = got.origin

@@ -2,8 +2,10 @@
 (executors/generation/: PyTorch's side of it):
 
 * A causal LM: shipped sentences through the model's tokenizer (seeded random token ids when it
-  has none) are the prompts; the prefill graph gets a prompt right-padded to its length; the
-  decode graph gets a step of PyTorch's own greedy generation on a prompt: the token it chose,
+  has none) are the prompts; the prefill graph gets a window of a prompt right-padded to its
+  length: every other sample the prompt's first window on the empty cache, the others its
+  second half after the keys and values PyTorch cached of its first half (so the past's
+  encodings see real entries); the decode graph gets a step of PyTorch's own greedy generation on a prompt: the token it chose,
   its position, and the keys and values PyTorch cached so far written into the static cache
   slots, the empty slots masked.
 * An encoder-decoder's cached decoder: the encoder's states on a shipped sentence (or
@@ -50,8 +52,8 @@ def prompts(n: int, split: str, ckpt: Path | None, vocab: int, rng: np.random.Ge
     return out, origin
 
 
-def lm_feeds(wanted: dict[str, dict[str, Any]], n: int, split: str, source: Path,
-             ckpt: Path | None, rng: np.random.Generator) -> Got:
+def lm_feeds(wanted: dict[str, dict[str, Any]], specs: list[dict[str, Any]], n: int,
+             split: str, source: Path, ckpt: Path | None, rng: np.random.Generator) -> Got:
     import torch
 
     from executors.runtime import torchmodel
@@ -59,11 +61,15 @@ def lm_feeds(wanted: dict[str, dict[str, Any]], n: int, split: str, source: Path
     model, _ = torchmodel.load(source)
     vocab = int(model.config.get_text_config().vocab_size)
     if "lm_prompt_mask" in wanted:
-        length = wanted["lm_prompt_mask"]["shape"][1]
-        ids, origin = prompts(n, split, ckpt, vocab, rng, length)
+        length = wanted["lm_prompt_positions"]["shape"][1]
+        context = wanted["lm_prompt_mask"]["shape"][1] - length
+        ids, origin = prompts(n, split, ckpt, vocab, rng, min(length, context))
         with torch.no_grad():
-            feeds = [_embedded(model, wanted, _prompt_feed(wanted, p, length)) for p in ids]
-        return Got(feeds, origin)
+            feeds = [_embedded(model, wanted, _window_feed(model, wanted, specs, p,
+                                                           i % 2 * len(p) // 2, length,
+                                                           context))
+                     for i, p in enumerate(ids)]
+        return Got(feeds, origin + "; half of them after PyTorch's cache of their first half")
     context = wanted["lm_step_mask"]["shape"][1] - 1
     ids, origin = prompts(n, split, ckpt, vocab, rng, max(1, min(context - MAX_STEPS,
                                                                  context - 1)))
@@ -97,10 +103,14 @@ def random_feeds(wanted: dict[str, dict[str, Any]], n: int, specs: list[dict[str
     feeds = []
     for _ in range(n):
         if "lm_prompt_mask" in wanted:
-            length = wanted["lm_prompt_mask"]["shape"][1]
+            length = wanted["lm_prompt_positions"]["shape"][1]
+            context = wanted["lm_prompt_mask"]["shape"][1] - length
             vocab = int(wanted["lm_prompt_ids"]["max"]) + 1 if "lm_prompt_ids" in wanted else 2
+            seen = int(rng.integers(0, context - length + 1))
             ids = [int(t) for t in rng.integers(0, vocab, size=int(rng.integers(1, length + 1)))]
-            feeds.append(_random_embeds(wanted, _prompt_feed(wanted, ids, length), rng))
+            feed = _prompt_feed(wanted, ids, length, seen, context)
+            feed.update(_random_past(specs, rng))
+            feeds.append(_random_embeds(wanted, feed, rng))
             continue
         context = wanted["lm_step_mask"]["shape"][1] - 1
         seen = int(rng.integers(1, context + 1))
@@ -111,9 +121,7 @@ def random_feeds(wanted: dict[str, dict[str, Any]], n: int, specs: list[dict[str
                     size=(1, 1)),
                 wanted["lm_step_positions"]["name"]: np.array([[seen]], np.int64),
                 wanted["lm_step_mask"]["name"]: mask}
-        for spec in specs:
-            if spec.get("kind") == "lm_past":
-                feed[spec["name"]] = rng.normal(0.0, 1.0, size=spec["shape"]).astype(np.float32)
+        feed.update(_random_past(specs, rng))
         feeds.append(_random_embeds(wanted, feed, rng))
     return Got(feeds, "random token ids and caches (no torch model here); generation's masks")
 
@@ -133,14 +141,40 @@ def _name(wanted: dict[str, dict[str, Any]], kind: str) -> str:
     return wanted[kind]["name"] if kind in wanted else kind
 
 
-def _prompt_feed(wanted: dict[str, dict[str, Any]], ids: list[int],
-                 length: int) -> dict[str, np.ndarray]:
+def _random_past(specs: list[dict[str, Any]], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {spec["name"]: rng.normal(0.0, 1.0, size=spec["shape"]).astype(np.float32)
+            for spec in specs if spec.get("kind") == "lm_past"}
+
+
+def _prompt_feed(wanted: dict[str, dict[str, Any]], ids: list[int], length: int, seen: int,
+                 context: int) -> dict[str, np.ndarray]:
+    """A prompt window's ids, positions and mask: `ids` right-padded to `length` after `seen`
+    filled slots of `context` (the past itself is the caller's)."""
     tokens = np.zeros((1, length), np.int64)
     tokens[0, :len(ids)] = ids
-    mask = (np.arange(length) < len(ids)).astype(np.int64)[None]
     return {_name(wanted, "lm_prompt_ids"): tokens,
-            wanted["lm_prompt_mask"]["name"]: mask,
-            wanted["lm_prompt_positions"]["name"]: np.arange(length, dtype=np.int64)[None]}
+            wanted["lm_prompt_mask"]["name"]: static_cache.window_mask(seen, len(ids), length,
+                                                                        context),
+            wanted["lm_prompt_positions"]["name"]: static_cache.window_positions(seen, length,
+                                                                                 context)}
+
+
+def _window_feed(model: Any, wanted: dict[str, dict[str, Any]], specs: list[dict[str, Any]],
+                 ids: list[int], seen: int, length: int, context: int) -> dict[str, np.ndarray]:
+    """The prefill graph's inputs for the prompt `ids` read from its token `seen` on, after
+    PyTorch's cache of its first `seen` tokens (where `seen` is 0: the empty slots and a
+    recurrent layer's zero state, as transformers starts one)."""
+    feed = _prompt_feed(wanted, ids[seen:seen + length], length, seen, context)
+    if not seen:
+        feed.update({s["name"]: np.zeros(s["shape"], np.float32) for s in specs
+                     if CACHE.is_past(s["name"])})
+        return feed
+    torch_lm = TorchLM(model)
+    torch_lm.prompt(ids[:seen])
+    feed.update(static_cache.static_entries(torch_lm.cache.layers, seen,
+                                            wanted["lm_past"]["shape"] if "lm_past" in wanted
+                                            else None))
+    return feed
 
 
 def _step_feed(model: Any, wanted: dict[str, dict[str, Any]], ids: list[int], steps: int,

@@ -39,7 +39,7 @@ def run(ctx: StepContext) -> StepResult:
         model = token if graph == graphs[1] else \
             onnx.load(str(src / MODEL), load_external_data=False)
         path = staged / stages.FILES[name]
-        onnx.save(stages.stage(model, graph == graphs[1], slots), str(path))
+        onnx.save(stages.stage(model, slots), str(path))
         sources.append(path)
         link_blobs(src, staged)  # the weights both graphs read, once
     target = of_params(p)

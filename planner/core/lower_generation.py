@@ -67,7 +67,7 @@ def free_past_graphs(config: dict[str, Any], modality: str,
     if modality != T.CAUSAL or not _any_shape_traced_whole(config) or ex["on_host"] or \
             ex["parts"] not in (None, 1):
         return []
-    return [g for g in graphs if roles.ROLES[g].reads_cache]
+    return [g for g in graphs if roles.ROLES[g].reads_cache and roles.ROLES[g].token_stage]
 
 
 def genai_encoder_decoder(config: dict[str, Any], modality: str, info: dict[str, Any],

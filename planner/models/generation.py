@@ -1,9 +1,11 @@
 """The graphs of a generating model over a static key/value cache, derived at plan time from
 config.json (planner/models/roles.py declares their roles and the cache's names).
 
-A causal LM (decoder-only): the prefill graph reads a prompt of `export.shapes.prefill_length`
-tokens; the decode graph reads one token, its position, and `context_length` cache slots per
-layer. Both return the logits and the new tokens' keys and values only ("present"): the host
+A causal LM (decoder-only): the prefill graph reads a window of `export.shapes.prefill_length`
+prompt tokens, their positions, and `context_length` cache slots per layer (the prompt's
+earlier windows: a prompt of any length up to the context is read a window at a time); the
+decode graph reads one token the same way. Both take a mask over the slots and their own
+tokens, and return the logits and the new tokens' keys and values only ("present"): the host
 writes them into its cache buffer, so no graph scatters into a tensor and every shape is fixed.
 Names follow onnxruntime-genai's conventions (`past_key_values.{i}.key`, `present.{i}.key`).
 
@@ -177,7 +179,8 @@ def indexed(info: dict[str, Any]) -> int | None:
 def lengths(info: dict[str, Any], shapes: dict[str, Any]) -> tuple[int, int]:
     """(prefill_length, context_length), checked against the model's position limit, its
     sliding window and its sparse attention's indexer: the tokens take positions
-    0 .. context_length - 1."""
+    0 .. context_length - 1, and a prompt window's last token attends to every slot and the
+    window before it (the defaults shrink to fit; a length set that does not is refused)."""
     limit = shape_of(info).positions
     slide = window(info)
     reach = slide[2] if slide else None
@@ -208,6 +211,17 @@ def lengths(info: dict[str, Any], shapes: dict[str, Any]) -> tuple[int, int]:
         raise ConfigError(f"export.shapes.prefill_length: {prefill} prompt tokens do not fit "
                           f"the {context} cache slots; set export.shapes.prefill_length="
                           f"{context} or less, or raise export.shapes.context_length")
+    spans = [b for b in (reach, chosen) if b]  # a window's last token sees slots + window
+    if spans and context + prefill - 1 > min(spans):
+        span = min(spans)
+        if shapes.get("context_length") is not None or shapes.get("prefill_length") is not None:
+            raise ConfigError(f"export.shapes: a prompt window's last token sees the "
+                              f"{context} cache slots and the window's {prefill} tokens, and "
+                              f"the model's attention covers {span + 1} of them; set "
+                              "export.shapes.context_length + export.shapes.prefill_length to "
+                              f"{span + 1} or less")
+        prefill = min(prefill, max(1, (span + 1) // 4))  # most of the span for the slots
+        context = min(context, span - prefill + 1)
     return prefill, context
 
 
@@ -255,7 +269,7 @@ def genai_stages_not(info: dict[str, Any] | None, inputs: dict[str, list[str]]) 
 
 def lm_graph_specs(info: dict[str, Any], shapes: dict[str, Any], batch: int,
                    on_host: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
-    """The two graphs' I/O. With "embeddings" on the host they take `inputs_embeds` (the
+    """The two graphs' I/O (the module docstring). With "embeddings" on the host they take `inputs_embeds` (the
     host looks the tokens up), with "head" they return `hidden_states` (the host computes
     the logits): the vocabulary-sized matrices then stay off the target."""
     if batch != 1:
@@ -267,13 +281,16 @@ def lm_graph_specs(info: dict[str, Any], shapes: dict[str, Any], batch: int,
                *cache_names(cache_layers(info), CACHE.present)]
     width = _first(info.get("text_config") or info, _WIDTH)
     top = context - 1  # positions run 0 .. context - 1
-    prompt = [input_spec("input_ids", "int64", [1, prefill], 0, s.vocab - 1, "lm_prompt_ids"),
-              input_spec("attention_mask", "int64", [1, prefill], 0, 1, "lm_prompt_mask"),
-              input_spec("position_ids", "int64", [1, prefill], 0, top, "lm_prompt_positions")]
     per_part = [entry for entries in layer_shapes(info) for entry in entries]  # as the names
     past = [input_spec(n, "float32", [1, heads, context, width], -8.0, 8.0, "lm_past")
             for n, (heads, width) in zip(cache_names(cache_layers(info), CACHE.past), per_part,
                                          strict=True)]
+    # a window of the prompt after the slots its earlier windows filled
+    prompt = [input_spec("input_ids", "int64", [1, prefill], 0, s.vocab - 1, "lm_prompt_ids"),
+              input_spec("attention_mask", "int64", [1, context + prefill], 0, 1,
+                         "lm_prompt_mask"),
+              input_spec("position_ids", "int64", [1, prefill], 0, top, "lm_prompt_positions"),
+              *past]
     step = [input_spec("input_ids", "int64", [1, 1], 0, s.vocab - 1, "lm_step_ids"),
             input_spec("position_ids", "int64", [1, 1], 0, top, "lm_step_positions"),
             input_spec("attention_mask", "int64", [1, context + 1], 0, 1, "lm_step_mask"), *past]

@@ -117,7 +117,7 @@ _S2S_STEPS = ("bundle", "verify_generation")
 
 ROLES: dict[str, Role] = {r.name: r for r in (
     Role(MODEL, Kind.SINGLE, Trace.MODEL, Runs.ONCE),
-    Role(PREFILL, Kind.DECODER_ONLY, Trace.LM, Runs.PROMPT, _PROMPT, _LOGITS,
+    Role(PREFILL, Kind.DECODER_ONLY, Trace.LM, Runs.PROMPT, _PROMPT, _LOGITS, reads_cache=True,
          prompt_stage=True, steps=_LM_STEPS),
     Role(DECODE, Kind.DECODER_ONLY, Trace.LM, Runs.TOKEN, _STEP, _LOGITS, reads_cache=True,
          token_stage=True, chain=True, steps=_LM_STEPS),

@@ -234,15 +234,26 @@ def _genai_stages(target: str) -> list[str]:
                  f"(`{target}`; `genai_config.json`: its decoder pipeline over "
                  "`prompt_stage_ctx.onnx` and `token_stage_ctx.onnx`, the graphs compiled "
                  "over genai's key/value cache of fixed length, with the build's provider "
-                 "options). The QNN EP is a plugin: register its library first. The prompt "
-                 "must fit in one window (`prefill_length` tokens: a longer one's second "
-                 "window does not see the first), and genai counts it padded to the window "
-                 "in `max_length`:"),
+                 "options). The QNN EP is a plugin: register its library first. genai reads "
+                 "a prompt of up to `context_length` tokens a window (`prefill_length` "
+                 "tokens) at a time, and counts it padded to whole windows in `max_length`:"),
             "", "```python", "import json", "", "import onnxruntime_genai as og",
             "import onnxruntime_qnn  # pip install onnxruntime-qnn", "",
             'og.register_execution_provider_library("QNNExecutionProvider",',
             "                                        onnxruntime_qnn.get_library_path())",
-            *_WINDOW_RUN]
+            'folder = "path/to/this/folder"',
+            'with open(f"{folder}/genai_config.json") as f:',
+            '    window = json.load(f)["model"]["decoder"]["sliding_window"]["window_size"]',
+            "model = og.Model(folder)", "tokenizer = og.Tokenizer(model)",
+            'ids = tokenizer.encode("a prompt")',
+            "padded = -(-len(ids) // window) * window  # the prompt's whole windows",
+            "params = og.GeneratorParams(model)",
+            "params.set_search_options(do_sample=False, max_length=padded + 16)",
+            "generator = og.Generator(model, params)",
+            "generator.append_tokens(ids)",
+            "while not generator.is_done():", "    generator.generate_next_token()",
+            "print(tokenizer.decode(generator.get_sequence(0)[padded:]))  # after the prompt",
+            "```"]
 
 
 def _genai_windowed() -> list[str]:

@@ -306,8 +306,9 @@ def test_onnxruntime_genai_runs_an_htp_bundle_on_the_qnn_ep_like_modelplan(
     host's embeddings and head (export.on_host) on the CPU EP where the build keeps them off
     the device, and the QNN EP with the build's provider options; genai 0.18, the QNN plugin EP
     registered through its API, runs it on the HTP simulator and decodes the tokens
-    `modelplan generate --genai` decodes over the same stages, for prompts up to the window
-    (the prefill length), with logits next to those of the bundle's own graphs."""
+    `modelplan generate --genai` decodes over the same stages, for prompts of one window (the
+    prefill length) and of three (each window reads the earlier ones' entries), with logits next
+    to those of the bundle's own graphs."""
     import onnxruntime_qnn
 
     checkpoint = bpe_tokenizer(text_checkpoint(
@@ -335,7 +336,7 @@ def test_onnxruntime_genai_runs_an_htp_bundle_on_the_qnn_ep_like_modelplan(
         assert ops == ["EPContext"], ops
     runtime = json.loads((folder / "runtime.json").read_text())["graphs"]
     assert runtime["prompt_stage_ctx.onnx"]["runs_on"] == "target"
-    prompts = ["the cat sat", "hello world", "the"]
+    prompts = ["the cat sat", "the cat sat on the mat and the dog ran to the park", "the"]
     got = client("genai", str(folder), json.dumps(prompts), "8",
                  str(onnxruntime_qnn.get_library_path()), logits=True)
     assert got.get("version") == "0.18.0" and "runs" in got, got
@@ -344,6 +345,7 @@ def test_onnxruntime_genai_runs_an_htp_bundle_on_the_qnn_ep_like_modelplan(
     assert result.returncode == 0, result.stderr
     mine = json.loads(result.stdout)
     assert got["runs"][0]["prompt_ids"] == mine["prompt_ids"] and len(mine["prompt_ids"]) <= 8
+    assert 16 < len(got["runs"][1]["prompt_ids"]) <= 24  # three windows
     assert got["runs"][0]["tokens"] == mine["tokens"], (got["runs"][0], mine)
     staged = stage_runner(folder)  # the same runner, in this process, for the other prompts
     for run in got["runs"][1:]:

@@ -36,8 +36,8 @@ def save(path: Path, nodes: list[Any], inputs: list[Any], outputs: list[Any],
 def stand_ins(folder: Path) -> dict[str, Any]:
     """A decode graph that gives back, as the token's new entries, the past's last slot (keys)
     and first slot (values) plus its position, and its mask as logits; a prefill graph that
-    gives back its positions as every entry and its mask (the window's) as logits. bundle.json
-    of the two."""
+    gives back its positions as every entry (plus, for the keys, the past's sum over its slots)
+    and its mask (the slots' and the window's) as logits. bundle.json of the two."""
     ints = [value(n, TensorProto.INT64, s) for n, s in (
         ("input_ids", [1, 1]), ("position_ids", [1, 1]), ("attention_mask", [1, SLOTS + 1]))]
     past = [value(f"past_key_values.0.{p}", TensorProto.FLOAT, [1, HEADS, SLOTS, WIDTH])
@@ -55,24 +55,28 @@ def stand_ins(folder: Path) -> dict[str, Any]:
         helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.FLOAT),
         helper.make_node("Unsqueeze", ["mask", "zero"], ["logits"])],
         ints + past, [value("logits", TensorProto.FLOAT, [1, 1, SLOTS + 1]), *present], const)
-    window = [value(n, TensorProto.INT64, [1, WINDOW])
-              for n in ("input_ids", "position_ids", "attention_mask")]
+    window = [value(n, TensorProto.INT64, [1, WINDOW]) for n in ("input_ids", "position_ids")]
+    window.append(value("attention_mask", TensorProto.INT64, [1, SLOTS + WINDOW]))
     shape = helper.make_tensor("shape", TensorProto.INT64, [4], [1, HEADS, WINDOW, WIDTH])
     save(folder / "prefill_model.onnx", [
         helper.make_node("Cast", ["position_ids"], ["at"], to=TensorProto.FLOAT),
         helper.make_node("Reshape", ["at", "flat"], ["at4"]),
-        helper.make_node("Expand", ["at4", "shape"], ["present.0.key"]),
-        helper.make_node("Expand", ["at4", "shape"], ["present.0.value"]),
+        helper.make_node("Expand", ["at4", "shape"], ["at_all"]),
+        # the keys: positions + the past's sum over its slots (genai's, then the empty ones)
+        helper.make_node("ReduceSum", ["past_key_values.0.key", "axis"], ["seen"], keepdims=1),
+        helper.make_node("Add", ["at_all", "seen"], ["present.0.key"]),
+        helper.make_node("Identity", ["at_all"], ["present.0.value"]),
         helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.FLOAT),
         helper.make_node("Unsqueeze", ["mask", "zero"], ["logits"])],
-        window, [value("logits", TensorProto.FLOAT, [1, 1, WINDOW]),
-                 *(value(f"present.0.{p}", TensorProto.FLOAT, [1, HEADS, WINDOW, WIDTH])
-                   for p in ("key", "value"))],
+        window + past, [value("logits", TensorProto.FLOAT, [1, 1, SLOTS + WINDOW]),
+                        *(value(f"present.0.{p}", TensorProto.FLOAT, [1, HEADS, WINDOW, WIDTH])
+                          for p in ("key", "value"))],
         [shape, helper.make_tensor("flat", TensorProto.INT64, [4], [1, 1, WINDOW, 1]),
-         helper.make_tensor("zero", TensorProto.INT64, [1], [0])])
+         helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+         helper.make_tensor("axis", TensorProto.INT64, [1], [2])])
     specs = [{"name": v.name, "shape": [d.dim_value for d in v.type.tensor_type.shape.dim]}
              for v in ints + past]
-    return {"graphs": {"prefill": {"model": "prefill_model.onnx", "inputs": specs[:3],
+    return {"graphs": {"prefill": {"model": "prefill_model.onnx", "inputs": specs,
                                    "outputs": [{"name": "logits"}]},
                        "decode": {"model": "decode_model.onnx", "inputs": specs,
                                   "outputs": [{"name": "logits"}]}},
@@ -124,21 +128,29 @@ def test_the_windowed_graph_runs_the_decode_graph_on_the_dequantized_past(
 
 
 def test_the_windowed_graph_runs_the_prefill_graph_on_the_window(tmp_path: Path) -> None:
-    """The prompt's window (left-padded, genai's layout) runs the prefill graph on the mask's
-    last window columns; its entries come back in genai's layout, one step from fp32."""
+    """The prompt's window (left-padded, genai's layout) runs the prefill graph after genai's
+    past of context - window slots and window - 1 empty ones: its mask is genai's past columns,
+    zeros, then the window's; its entries come back in genai's layout, one step from fp32."""
     windowed.write(tmp_path, stand_ins(tmp_path), SCALES)
     mask = np.zeros((1, SLOTS + 1), np.int64)
     mask[0, -3:] = 1
+    mask[0, :2] = 1  # two slots of genai's past filled (a second window)
+    filled = 130  # the past's keys: 2 uint8 steps above the zero point in every slot
+    past = SLOTS + 1 - WINDOW
     feed = {"input_ids": np.array([[0, 5, 6, 7]]), "position_ids": np.array([[0, 0, 1, 2]]),
             "attention_mask": mask,
-            **{n: np.full((HEADS, 1, WIDTH, SLOTS + 1 - WINDOW) if n.endswith("key") else
-                          (HEADS, 1, SLOTS + 1 - WINDOW, WIDTH), 128, np.uint8)
+            **{n: np.full((HEADS, 1, WIDTH, past) if n.endswith("key") else
+                          (HEADS, 1, past, WIDTH), filled if n.endswith("key") else 128,
+                          np.uint8)
                for n in SCALES}}
     got = run(tmp_path / windowed.GRAPH, feed)
-    assert got["logits"].tolist() == [[[0, 1, 1, 1]]]
+    assert got["logits"].tolist() == [[[1, 1, *[0] * (past - 2), *[0] * (WINDOW - 1),
+                                        0, 1, 1, 1]]]
     assert got["present.0.key"].shape == (HEADS, 1, WIDTH, WINDOW)
-    key = windowed.dequantize(got["present.0.key"], SCALES["past_key_values.0.key"])
-    assert np.abs(key[0, 0, 0] - [0, 0, 1, 2]).max() <= SCALES["past_key_values.0.key"] / 2
+    scale = SCALES["past_key_values.0.key"]
+    key = windowed.dequantize(got["present.0.key"], scale)
+    seen = past * (filled - windowed.ZERO_POINT) * scale  # genai's slots; the empty ones 0
+    assert np.abs(key[0, 0, 0] - np.add([0, 0, 1, 2], seen)).max() <= scale / 2 + 1e-6
 
 
 def run(path: Path, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

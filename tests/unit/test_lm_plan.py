@@ -88,12 +88,16 @@ def test_two_graphs_over_a_static_cache(tmp_path: Path) -> None:
     ir = plan(checkpoint(tmp_path, LLAMA), "export.shapes.prefill_length=8",
               "export.shapes.context_length=40")
     prefill, decode = params(ir, "prefill.export"), params(ir, "decode.export")
-    assert {s["name"]: s["shape"] for s in prefill["inputs"]} == {
-        "input_ids": [1, 8], "attention_mask": [1, 8], "position_ids": [1, 8]}
+    window = {s["name"]: s["shape"] for s in prefill["inputs"]}
+    assert {n: window[n] for n in ("input_ids", "attention_mask", "position_ids")} == {
+        "input_ids": [1, 8], "attention_mask": [1, 40 + 8], "position_ids": [1, 8]}
     shapes = {s["name"]: s["shape"] for s in decode["inputs"]}
     assert shapes["input_ids"] == [1, 1] and shapes["attention_mask"] == [1, 41]
     past = [n for n in shapes if n.startswith("past_key_values.")]
     assert len(past) == 2 * 3 and all(shapes[n] == [1, 2, 40, 8] for n in past)  # 2 kv heads
+    # a prompt window reads the slots its earlier windows filled, as a token does
+    assert {n: s for n, s in window.items() if n.startswith("past_key_values.")} == \
+        {n: shapes[n] for n in past}
     assert prefill["outputs"] == decode["outputs"] == [
         "logits", *[f"present.{i}.{p}" for i in range(3) for p in ("key", "value")]]
     ids = [s["id"] for s in ir["steps"]]
@@ -164,8 +168,12 @@ def test_a_sparse_attention_indexer_bounds_the_context() -> None:
     keys the static cache does not carry: of index_topk - 1 slots it chooses all, as PyTorch
     does; more slots are one plan-time line naming the bound."""
     sparse = {**LLAMA, "index_topk": 17}
-    assert lm.lengths(sparse, {}) == (16, 16)
-    assert lm.lengths(sparse, {"context_length": 16, "prefill_length": 8}) == (8, 16)
+    # a window's last token sees the slots and the window: 13 + 4 - 1 = 16 of them
+    assert lm.lengths(sparse, {}) == (4, 13)
+    assert lm.lengths(sparse, {"context_length": 9, "prefill_length": 8}) == (8, 9)
+    with pytest.raises(ConfigError, match=r"covers 17 .*context_length \+ "
+                                          r"export.shapes.prefill_length to 17 or less"):
+        lm.lengths(sparse, {"context_length": 16, "prefill_length": 8})
     with pytest.raises(ConfigError, match=r"index_topk 17 .* set "
                                           r"export.shapes.context_length=16 or less"):
         lm.lengths(sparse, {"context_length": 32})
@@ -355,13 +363,13 @@ def test_review_findings_are_plan_time_lines(tmp_path: Path) -> None:
     a host-placed build: each one line at plan time, not a failure hours into the build."""
     mistral = {**LLAMA, "model_type": "mistral", "architectures": ["MistralForCausalLM"],
                "sliding_window": 16}
-    assert lm.lengths(mistral, {}) == (16, 16)
+    assert lm.lengths(mistral, {}) == (4, 13)
     with pytest.raises(ConfigError, match="sliding window of 16 tokens.*length=16 or less"):
         lm.lengths(mistral, {"context_length": 32})
     assert lm.lengths({**mistral, "use_sliding_window": False}, {})[1] == 64
     # GPT-Neo's local attention: its window also covers the step's token, after the slots
     neo = {**GPT2, "model_type": "gpt_neo", "window_size": 16}
-    assert lm.lengths(neo, {}) == (15, 15)
+    assert lm.lengths(neo, {}) == (4, 12)
     with pytest.raises(ConfigError, match=r"16 tokens \(window_size\).*length=15 or less"):
         lm.lengths(neo, {"context_length": 16})
     ckpt = checkpoint(tmp_path, {**LLAMA, "final_logit_softcapping": 30.0})

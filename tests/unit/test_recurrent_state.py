@@ -173,8 +173,9 @@ def test_a_bundle_with_states_has_no_genai_config(tmp_path: Any) -> None:
 
 
 def test_a_prompt_shorter_than_the_prefill_graph_runs_through_decode() -> None:
-    """Padding would run through a recurrent layer's update: a shorter prompt is stepped
-    through the decode graph from zero states; a full one is read by the prefill graph."""
+    """Padding would run through a recurrent layer's update: a prompt's part that fills no
+    whole window is stepped through the decode graph; each whole window is read by the prefill
+    graph, on the states the windows before it left."""
     from executors.generation.decoder_only import LMGraphs
 
     ran: list[str] = []
@@ -182,15 +183,16 @@ def test_a_prompt_shorter_than_the_prefill_graph_runs_through_decode() -> None:
     def prefill(feed: dict[str, Any]) -> dict[str, Any]:
         ran.append("prefill")
         return {"logits": np.zeros((1, 4, 3), np.float32),
-                "present.0.conv.0": np.ones((1, 3, 2), np.float32)}
+                "present.0.conv.0": feed["past_key_values.0.conv.0"] + 10}
 
     def decode(feed: dict[str, Any]) -> dict[str, Any]:
         ran.append("decode")
         return {"logits": np.zeros((1, 1, 3), np.float32),
                 "present.0.conv.0": feed["past_key_values.0.conv.0"] + 1}
 
-    lm = LMGraphs(prefill, decode, [{"name": "attention_mask", "shape": [1, 4]}],
-                  [{"name": "attention_mask", "shape": [1, 9]},
+    lm = LMGraphs(prefill, decode, [{"name": "position_ids", "shape": [1, 4]},
+                                    {"name": "attention_mask", "shape": [1, 12 + 4]}],
+                  [{"name": "attention_mask", "shape": [1, 12 + 1]},
                    {"name": "past_key_values.0.conv.0", "shape": [1, 3, 2]}])
     lm.prompt([5, 6, 7])
     assert ran == ["decode"] * 3
@@ -198,7 +200,11 @@ def test_a_prompt_shorter_than_the_prefill_graph_runs_through_decode() -> None:
     ran.clear()
     lm.prompt([5, 6, 7, 8, 9])
     assert ran == ["prefill", "decode"]
-    np.testing.assert_array_equal(lm.cache.buffers["past_key_values.0.conv.0"], 2.0)
+    np.testing.assert_array_equal(lm.cache.buffers["past_key_values.0.conv.0"], 11.0)
+    ran.clear()
+    lm.prompt(list(range(1, 10)))
+    assert ran == ["prefill", "prefill", "decode"]
+    np.testing.assert_array_equal(lm.cache.buffers["past_key_values.0.conv.0"], 21.0)
 
 
 def test_pytorch_steps_a_model_whose_forward_names_its_cache_cache() -> None:
