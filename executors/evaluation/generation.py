@@ -8,8 +8,8 @@
   `target` column, else against PyTorch's outputs. Speech recognition by an encoder-decoder
   (Whisper) decodes the same way (executors/evaluation/speech.py).
 * Text generation (causal LMs) as language modelling on the dataset's texts: each text's tokens
-  are read through the prefill graph (its first prefill_length tokens) and the decode graph (one
-  token at a time after that, filling the static cache), and every position's logits predict
+  are read as generation reads a prompt (executors/generation/decoder_only.py: the prefill
+  graph a window at a time, filling the static cache), and every position's logits predict
   the next token. Next-token accuracy (argmax = the text's next token) and perplexity (exp of
   the mean negative log-likelihood) are the same numbers for PyTorch (through the same traced
   wrappers), the fp32 graphs and the deliverable, so the drop is the deliverable's. Texts

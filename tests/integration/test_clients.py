@@ -252,8 +252,10 @@ def test_onnxruntime_genai_runs_a_fixed_shape_bundle_like_modelplan_and_pytorch(
     """The pair of fixed shapes an HTP build compiles (here on the CPU EP, in fp32 or QDQ:
     export.shapes.dynamic=false) gets genai_model.onnx, genai's windowed uint8 cache over the
     two graphs, named as genai's plain decoder with a sliding window of the prefill length:
-    genai 0.18 decodes the tokens `modelplan generate` decodes on the same bundle (its own
-    graphs, its float cache), and in fp32 PyTorch's, for prompts up to the window. A longer
+    genai 0.18 decodes, for prompts up to the window, in fp32 the tokens `modelplan generate`
+    decodes on the same bundle (its own graphs, its float cache) and PyTorch's; in QDQ the
+    logits of `modelplan generate`'s runner fed genai's tokens, and its tokens but at near-ties
+    (genai's cache is uint8, the runner's float). A longer
     prompt genai 0.18 feeds whole, which the window does not take (docs/generation.md): if
     genai ever reads it window by window, this says so."""
     checkpoint = bpe_tokenizer(text_checkpoint(
@@ -274,19 +276,27 @@ def test_onnxruntime_genai_runs_a_fixed_shape_bundle_like_modelplan_and_pytorch(
     assert described["genai"]["reads"] == ["prefill", "decode"]
     assert described["graphs"]["decode"]["model"] == "decode_model.onnx"  # modelplan's own
     prompts = ["the cat sat", "hello world"]
-    got = client("genai", str(folder), json.dumps(prompts), "12")
+    got = client("genai", str(folder), json.dumps(prompts), "12", logits=True)
     assert got["version"] == "0.18.0", got
     assert "runs" in got, got
-    for prompt, run in zip(prompts, got["runs"], strict=True):
+    for prompt, run, logits in zip(prompts, got["runs"], got["logits"], strict=True):
         result = run_cli("generate", str(folder), prompt, "--new-tokens", "12", "--json")
         assert result.returncode == 0, result.stderr
         mine = json.loads(result.stdout)
         assert run["prompt_ids"] == mine["prompt_ids"] and len(mine["prompt_ids"]) <= 8
-        assert run["tokens"] == mine["tokens"], (prompt, run, mine)
         assert len(run["tokens"]) == 12 or run["tokens"][-1] == model["eos_token_id"]
         if quant == "none":
+            assert run["tokens"] == mine["tokens"], (prompt, run, mine)
             want = torch_greedy(checkpoint, mine["prompt_ids"], 12, model["eos_token_id"])
             assert run["tokens"] == want, (prompt, run, want)
+            continue
+        # QDQ graphs over genai's uint8 cache against modelplan's float one: the logits at
+        # each step of genai's tokens, and the same token wherever it is not a near-tie
+        forced = teacher_forced(folder, run["prompt_ids"], run["tokens"])
+        assert cosines(logits, forced).min() > WINDOWED_COSINE, cosines(logits, forced)
+        top2 = np.sort(forced, axis=1)[:, -2:]
+        clear = top2[:, 1] - top2[:, 0] > NEAR_TIE
+        assert (np.array(run["tokens"]) == forced.argmax(1))[clear].all(), (run, clear)
     longer = client("genai", str(folder), json.dumps([list(range(5, 16))]), "4")
     assert "error" in longer and "logits" in longer["error"], longer
     # the runtime manifest names genai's graph too, and `modelplan check` opens it
@@ -362,6 +372,7 @@ def test_onnxruntime_genai_runs_an_htp_bundle_on_the_qnn_ep_like_modelplan(
         assert (np.array(run["tokens"]) == want.argmax(1))[clear].all(), (run, clear)
 
 
+WINDOWED_COSINE = 0.999  # genai's uint8 cache against the float cache (docs/generation.md)
 NEAR_TIE = 0.005  # top logits this close are a tie for a graph rounded elsewhere (measured:
 # teacher-forced, genai's tokens are the runner's at every step but one whose margin was 0.0)
 

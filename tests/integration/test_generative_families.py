@@ -31,11 +31,12 @@ CASES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     # positions counted from the padding index when none are given: PyTorch's reference is
     # stepped at generate's 0, 1, ... as the graphs are
     ("roberta", "RobertaForCausalLM", "bfloat16", {"is_decoder": True}),
-    # its heads named num_heads; global and local attention, the local one over a window of 33
-    # (its widest for these 32 slots: the mask also covers the step's token after them; at 32
-    # the tokens diverged from PyTorch's, now a plan-time line)
+    # its heads named num_heads; global and local attention, the local one over a window of 40
+    # (its narrowest for these 32 slots and a prompt window of 8: its mask over key indices
+    # also covers the window's tokens after the slots; with the decode graph alone, a window
+    # of 32 diverged from PyTorch's tokens; a narrower one is a plan-time line)
     ("gpt_neo", "GPTNeoForCausalLM", "bfloat16",
-     {"attention_types": [[["global", "local"], 1]], "window_size": 33}),
+     {"attention_types": [[["global", "local"], 1]], "window_size": 40}),
     # the class AutoModelForCausalLM loads for gemma3: an image-text model, built on its
     # text_config and fed token ids alone; its heads are Gemma3TextConfig's defaults, which its
     # config.json leaves out (OMITTED)
