@@ -10,7 +10,7 @@ from typing import Any
 
 from executors.generation.decoder_only import Forward, LMGraphs
 from executors.runtime.adapters import adapter, host_providers
-from planner.models.roles import Kind, kind_of, prompt_and_token
+from planner.models.roles import CACHE, Kind, kind_of, prompt_and_token
 
 BUNDLE = "bundle.json"
 
@@ -50,8 +50,16 @@ def read(folder: Path) -> dict[str, Any]:
 
 
 def _check_lengths(path: Path, described: dict[str, Any]) -> None:
-    """A causal LM bundle's lengths: positive, and the ones its graphs were built with."""
-    _, token = prompt_and_token(described["graphs"])
+    """A causal LM bundle's lengths: positive, and the ones its graphs were built with; and
+    a prompt graph that reads the cache as the token graph does (a bundle built before the
+    prompt was read a window at a time has one that reads no past)."""
+    prompt, token = prompt_and_token(described["graphs"])
+    reads = [any(isinstance(s, dict) and CACHE.is_past(str(s.get("name"))) for s in
+                 described["graphs"][g]["inputs"]) for g in (prompt, token)]
+    if reads == [False, True]:
+        raise BundleError(f"{path}: its {prompt} graph reads no key/value cache (a bundle "
+                          "built before prompts were read a window at a time over the cache); "
+                          "rebuild the bundle with modelplan run")
     mask = next((s for s in described["graphs"][token]["inputs"]
                  if isinstance(s, dict) and s.get("name") == "attention_mask"), None)
     slots = mask["shape"][1] - 1 if mask and isinstance(mask.get("shape"), list) and \

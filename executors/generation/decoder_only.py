@@ -2,10 +2,12 @@
 right-padded to its length, after the slots the earlier windows filled) and its present
 entries fill the next cache slots; each decode step reads one token, its position and the
 cache, and its present entries are written into the next slot. A model whose layers keep a
-recurrent state reads the last part of a prompt that fills no whole window token by token
-through the decode graph: a padded position would run through the recurrent update (a
-state-space or linear-attention step does not skip it as a masked attention slot is), while
-a step is the prompt's own next step. PyTorch's reference steps the checkpoint with its own
+recurrent state reads a whole first window through the prefill graph and the rest of the
+prompt token by token through the decode graph: a padded position would run through the
+recurrent update (a state-space or linear-attention step does not skip it as a masked
+attention slot is), and some of transformers' recurrent forwards over several tokens start
+from a zero state whatever state they are fed (Mamba's), while a step is the prompt's own
+next step. PyTorch's reference steps the checkpoint with its own
 cache; both run the one greedy loop."""
 
 from __future__ import annotations
@@ -44,11 +46,20 @@ class LMGraphs(loop.PromptStepper):
         position [n, vocab] (row i predicts token i + 1)."""
         self.cache.reset()
         rows: list[np.ndarray] = []
-        while len(ids) - self.cache.seen >= (self.prefill_length if self.cache.recurrent else 1):
+        while self._windowed(len(ids) - self.cache.seen):
             rows += self._window(ids[self.cache.seen:self.cache.seen + self.prefill_length])
         for token in ids[self.cache.seen:]:
             rows.append(self.step(token))
         return np.stack(rows)
+
+    def _windowed(self, left: int) -> bool:
+        """Whether the prefill graph reads the prompt's next window (`left` tokens to read): any
+        part of it; for a model with recurrent states only a whole first window (from the
+        second on, some of transformers' recurrent forwards over several tokens restart their
+        scan from a zero state instead of the one fed: Mamba's, Jamba's)."""
+        if self.cache.recurrent:
+            return self.cache.seen == 0 and left >= self.prefill_length
+        return left > 0
 
     def _window(self, ids: list[int]) -> list[np.ndarray]:
         """One window of the prompt through the prefill graph; its tokens' logits."""

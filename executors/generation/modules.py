@@ -3,9 +3,9 @@ positional inputs and returning a tensor tuple; the wrapper holds the module who
 calls as `model`, the scope of the node names (torchmodel.WRAPPER_PREFIX).
 
 * A causal LM (`Trace.LM`) runs the checkpoint's own forward with a transformers cache built
-  inside the traced function: the prefill graph from an empty cache (its present = the
-  prompt's keys and values), the decode graph from the static buffers it is fed, whose empty
-  slots the attention mask hides; it returns only the new token's entries. The weights are the
+  inside the traced function, from the static buffers it is fed, whose empty slots the
+  attention mask hides: the prefill graph over a window of prompt tokens, the decode graph
+  over one token; each returns only its new tokens' entries. The weights are the
   same tensors in both graphs (one weight set, stored once by content).
 * An encoder-decoder's `cross` graph computes the decoder's cross-attention keys and values on
   the encoder's states (one decoder pass on the start token fills them; only they are returned,
@@ -135,9 +135,9 @@ def _presents(cache: Any, last: int | None) -> list[Any]:
 def lm_step(model: Any, tokens: Any, attention_mask: Any, position_ids: Any,
             past: dict[str, Any] | None = None, embedded: bool = False,
             headless: bool = False, whole: bool = False) -> tuple[Any, ...]:
-    """(logits, present.0.key, present.0.value, ...) of one forward: the prompt on an empty
-    cache, or one token on the fed cache (`past`: input name -> tensor; the new entries only;
-    `whole`: the fed past and the new entries after it; a recurrent layer's states whole).
+    """(logits, present.0.key, present.0.value, ...) of one forward: tokens on the fed cache
+    (`past`: input name -> tensor; none: an empty one), giving the new entries only (`whole`:
+    the fed past and the new entries after it; a recurrent layer's states whole).
     `embedded`: `tokens` are the embeddings the host looked up; `headless`: the final hidden
     states instead of the logits (the host applies the head)."""
     cache = dynamic_cache(model, past)

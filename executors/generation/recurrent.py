@@ -6,7 +6,8 @@ forward updates whatever the number of tokens.
 The graphs carry them beside the static key/value buffers (planner/models/roles.py names
 them): the decode graph is fed each state whole, `past_key_values.{layer}.{conv|recurrent}.{i}`,
 and gives back the updated one, `present.{layer}.{conv|recurrent}.{i}`, which the host keeps
-for the next step; the prefill graph starts from no state and gives back the prompt's. Which
+for the next step; the prefill graph takes and gives them back the same way (the host reads a
+whole first window of the prompt through it, from zero states). Which
 states a layer keeps, and their shapes, are read from a cache the model itself fills on one
 token (`state_specs`), not from its config's fields.
 

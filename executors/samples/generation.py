@@ -3,9 +3,10 @@
 
 * A causal LM: shipped sentences through the model's tokenizer (seeded random token ids when it
   has none) are the prompts; the prefill graph gets a window of a prompt right-padded to its
-  length: every other sample the prompt's first window on the empty cache, the others its
-  second half after the keys and values PyTorch cached of its first half (so the past's
-  encodings see real entries); the decode graph gets a step of PyTorch's own greedy generation on a prompt: the token it chose,
+  length: every other sample a prompt's first window on the empty cache, the others a later
+  window of the prompts joined up to the context, after the keys and values PyTorch cached of
+  the windows before it (so the past's encodings see real entries at the positions a long
+  prompt reaches); the decode graph gets a step of PyTorch's own greedy generation on a prompt: the token it chose,
   its position, and the keys and values PyTorch cached so far written into the static cache
   slots, the empty slots masked.
 * An encoder-decoder's cached decoder: the encoder's states on a shipped sentence (or
@@ -63,13 +64,14 @@ def lm_feeds(wanted: dict[str, dict[str, Any]], specs: list[dict[str, Any]], n: 
     if "lm_prompt_mask" in wanted:
         length = wanted["lm_prompt_positions"]["shape"][1]
         context = wanted["lm_prompt_mask"]["shape"][1] - length
-        ids, origin = prompts(n, split, ckpt, vocab, rng, min(length, context))
+        ids, origin = prompts(n, split, ckpt, vocab, rng, context)
+        recurrent = any(CACHE.is_state(spec["name"]) for spec in specs)
         with torch.no_grad():
-            feeds = [_embedded(model, wanted, _window_feed(model, wanted, specs, p,
-                                                           i % 2 * len(p) // 2, length,
-                                                           context))
-                     for i, p in enumerate(ids)]
-        return Got(feeds, origin + "; half of them after PyTorch's cache of their first half")
+            feeds = [_embedded(model, wanted, _window_feed(
+                model, wanted, specs, *_later_window(ids, i, length, context, recurrent),
+                length, context)) for i in range(len(ids))]
+        return Got(feeds, origin + "; every other one a later window, after PyTorch's cache of "
+                   "the windows before it")
     context = wanted["lm_step_mask"]["shape"][1] - 1
     ids, origin = prompts(n, split, ckpt, vocab, rng, max(1, min(context - MAX_STEPS,
                                                                  context - 1)))
@@ -157,6 +159,21 @@ def _prompt_feed(wanted: dict[str, dict[str, Any]], ids: list[int], length: int,
                                                                         context),
             wanted["lm_prompt_positions"]["name"]: static_cache.window_positions(seen, length,
                                                                                  context)}
+
+
+def _later_window(ids: list[list[int]], i: int, length: int, context: int,
+                  recurrent: bool) -> tuple[list[int], int]:
+    """The prompt of sample `i` and where its window starts: the first window of prompt `i`
+    for even `i` (and for a model with recurrent states, whose prefill graph reads only a
+    first window); for odd `i` the prompts from `i` on joined up to the context, read from a
+    later window (the second, third, ... in turn; the middle of a prompt shorter than one)."""
+    if recurrent or i % 2 == 0:
+        return ids[i], 0
+    joined = [t for prompt in ids[i:] + ids[:i] for t in prompt][:context]
+    windows = -(-len(joined) // length)
+    if windows < 2:
+        return joined, len(joined) // 2
+    return joined, (i // 2 % (windows - 1) + 1) * length
 
 
 def _window_feed(model: Any, wanted: dict[str, dict[str, Any]], specs: list[dict[str, Any]],

@@ -154,15 +154,16 @@ def layer_shapes(info: dict[str, Any]) -> list[tuple[Entry, Entry]]:
 def window(info: dict[str, Any]) -> tuple[str, int, int] | None:
     """The sliding attention window, where the model uses one (its cache then keeps only the
     last tokens of it, which a static cache of more slots would not match): its field, its
-    size, and the cache slots it covers. Mistral's `sliding_window` covers as many; GPT-Neo's
-    `window_size` one less: its local mask is cut from a bias over key indices, where a step's
-    token, after the slots, is at index context_length."""
+    size, and the cache slots it covers: one less than its size (Mistral's `sliding_window`,
+    GPT-Neo's `window_size`), as the masks count key indices, where a step's token, after the
+    slots, is at index context_length (measured: a Mistral of window 16 matches PyTorch over 15
+    slots and leaves it over 16)."""
     text = info.get("text_config") or info
     if text.get("use_sliding_window") is False:
         return None
-    for field, reach in (("sliding_window", 0), ("window_size", 1)):
+    for field in ("sliding_window", "window_size"):
         if isinstance(text.get(field), int):
-            return field, text[field], text[field] - reach
+            return field, text[field], text[field] - 1
     return None
 
 
@@ -213,16 +214,27 @@ def lengths(info: dict[str, Any], shapes: dict[str, Any]) -> tuple[int, int]:
                           f"{context} or less, or raise export.shapes.context_length")
     spans = [b for b in (reach, chosen) if b]  # a window's last token sees slots + window
     if spans and context + prefill - 1 > min(spans):
-        span = min(spans)
-        if shapes.get("context_length") is not None or shapes.get("prefill_length") is not None:
-            raise ConfigError(f"export.shapes: a prompt window's last token sees the "
-                              f"{context} cache slots and the window's {prefill} tokens, and "
-                              f"the model's attention covers {span + 1} of them; set "
-                              "export.shapes.context_length + export.shapes.prefill_length to "
-                              f"{span + 1} or less")
-        prefill = min(prefill, max(1, (span + 1) // 4))  # most of the span for the slots
-        context = min(context, span - prefill + 1)
+        prefill, context = _within(min(spans), prefill, context, shapes)
     return prefill, context
+
+
+def _within(span: int, prefill: int, context: int, shapes: dict[str, Any]) -> tuple[int, int]:
+    """(prefill, context) whose window's last token sees at most `span` earlier slots and
+    tokens (context + prefill - 1 <= span): the lengths the user left unset shrink to fit, and
+    lengths that cannot are refused in one line."""
+    asked_prefill = shapes.get("prefill_length") is not None
+    asked_context = shapes.get("context_length") is not None
+    if not asked_prefill and not asked_context:
+        prefill = min(prefill, max(1, (span + 1) // 4))  # most of the span for the slots
+        return prefill, min(context, span - prefill + 1)
+    if asked_context and not asked_prefill and 1 <= span - context + 1:
+        return min(prefill, span - context + 1), context
+    if asked_prefill and not asked_context and prefill <= span - prefill + 1:
+        return prefill, span - prefill + 1
+    raise ConfigError(f"export.shapes: a prompt window's last token sees the {context} cache "
+                      f"slots and the window's {prefill} tokens, and the model's attention "
+                      f"covers {span + 1} of them; set export.shapes.context_length + "
+                      f"export.shapes.prefill_length to {span + 1} or less")
 
 
 def cache_names(layers: int, prefix: str) -> list[str]:

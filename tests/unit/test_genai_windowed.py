@@ -177,6 +177,24 @@ def test_genai_config_names_the_windowed_graph_as_genais_decoder(tmp_path: Path)
         genai.read(tmp_path, described)
 
 
+def test_a_bundle_whose_prompt_graph_reads_no_cache_is_refused_in_one_line(
+        tmp_path: Path) -> None:
+    """A bundle built before prompts were read a window at a time over the cache (its prefill
+    graph takes no past): `modelplan generate` would feed it the buffers; it says to rebuild."""
+    from executors.generation import bundle
+
+    described = stand_ins(tmp_path)
+    (tmp_path / "bundle.json").write_text(json.dumps(described))
+    assert bundle.read(tmp_path)["prefill_length"] == WINDOW
+    prefill = described["graphs"]["prefill"]
+    prefill["inputs"] = [s for s in prefill["inputs"] if not s["name"].startswith("past_")]
+    (tmp_path / "bundle.json").write_text(json.dumps(described))
+    with pytest.raises(BundleError, match="prefill graph reads no key/value cache .* rebuild "
+                                          "the bundle with modelplan run") as err:
+        bundle.read(tmp_path)
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize(("change", "why"), [
     ({"host": {"head": "head_model.onnx"}}, "on the host"),
     ({"context_length": 2 * WINDOW - 2}, "less than two windows"),

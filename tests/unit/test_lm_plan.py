@@ -363,9 +363,17 @@ def test_review_findings_are_plan_time_lines(tmp_path: Path) -> None:
     a host-placed build: each one line at plan time, not a failure hours into the build."""
     mistral = {**LLAMA, "model_type": "mistral", "architectures": ["MistralForCausalLM"],
                "sliding_window": 16}
-    assert lm.lengths(mistral, {}) == (4, 13)
-    with pytest.raises(ConfigError, match="sliding window of 16 tokens.*length=16 or less"):
+    # its mask counts key indices: a window of 16 covers 15 slots (over 16, the logits left
+    # PyTorch's by 0.11); a prompt window's last token sees the slots and the window
+    assert lm.lengths(mistral, {}) == (4, 12)
+    with pytest.raises(ConfigError, match="sliding window of 16 tokens.*length=15 or less"):
         lm.lengths(mistral, {"context_length": 32})
+    # the length left unset shrinks to fit the one set; two set that do not fit are refused
+    assert lm.lengths(mistral, {"context_length": 14}) == (2, 14)
+    assert lm.lengths(mistral, {"prefill_length": 6}) == (6, 10)
+    with pytest.raises(ConfigError, match="context_length \\+ export.shapes.prefill_length to "
+                                          "16 or less"):
+        lm.lengths(mistral, {"context_length": 14, "prefill_length": 4})
     assert lm.lengths({**mistral, "use_sliding_window": False}, {})[1] == 64
     # GPT-Neo's local attention: its window also covers the step's token, after the slots
     neo = {**GPT2, "model_type": "gpt_neo", "window_size": 16}
