@@ -7,8 +7,8 @@ prompt token by token through the decode graph: a padded position would run thro
 recurrent update (a state-space or linear-attention step does not skip it as a masked
 attention slot is), and some of transformers' recurrent forwards over several tokens start
 from a zero state whatever state they are fed (Mamba's), while a step is the prompt's own
-next step. PyTorch's reference steps the checkpoint with its own
-cache; both run the one greedy loop."""
+next step. PyTorch's reference steps the checkpoint with its own cache; both run the one
+greedy loop."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class LMGraphs(loop.PromptStepper):
         """Whether the prefill graph reads the prompt's next window (`left` tokens to read): any
         part of it; for a model with recurrent states only a whole first window (from the
         second on, some of transformers' recurrent forwards over several tokens restart their
-        scan from a zero state instead of the one fed: Mamba's, Jamba's)."""
+        scan from a zero state instead of the one fed: Mamba's, Falcon-Mamba's)."""
         if self.cache.recurrent:
             return self.cache.seen == 0 and left >= self.prefill_length
         return left > 0

@@ -6,9 +6,9 @@
   length: every other sample a prompt's first window on the empty cache, the others a later
   window of the prompts joined up to the context, after the keys and values PyTorch cached of
   the windows before it (so the past's encodings see real entries at the positions a long
-  prompt reaches); the decode graph gets a step of PyTorch's own greedy generation on a prompt: the token it chose,
-  its position, and the keys and values PyTorch cached so far written into the static cache
-  slots, the empty slots masked.
+  prompt reaches); the decode graph gets a step of PyTorch's own greedy generation on a
+  prompt: the token it chose, its position, and the keys and values PyTorch cached so far
+  written into the static cache slots, the empty slots masked.
 * An encoder-decoder's cached decoder: the encoder's states on a shipped sentence (or
   photograph, or synthesized speech), then PyTorch's own greedy decoding with its cache for
   0 .. MAX_STEPS - 1 tokens; its self-attention keys and values written into the static slots
