@@ -88,7 +88,7 @@ def _decoder_only(folder: Path, described: dict[str, Any], args: argparse.Namesp
     if tok is None:
         raise UsageError(f"generate: {folder} has no tokenizer files to read the prompt; copy "
                          "the checkpoint's tokenizer files (tokenizer.json, ...) beside it")
-    ids = list(tok(args.prompt)["input_ids"]) if args.prompt else []
+    ids = list(tok(args.prompt)["input_ids"]) if args.prompt is not None else []
     if not ids:
         raise UsageError("generate: the prompt gives no tokens (and the tokenizer adds none); "
                          "give a prompt with some text")
@@ -99,7 +99,7 @@ def _decoder_only(folder: Path, described: dict[str, Any], args: argparse.Namesp
         config = genai.read(folder, described)  # the end tokens: what onnxruntime-genai reads
     except bundle.BundleError as exc:
         raise UsageError(f"generate: {exc}") from exc
-    if len(ids) >= runner.context:
+    if len(ids) > runner.context:  # a prompt that fills the cache still gives one token
         raise UsageError(f"generate: the prompt has {len(ids)} tokens and the cache holds "
                          f"{runner.context}; shorten it or rebuild with a larger "
                          "export.shapes.context_length")
