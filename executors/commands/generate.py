@@ -88,10 +88,10 @@ def _decoder_only(folder: Path, described: dict[str, Any], args: argparse.Namesp
     if tok is None:
         raise UsageError(f"generate: {folder} has no tokenizer files to read the prompt; copy "
                          "the checkpoint's tokenizer files (tokenizer.json, ...) beside it")
-    ids = list(tok(args.prompt)["input_ids"]) if args.prompt is not None else []
+    ids = list(tok(args.prompt)["input_ids"]) if args.prompt else []
     if not ids:
-        raise UsageError("generate: the prompt gives no tokens (and the tokenizer adds none); "
-                         "give a prompt with some text")
+        raise UsageError("generate: the prompt has no text, or its text gives no tokens; give "
+                         "a prompt with some text")
     runs_on = described["runs_on"]
     try:
         runner = (pipeline.genai_graphs if args.genai else bundle.lm_graphs)(
@@ -112,11 +112,17 @@ def _decoder_only(folder: Path, described: dict[str, Any], args: argparse.Namesp
                           "stopped": got.stopped, "ttft_ms": got.first_token_s * 1000,
                           "tokens_per_s": rate, "ep": runs_on["ep"]}, indent=2))
         return 0
-    print(str(tok.decode(ids + got.tokens, skip_special_tokens=True)))
+    print(_shown(str(tok.decode(ids + got.tokens, skip_special_tokens=True))))
     print(f"{len(got.tokens)} tokens on {runs_on['ep']} ({got.stopped}); time to first token "
           f"{got.first_token_s * 1000:.1f} ms" +
           (f", {rate:.1f} tokens/s" if rate else ""), file=sys.stderr)
     return 0
+
+
+def _shown(text: str) -> str:
+    """Generated text for a terminal: control characters other than newlines and tabs escaped
+    (an untrained model's tokens decode to backspaces and the like; --json keeps them)."""
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
 
 
 def _row(encoder_specs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:

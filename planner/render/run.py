@@ -142,7 +142,9 @@ def _generation_lines(step_id: str, m: dict[str, Any]) -> list[str]:
                  f"agree with PyTorch ({m['exact_prompts']}/{m['prompts']} prompts exactly; "
                  f"{where}), logits cosine mean {m['cosine_mean']:.4f}")]
     if "loads_here" in m:
-        said = "loads here" if m["loads_here"] else f"does not load here ({m['why_not']})"
+        said = "loads here" if m["loads_here"] else \
+            (f"does not load here ({m['why_not']}); modelplan generate and onnxruntime-genai "
+             "run the folder's own graphs")
         return [(f"Shared context: device/ holds both graphs over one binary "
                  f"({human_bytes(m['binary_bytes'])}, the weights once); {said}")]
     role = roles.ROLES.get(graph_of(step_id) or "")
