@@ -93,8 +93,9 @@ def build(tree: Path, store: Path, out: Path) -> tuple[dict, float]:
 
 def read_prompt(tree: Path, folder: Path, ids: list[int], genai: bool) -> dict:
     done = subprocess.run([sys.executable, "-c", RUNNER, str(folder), json.dumps(ids),
-                           "1" if genai else "0", str(NEW_TOKENS)], cwd=tree, capture_output=True, text=True,
-                          check=False, env={**os.environ, "PYTHONPATH": str(tree)})
+                           "1" if genai else "0", str(NEW_TOKENS)], cwd=tree,
+                          capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": str(tree)})
     lines = done.stdout.strip().splitlines()
     if done.returncode or not lines:
         return {"error": done.stderr.strip()[-300:]}

@@ -53,10 +53,6 @@ class StaticCache:
                     out[CACHE.present_of(name)][:, :, :count]
         self.seen += count
 
-    def step_mask(self) -> np.ndarray:
-        """The mask of a one-token step: the filled slots and the token itself (last)."""
-        return step_mask(self.seen, self.slots)
-
     def window_feed(self, tokens: dict[str, np.ndarray], count: int) -> dict[str, np.ndarray]:
         """A prompt window's inputs: its tokens (or embeddings, `count` of them real, the rest
         padding), positions, mask and the buffers."""
@@ -66,9 +62,9 @@ class StaticCache:
                 **self.buffers}
 
     def step_feed(self, token_input: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """A one-token step's cache inputs: its token (or embedding), position, mask, buffers."""
-        return {**token_input, "position_ids": np.array([[self.seen]], np.int64),
-                "attention_mask": self.step_mask(), **self.buffers}
+        """A one-token step's cache inputs: its token (or embedding), position, mask, buffers:
+        a window of one."""
+        return self.window_feed(token_input, 1)
 
 
 def step_mask(seen: int, slots: int) -> np.ndarray:

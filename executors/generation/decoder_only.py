@@ -64,7 +64,7 @@ class LMGraphs(loop.PromptStepper):
     def _window(self, ids: list[int]) -> list[np.ndarray]:
         """One window of the prompt through the prefill graph; its tokens' logits."""
         if self.cache.seen + len(ids) > self.context:
-            raise IndexError(f"the key/value cache is full ({self.context} tokens)")
+            raise loop.cache_full(self.context)
         tokens = np.zeros((1, self.prefill_length), np.int64)
         tokens[0, :len(ids)] = ids
         out = self._logits(self.prefill_forward(
@@ -87,7 +87,7 @@ class LMGraphs(loop.PromptStepper):
     def step(self, token: int) -> np.ndarray:
         """Decode one token at the next position; its logits for the token after it."""
         if self.cache.full:
-            raise IndexError(f"the key/value cache is full ({self.context} tokens)")
+            raise loop.cache_full(self.context)
         out = self._logits(self.decode_forward(
             self.cache.step_feed(self._tokens(np.array([[token]], np.int64)))))
         self.cache.write(out, last=True)

@@ -35,6 +35,11 @@ class Generated:
         return self.tokens[:-1] if self.stopped == "eos" else list(self.tokens)
 
 
+def cache_full(context: int) -> IndexError:
+    """The error a runner raises when a token would not fit its cache's `context` slots."""
+    return IndexError(f"the key/value cache is full ({context} tokens)")
+
+
 class PromptStepper:
     """A causal LM's graphs as a stepper: `prompt(ids)` reads a prompt into the cache and gives
     the logits at each of its positions, `step(token)` one token's, `full` once the cache is;

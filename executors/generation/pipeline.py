@@ -72,7 +72,7 @@ class StageGraphs(_FedAsGenai):
         """Read the prompt into the buffers a window at a time; the logits at every prompt
         position [n, vocab]."""
         if len(ids) > self.context:
-            raise IndexError(f"the key/value cache is full ({self.context} tokens)")
+            raise loop.cache_full(self.context)
         self.buffers, rows = dict(self.empty), []
         for start in range(0, len(ids), self.window):
             part = ids[start:start + self.window]
@@ -84,7 +84,7 @@ class StageGraphs(_FedAsGenai):
     def step(self, token: int) -> np.ndarray:
         """One token at the next position; its logits for the token after it."""
         if self.full:
-            raise IndexError(f"the key/value cache is full ({self.context} tokens)")
+            raise loop.cache_full(self.context)
         logits = self._call([token], self.seen, "run_on_token_gen")[-1]
         self.seen += 1
         return logits
@@ -128,7 +128,7 @@ class PlainDecoder(_FedAsGenai):
 
     def step(self, token: int) -> np.ndarray:
         if self.full:
-            raise IndexError(f"the key/value cache is full ({self.context} tokens)")
+            raise loop.cache_full(self.context)
         return self._call([token])[-1]
 
 

@@ -86,7 +86,7 @@ def _positions(width: int, slots: int, dtype: Any) -> list[Any]:
                                 value=numpy_helper.from_array(np.asarray(value), name))
 
     return [
-        const("stage.cw", np.arange(width, dtype=np.int64)[None] - (width - 1)),
+        const("stage.offsets", np.arange(width, dtype=np.int64)[None]),
         const("stage.back", np.array(width - 1, np.int64)),
         const("stage.last", np.array(slots - 1, np.int64)),
         const("stage.slots", np.arange(slots, dtype=np.int64)),
@@ -94,7 +94,8 @@ def _positions(width: int, slots: int, dtype: Any) -> list[Any]:
         const("stage.ax1", np.array([1], np.int64)),
         const("stage.own", np.ones((1, width), np.int64)),
         helper.make_node("Cast", [PAST_SEQ_LEN], ["stage.psl"], to=TensorProto.INT64),
-        helper.make_node("Add", ["stage.psl", "stage.cw"], ["stage.at"]),
+        helper.make_node("Sub", ["stage.psl", "stage.back"], ["stage.start"]),
+        helper.make_node("Add", ["stage.start", "stage.offsets"], ["stage.at"]),
         helper.make_node("Min", ["stage.at", "stage.last"], [POSITIONS]),
         helper.make_node("Unsqueeze", ["stage.slots", "stage.ax1"], ["stage.col"]),
         helper.make_node("Equal", ["stage.col", "stage.at"], ["stage.eq"]),
@@ -102,7 +103,6 @@ def _positions(width: int, slots: int, dtype: Any) -> list[Any]:
                          to=helper.np_dtype_to_tensor_dtype(np.dtype(dtype))),
         helper.make_node("ReduceSum", ["stage.hot", "stage.ax1"], ["stage.taken"], keepdims=1),
         helper.make_node("Sub", ["stage.one", "stage.taken"], ["stage.kept"]),
-        helper.make_node("Sub", ["stage.psl", "stage.back"], ["stage.start"]),
         helper.make_node("Less", ["stage.slots", "stage.start"], ["stage.before"]),
         helper.make_node("Cast", ["stage.before"], ["stage.mask_slots"], to=TensorProto.INT64),
         helper.make_node("Concat", ["stage.mask_slots", "stage.own"], [MASK], axis=1),

@@ -230,10 +230,9 @@ def _widened(graph: Any, prefix: str, window: int, names: dict[str, str]
     gap = window - 1
     mask = f"{prefix}/attention_mask"
     names["attention_mask"] = mask
-    head = [helper.make_node("Slice", ["attention_mask", f"{prefix}/genai.zero", f"{prefix}/genai.cut",
-                                       f"{prefix}/genai.axis"], [f"{mask}.past"]),
-            helper.make_node("Slice", ["attention_mask", f"{prefix}/genai.cut", f"{prefix}/genai.end",
-                                       f"{prefix}/genai.axis"], [f"{mask}.window"]),
+    zero, cut, end, axis = (f"{prefix}/genai.{k}" for k in ("zero", "cut", "end", "axis"))
+    head = [helper.make_node("Slice", ["attention_mask", zero, cut, axis], [f"{mask}.past"]),
+            helper.make_node("Slice", ["attention_mask", cut, end, axis], [f"{mask}.window"]),
             helper.make_node("Concat", [f"{mask}.past", f"{prefix}/genai.gap", f"{mask}.window"],
                              [mask], axis=1)]
     for value in graph.input:
@@ -242,11 +241,10 @@ def _widened(graph: Any, prefix: str, window: int, names: dict[str, str]
             head.append(helper.make_node("Pad", [names[value.name], f"{prefix}/genai.pads"],
                                          [padded], mode="constant"))
             names[value.name] = padded
-    extra = [helper.make_tensor(f"{prefix}/genai.zero", TensorProto.INT64, [1], [0]),
-             helper.make_tensor(f"{prefix}/genai.cut", TensorProto.INT64, [1], [-window]),
-             helper.make_tensor(f"{prefix}/genai.end", TensorProto.INT64, [1],
-                                [np.iinfo(np.int64).max]),
-             helper.make_tensor(f"{prefix}/genai.axis", TensorProto.INT64, [1], [1]),
+    extra = [helper.make_tensor(zero, TensorProto.INT64, [1], [0]),
+             helper.make_tensor(cut, TensorProto.INT64, [1], [-window]),
+             helper.make_tensor(end, TensorProto.INT64, [1], [np.iinfo(np.int64).max]),
+             helper.make_tensor(axis, TensorProto.INT64, [1], [1]),
              helper.make_tensor(f"{prefix}/genai.gap", TensorProto.INT64, [1, gap], [0] * gap),
              helper.make_tensor(f"{prefix}/genai.pads", TensorProto.INT64, [8],
                                 [0, 0, 0, 0, 0, 0, gap, 0])]

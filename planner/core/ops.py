@@ -175,6 +175,8 @@ def source_format(params: dict[str, Any]) -> str:
 
 T = Trait
 N = FactName
+
+
 def _lm_pair_for_target(what: str) -> tuple[Require, ...]:
     """A causal LM's two graphs, each quantized and legal for the step's target (`what` needs
     them: a step that compiles both)."""

@@ -281,9 +281,9 @@ def genai_stages_not(info: dict[str, Any] | None, inputs: dict[str, list[str]]) 
 
 def lm_graph_specs(info: dict[str, Any], shapes: dict[str, Any], batch: int,
                    on_host: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
-    """The two graphs' I/O (the module docstring). With "embeddings" on the host they take `inputs_embeds` (the
-    host looks the tokens up), with "head" they return `hidden_states` (the host computes
-    the logits): the vocabulary-sized matrices then stay off the target."""
+    """The two graphs' I/O (the module docstring). With "embeddings" on the host they take
+    `inputs_embeds` (the host looks the tokens up), with "head" they return `hidden_states`
+    (the host computes the logits): the vocabulary-sized matrices then stay off the target."""
     if batch != 1:
         raise ConfigError("export.shapes.batch_size: a causal LM's graphs decode one sequence "
                           "(batch 1); set export.shapes.batch_size=1")

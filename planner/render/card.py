@@ -214,17 +214,20 @@ def _use(model: dict[str, Any], files: dict[str, int]) -> list[str]:
     return out
 
 
-# onnxruntime-genai over a folder whose prompt fills one window, read after the window
+# onnxruntime-genai over a folder with a sliding window: the prompt counted padded to whole
+# windows, the text read after them
 _WINDOW_RUN = ['folder = "path/to/this/folder"',
                'with open(f"{folder}/genai_config.json") as f:',
                '    window = json.load(f)["model"]["decoder"]["sliding_window"]["window_size"]',
                "model = og.Model(folder)", "tokenizer = og.Tokenizer(model)",
+               'ids = tokenizer.encode("a prompt")',
+               "padded = -(-len(ids) // window) * window  # the prompt's whole windows",
                "params = og.GeneratorParams(model)",
-               "params.set_search_options(do_sample=False, max_length=window + 16)",
+               "params.set_search_options(do_sample=False, max_length=padded + 16)",
                "generator = og.Generator(model, params)",
-               'generator.append_tokens(tokenizer.encode("a prompt"))',
+               "generator.append_tokens(ids)",
                "while not generator.is_done():", "    generator.generate_next_token()",
-               "print(tokenizer.decode(generator.get_sequence(0)[window:]))  # after the window",
+               "print(tokenizer.decode(generator.get_sequence(0)[padded:]))  # after the prompt",
                "```"]
 
 
@@ -241,19 +244,7 @@ def _genai_stages(target: str) -> list[str]:
             "import onnxruntime_qnn  # pip install onnxruntime-qnn", "",
             'og.register_execution_provider_library("QNNExecutionProvider",',
             "                                        onnxruntime_qnn.get_library_path())",
-            'folder = "path/to/this/folder"',
-            'with open(f"{folder}/genai_config.json") as f:',
-            '    window = json.load(f)["model"]["decoder"]["sliding_window"]["window_size"]',
-            "model = og.Model(folder)", "tokenizer = og.Tokenizer(model)",
-            'ids = tokenizer.encode("a prompt")',
-            "padded = -(-len(ids) // window) * window  # the prompt's whole windows",
-            "params = og.GeneratorParams(model)",
-            "params.set_search_options(do_sample=False, max_length=padded + 16)",
-            "generator = og.Generator(model, params)",
-            "generator.append_tokens(ids)",
-            "while not generator.is_done():", "    generator.generate_next_token()",
-            "print(tokenizer.decode(generator.get_sequence(0)[padded:]))  # after the prompt",
-            "```"]
+            *_WINDOW_RUN]
 
 
 def _genai_windowed() -> list[str]:

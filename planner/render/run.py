@@ -150,7 +150,8 @@ def _generation_lines(step_id: str, m: dict[str, Any]) -> list[str]:
     role = roles.ROLES.get(graph_of(step_id) or "")
     if "latency_ms_median" in m and role is not None and role.kind is roles.Kind.DECODER_ONLY:
         if role.runs is roles.Runs.PROMPT:
-            return [f"Time to first token (a prefill pass over one window): {m['latency_ms_median']:.1f} ms"]
+            return [(f"Time to first token (a prefill pass over one window): "
+                     f"{m['latency_ms_median']:.1f} ms")]
         return [(f"Decode: {1000 / max(m['latency_ms_median'], 1e-9):.1f} tokens/s "
                  f"({m['latency_ms_median']:.1f} ms a token, the decode graph alone)")]
     return []
