@@ -39,12 +39,15 @@ run: $(VENV)/.installed-run
 plan: $(VENV)/.installed-run
 	$(BIN)/modelplan plan
 
-# The docs site first (a broken link or a missing page fails), then two pytest-xdist workers;
+# The docs site first (a broken link or a missing page fails), then the sources' bytecode (the
+# suite starts hundreds of Python processes, and where PYTHONDONTWRITEBYTECODE is set none of
+# them would write it: each would compile every module it imports), then two pytest-xdist workers;
 # tests that must share one worker carry xdist_group marks, and the tests of a module that use
 # its module-scoped fixture share one (tests/xdist_groups.py). The 25 slowest tests are listed at
 # the end; on CI (CI set) a session past pyproject's [tool.modelplan.test_budget] fails.
 test: $(VENV)/.installed-test $(CLIENTS)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	$(BIN)/python -m compileall -q planner executors schemas hydra_plugins tests benchmarks >/dev/null
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25
 
 lint: $(VENV)/.installed-test

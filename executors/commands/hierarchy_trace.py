@@ -12,9 +12,10 @@ from typing import Any
 
 from executors.generation.modules import graph_module
 from executors.onnx import hierarchy
+from executors.onnx.free_axes import free_axes
 from executors.runtime import torchmodel
 from executors.samples import Samples
-from executors.steps.export import export_graph, free_axes
+from executors.steps.export import export_graph
 from planner.models.roles import role_of
 
 

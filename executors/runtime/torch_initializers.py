@@ -45,8 +45,10 @@ def held_back() -> Iterator[dict[str, Any]]:
 
 def store(model: onnx.ModelProto, held: dict[str, Any], out: Path) -> None:
     """Make the graph inputs of `model` that `held` names initializers in their input order, as
-    the exporter would have written them, each large one a blob in `out`; `held` is emptied as
-    it goes, so a tensor's memory can go once it is stored."""
+    the exporter would have written them, each large one a blob in `out`, in the type its input
+    declares (a bf16 tensor of a graph widened to fp32 is widened as it is written:
+    runtime/narrow.py); `held` is emptied as it goes, so a tensor's memory can go once it is
+    stored."""
     inputs = list(model.graph.input)
     del model.graph.input[:]
     for value in inputs:
@@ -57,13 +59,16 @@ def store(model: onnx.ModelProto, held: dict[str, Any], out: Path) -> None:
         proto = model.graph.initializer.add(name=value.name,
                                             data_type=value.type.tensor_type.elem_type)
         proto.dims.extend(tensor.shape)
-        weights.set_data(proto, _bytes(tensor), out)
+        weights.set_data(proto, _bytes(tensor, proto.data_type), out)
 
 
-def _bytes(tensor: Any) -> memoryview:
+def _bytes(tensor: Any, data_type: int) -> memoryview:
     """The little-endian bytes of a torch tensor of any dtype (bf16 included), without a copy
-    when it is contiguous."""
+    when it is contiguous and of `data_type`; a narrower float tensor is widened to fp32."""
+    import onnx
     import torch
 
+    if data_type == onnx.TensorProto.FLOAT and tensor.dtype in (torch.bfloat16, torch.float16):
+        tensor = tensor.float()
     flat = tensor.detach().cpu().contiguous().reshape(-1)
     return memoryview(flat.view(torch.uint8).numpy())

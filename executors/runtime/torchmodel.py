@@ -35,16 +35,17 @@ def model_class(info: dict[str, Any]) -> Any:
     return cls
 
 
-def load(source: Path) -> tuple[Any, dict[str, Any]]:
+def load(source: Path, dtype: str = "float32") -> tuple[Any, dict[str, Any]]:
     """The resolved checkpoint as a torch model in eval mode, in float32 whatever the dtype it
     was saved in (a bf16 or fp16 checkpoint upcast: its graphs are fp32 graphs, which ONNX
-    Runtime's CPU EP runs and the quantizer reads), and its source description."""
+    Runtime's CPU EP runs and the quantizer reads), or in `dtype` (export traces a narrow
+    checkpoint as saved: runtime/narrow.py), and its source description."""
     import torch
 
     info = source_info(source)
     cls = model_class(info)
     kwargs = {"local_files_only": True, "trust_remote_code": bool(info.get("trust_remote_code")),
-              "dtype": torch.float32}
+              "dtype": getattr(torch, dtype)}
     if _chooses_experts(cls):
         kwargs["experts_implementation"] = TRACEABLE_EXPERTS
     try:

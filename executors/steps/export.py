@@ -11,6 +11,7 @@ import gc
 import itertools
 import json
 import re
+import shutil
 import sys
 import warnings
 from dataclasses import dataclass
@@ -34,12 +35,13 @@ from executors.onnx.artifacts import (
     save,
     set_meta,
 )
+from executors.onnx.free_axes import free_axes, past_axes
 from executors.run.step_api import StepContext, StepResult
-from executors.runtime import torch_initializers, torchmodel, torchops
+from executors.runtime import narrow, torch_initializers, torchmodel, torchops
 from executors.runtime.adapters import host_providers
 from executors.runtime.nativelog import fd1_to_stderr
 from executors.samples import Samples
-from planner.models.roles import CACHE, Trace, role_of
+from planner.models.roles import Trace, role_of
 from planner.support.suggest import did_you_mean
 
 TOLERANCE = 1e-4  # of each output's peak magnitude
@@ -48,10 +50,28 @@ COLLECT_BYTES = 256 * 2**20  # weights from which export collects garbage to fre
 
 
 def run(ctx: StepContext) -> StepResult:
+    """A checkpoint saved in 16 bits is traced as saved (runtime/narrow.py: no fp32 copy of its
+    weights); one whose code or constants the narrow trace changes is exported from an fp32
+    copy, as every other checkpoint is."""
+    saved = ctx.params.get("upcast") if ctx.params["exporter"] != "dynamo" else None
+    if saved:
+        try:
+            return _run(ctx, saved)
+        except Exception as exc:  # noqa: BLE001 - whatever failed, the fp32 export decides
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            ctx.progress(f"  traced in {saved}: {first[:200]}; exporting an fp32 copy")
+            for leftover in ctx.out.iterdir():
+                shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+            gc.collect()
+    return _run(ctx, "float32")
+
+
+def _run(ctx: StepContext, dtype: str) -> StepResult:
     import torch
 
     p = ctx.params
-    model, _info = torchmodel.load(ctx.inputs["model"])
+    model, _info = torchmodel.load(ctx.inputs["model"], dtype)
+    kind = narrow.dtype_of(model) if dtype != "float32" else None
     specs, outputs = p["inputs"], p["outputs"]
     role = role_of(p["graph"], [s["name"] for s in specs])
     specs, outputs, refit = _model_cache(ctx, model, role, specs, outputs)
@@ -61,23 +81,28 @@ def run(ctx: StepContext) -> StepResult:
     samples = Samples(specs, "verify", source=ctx.inputs["model"])
     feed = samples.feeds(1)[0]
     args = tuple(torch.from_numpy(feed[n]) for n in names)
+    traced = narrow.cast(args, kind)
     keep = _kept_classes(ctx, model)
     with torch.no_grad():
         ran: list[Any] = []  # the traced forward's result is the reference: one forward, not two
         if p["hierarchy"]:
             scopes, folded = hierarchy.executed_modules(
-                model, lambda: ran.append(module(*args)), keep)
+                model, lambda: ran.append(module(*traced)), keep)
             base = "" if gives_cross(role, outputs) else torchmodel.traced_base(model, role)
             scopes = hierarchy.rebase(scopes, base)
         else:
             scopes, folded = {}, []
-        expected = ran[0] if ran else module(*args)
+        expected = ran[0] if ran else module(*traced)
     path = ctx.out / MODEL
     what = f" the {p['graph']}" if p["graph"] else ""
     ctx.progress(f"exporting{what} with {p['exporter']}, opset {p['opset']}")
     axes = None if not p.get("dynamic") else past_axes(names, outputs) if free_past \
         else free_axes(args, names, expected, outputs)
-    used = _export(ctx, module, args, names, outputs, path, axes)
+    used = _export(ctx, module, traced, names, outputs, path, axes, kind)
+    if kind is not None:  # the reference: the same weights in fp32, one tensor at a time
+        model.float()
+        with torch.no_grad():
+            expected = module(*args)
     model_name = type(model).__name__
     weight_bytes = sum(t.numel() * t.element_size()
                        for t in itertools.chain(model.parameters(), model.buffers()))
@@ -86,7 +111,7 @@ def run(ctx: StepContext) -> StepResult:
         gc.collect()
     onnx_model = _described(path, specs, outputs, args, used, p["opset"])
     metrics: dict[str, Any] = {"nodes": len(onnx_model.graph.node), "sample": samples.origin,
-                               **refit}
+                               **refit, **({"traced_dtype": dtype} if kind else {})}
     if used.opset != p["opset"]:
         metrics.update(opset_used=used.opset, opset_why=used.why)
     if p["hierarchy"]:
@@ -173,48 +198,12 @@ def _kept_classes(ctx: StepContext, model: Any) -> frozenset[str]:
     return frozenset(keep)
 
 
-def free_axes(args: tuple, names: list[str], expected: Any,
-              outputs: list[str]) -> dict[str, dict[int, str]]:
-    """export.shapes.dynamic: a text graph's batch and sequence axes, left free. Every input of
-    tokens is [batch, sequence]; an output's first axis is the batch, and its second the
-    sequence when it had the sequence's length in the trace (per-token outputs)."""
-    length = args[0].shape[1]
-    axes = {n: {0: "batch", 1: "sequence"} for n, a in zip(names, args, strict=True)
-            if a.dim() == 2}
-    got = expected if isinstance(expected, tuple | list) else (expected,)
-    for name, value in zip(outputs, got, strict=False):
-        if CACHE.is_state(name):  # a recurrent layer's state: one sequence's, of fixed shape
-            continue
-        axes[name] = {0: "batch"} | ({1: "sequence"} if value.dim() >= 2
-                                     and value.shape[1] == length else {})
-    return axes
-
-
-def past_axes(names: list[str], outputs: list[str]) -> dict[str, dict[int, str]]:
-    """A token graph with a free past (a causal LM's, an encoder-decoder's cached decoder): its
-    new tokens' axis, the past's and the total's (past + new: the mask over both, and the
-    present entries it gives back); an encoder-decoder's cross entries and a recurrent layer's
-    states keep their shapes."""
-    axes: dict[str, dict[int, str]] = {}
-    for name in names:
-        if name.startswith(CACHE.cross + ".") or CACHE.is_state(name):  # fixed shapes
-            continue
-        axes[name] = {2: "past_sequence_length"} if CACHE.is_past(name) else \
-            {1: "total_sequence_length"} if name == "attention_mask" else \
-            {1: "sequence_length"}
-    for name in outputs:
-        if CACHE.is_state(name):
-            continue
-        axes[name] = {2: "total_sequence_length"} if name.startswith(CACHE.present + ".") \
-            else {1: "sequence_length"}
-    return axes
-
-
 def _export(ctx: StepContext, module: Any, args: tuple, names: list[str],
-            outputs: list[str], path: Path, axes: dict[str, dict[int, str]] | None) -> Opset:
+            outputs: list[str], path: Path, axes: dict[str, dict[int, str]] | None,
+            narrow_type: int | None) -> Opset:
     try:
         used = export_graph(module, args, names, outputs, path, ctx.params["exporter"],
-                            ctx.params["opset"], axes)
+                            ctx.params["opset"], axes, narrow_type)
     except ExportFailed as exc:
         raise ctx.fail(str(exc), "try another exporter (export=dynamo or export=torchscript) "
                        "or export.opset") from exc.__cause__
@@ -248,13 +237,14 @@ _NO_SCHEMA = re.compile(r"We don't have an op for (\S+) but it isn't a special c
 
 
 def export_graph(module: Any, args: tuple, names: list[str], outputs: list[str], path: Path,
-                 exporter: str, opset: int,
-                 axes: dict[str, dict[int, str]] | None = None) -> Opset:
+                 exporter: str, opset: int, axes: dict[str, dict[int, str]] | None = None,
+                 narrow_type: int | None = None) -> Opset:
     """torch -> ONNX at `path` (TorchScript tracing, or dynamo with TorchScript-style names), at
     `opset` or, when an operator needs a newer one, at the lowest newer one that expresses
     every operator (the one torch names, else the next, up to the exporter's newest and
     NEWEST_OPSET): the same model and configured opset always give the same graph. `axes`:
-    the axes left free (name -> axis -> label); none: every shape fixed as traced."""
+    the axes left free (name -> axis -> label); none: every shape fixed as traced. A module
+    traced in bf16 or fp16 (`narrow_type`) gives its graph widened to fp32."""
     from torch.onnx import _constants
 
     newest = min(NEWEST_OPSET, _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
@@ -262,7 +252,7 @@ def export_graph(module: Any, args: tuple, names: list[str], outputs: list[str],
     at, why = opset, ""
     while True:
         try:
-            _export_once(module, args, names, outputs, path, exporter, at, axes)
+            _export_once(module, args, names, outputs, path, exporter, at, axes, narrow_type)
             return Opset(at, why)
         except ExportFailed as exc:
             too_old = _TOO_OLD.search(str(exc))
@@ -278,7 +268,8 @@ def export_graph(module: Any, args: tuple, names: list[str], outputs: list[str],
 
 
 def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str], path: Path,
-                 exporter: str, opset: int, axes: dict[str, dict[int, str]] | None) -> None:
+                 exporter: str, opset: int, axes: dict[str, dict[int, str]] | None,
+                 narrow_type: int | None) -> None:
     import torch
 
     dynamo = exporter == "dynamo"
@@ -313,7 +304,9 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
                 from exc
     if not dynamo:
         graph = onnx.load(str(path), load_external_data=False)
-        changed = torchops.positive_perms(graph) > 0 or bool(held)
+        if narrow_type is not None:  # before store: each weight is written as fp32
+            narrow.widen(graph, narrow_type)
+        changed = torchops.positive_perms(graph) > 0 or bool(held) or narrow_type is not None
         if held:  # (store empties held)
             torch_initializers.store(graph, held, path.parent)
         if changed:

@@ -19,6 +19,7 @@ PyTorch's, token for token).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 from typing import Any
 
@@ -52,22 +53,29 @@ def run(ctx: StepContext) -> StepResult:
 
 
 def _decoder_only(ctx: StepContext, folder: Any, described: dict[str, Any]) -> dict[str, Any]:
+    """PyTorch's greedy generations first, its model freed before the deliverable's sessions
+    open: the step holds one of the two at a time, not both."""
     p = ctx.params
     model, _ = torchmodel.load(ctx.inputs["source"])
     eos = bundle.eos_ids(folder)
-    graphs = bundle.lm_graphs(folder, described, of_params(p), p["provider_options"],
-                              ctx.cache_dir)
     vocab = int(model.config.get_text_config().vocab_size)
-    room = max(1, graphs.context - p["new_tokens"])
+    room = max(1, int(described["context_length"]) - p["new_tokens"])
     asked, origin = prompts(p["prompts"], "verify", checkpoint_dir(ctx.inputs["source"]),
                             vocab, np.random.default_rng(1), room)
     reference = TorchLM(model)
+    wants = []
+    for i, ids in enumerate(asked, 1):
+        ctx.progress(f"  PyTorch's generation {i}/{len(asked)}: {len(ids)} prompt tokens")
+        wants.append(reference.greedy(ids, p["new_tokens"], eos))
+    model = reference = None
+    gc.collect()
+    graphs = bundle.lm_graphs(folder, described, of_params(p), p["provider_options"],
+                              ctx.cache_dir)
     staged = pipeline.stage_graphs(folder, described, of_params(p), p["provider_options"],
                                    ctx.cache_dir) if pipeline.has_stages(described) else None
     rows, stage_rows = [], []
-    for i, ids in enumerate(asked, 1):
+    for i, (ids, want) in enumerate(zip(asked, wants, strict=True), 1):
         ctx.progress(f"  generation {i}/{len(asked)}: {len(ids)} prompt tokens")
-        want = reference.greedy(ids, p["new_tokens"], eos)
         got = graphs.greedy(ids, len(want.tokens), follow=want.tokens)
         rows.append(compare(want, got))
         if staged is not None and not stage_rows:  # what onnxruntime-genai runs: its stages,

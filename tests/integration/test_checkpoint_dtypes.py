@@ -1,7 +1,8 @@
 """Checkpoints as people download them: saved in bfloat16 (every recent LLM) or float16. The
-export upcasts their weights to float32 (ONNX Runtime's CPU EP has no bf16 Add or Where, and the
-quantizer reads fp32 graphs); the plan says so (export's `upcast`) and keys it, and the graphs
-compare with PyTorch on the same upcast weights."""
+export traces them as saved (no fp32 copy of the model: executors/runtime/narrow.py) and gives
+fp32 graphs (ONNX Runtime's CPU EP has no bf16 Add or Where, and the quantizer reads fp32
+graphs); the plan says so (export's `upcast`) and keys it, and the graphs compare with PyTorch
+on the same upcast weights."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def build(tmp: Path, name: str, *args: str) -> dict[str, Any]:
     assert code == 0, err
     exports = [s for s in record["steps"] if s["op"] == "export"]
     assert exports and all(s["status"] == "ok" for s in exports)
+    assert {s["metrics"].get("traced_dtype") for s in exports} == {dtype}  # not an fp32 copy
     return record
 
 
