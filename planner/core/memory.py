@@ -42,8 +42,9 @@ def parts(plan: Plan) -> int:
 def step_peak(s: Step, weights: Weights, wbits: int, cut: int) -> int:
     """The expected peak of one step's process, in bytes."""
     scale = s.decl.memory
-    grows = scale.factor(wbits) * weights.fp32 + scale.checkpoint * weights.stored \
-        + (scale.upcast * weights.fp32 if weights.stored < weights.fp32 else 0)
+    narrower = weights.stored < weights.fp32
+    grows = scale.factor(wbits, narrower) * weights.fp32 + scale.checkpoint * weights.stored \
+        + (scale.upcast * weights.fp32 if narrower else 0)
     return RUNTIME + int(grows / (cut if scale.per_part else 1))
 
 

@@ -100,8 +100,10 @@ class Memory:
     own): `weights` times the graph's weights as fp32 bytes, `by_bits` instead at the build's
     weight bits where measured apart, `checkpoint` times the checkpoint as stored (a step that
     loads the torch model), `upcast` times the fp32 weights more when the checkpoint is stored
-    in fewer bits (a step that loads it as fp32 holds both while it converts), each per part
-    when `per_part` (a cut graph handled part by part).
+    in fewer bits (a step that loads it as fp32 holds both while it converts), `narrow` in place
+    of `weights` when the checkpoint is stored in fewer bits and the step handles it as stored
+    (export traces a bf16 checkpoint in bf16), each per part when `per_part` (a cut graph
+    handled part by part).
     Calibrated on this machine (benchmarks/REPORT.md: the llm_bench and scale_bench sections)."""
 
     weights: float = 0.0
@@ -109,8 +111,11 @@ class Memory:
     checkpoint: float = 0.0
     per_part: bool = False
     upcast: float = 0.0  # more times the fp32 weights when the checkpoint is stored narrower
+    narrow: float | None = None  # times the fp32 weights instead, for a narrower checkpoint
 
-    def factor(self, weight_bits: int) -> float:
+    def factor(self, weight_bits: int, narrower: bool = False) -> float:
+        if narrower and self.narrow is not None:
+            return self.narrow
         return dict(self.by_bits).get(weight_bits, self.weights)
 
 
@@ -210,7 +215,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.HEAVY}),
        tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy"),
        publish=("hierarchy",), headline=("opset_used",),
-       memory=Memory(weights=2.0, checkpoint=0.7, upcast=0.9)),
+       memory=Memory(weights=2.0, checkpoint=0.7, narrow=1.7)),
     Op("fix_shapes", 1, "fix the free axes of an exported graph to the target's static "
        "shapes (normalize then folds what became constant): one export for every target",
        params=("inputs",), inputs=("model",),
@@ -372,7 +377,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("torch", "transformers", "onnxruntime", "onnxruntime-qnn"),
        outputs=("metrics",), chain_role="candidate",
        headline=("token_agreement", "first_divergence", "cosine_mean"),
-       memory=Memory(weights=2.3, checkpoint=1.0, upcast=0.9), dropped_by="verify=none"),
+       memory=Memory(weights=2.3), dropped_by="verify=none"),
     Op("generate_loop", 1, "export an encoder-decoder's greedy decoding as one ONNX graph (the "
        "decoder in a Loop) and open it through the session cache, cold and warm",
        params=("encoder_inputs", "decoder_length", "start", "pad", "masked", "opset"),
