@@ -6,6 +6,8 @@ it the fp32 graph an fp32 copy of the model exports: every tensor, input, output
 cast of the narrow type is fp32 (ONNX Runtime's CPU EP has no bf16 `Add` or `Where`, and the
 quantizer reads fp32), and the casts that became fp32 to fp32 are gone. Each weight is widened
 as it is written (`torch_initializers.store`), one at a time; a 16-bit weight is exact in fp32.
+The constants the model makes in its own dtype (a scale, an epsilon) stay rounded to it, as
+they are when PyTorch runs the checkpoint as saved (export checks the graph accordingly).
 """
 
 from __future__ import annotations

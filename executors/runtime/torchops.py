@@ -181,3 +181,22 @@ def positive_perms(graph: Any) -> int:
                 attr.ints.extend(perm)
                 fixed += 1
     return fixed
+
+
+COL2IM_OPSET = 18
+
+
+def register_col2im() -> None:
+    """aten::col2im (F.fold) for TorchScript export: torch's own symbolic reads the rank of
+    `output_size` from a static list, which a traced model (MobileViTV2's folding, whose output
+    size is read from a tensor's shape) does not give; ONNX's Col2Im takes it as a tensor."""
+    import torch
+    from torch.onnx import symbolic_helper
+
+    @symbolic_helper.parse_args("v", "v", "v", "is", "is", "is")
+    def col2im(g: Any, x: Any, output_size: Any, kernel_size: Any, dilation: list[int],
+               padding: list[int], stride: list[int]) -> Any:
+        return g.op("Col2Im", x, output_size, kernel_size, dilations_i=dilation,
+                    pads_i=[*padding, *padding], strides_i=stride)  # begins, then ends
+
+    torch.onnx.register_custom_op_symbolic("aten::col2im", col2im, COL2IM_OPSET)

@@ -45,6 +45,10 @@ from planner.models.roles import Trace, role_of
 from planner.support.suggest import did_you_mean
 
 TOLERANCE = 1e-4  # of each output's peak magnitude
+# a checkpoint traced in bf16 or fp16: the constants the model makes in its own dtype (a scale,
+# an epsilon, a mask's fill) are rounded to it, and move the output by up to ~3e-4 of its peak
+# (gpt2, gemma2, gemma3, codegen measured); an export bug moves it by far more
+NARROW_TOLERANCE = 1e-3
 FLOOR = float(np.finfo(np.float32).tiny)  # for an all-zero output
 COLLECT_BYTES = 256 * 2**20  # weights from which export collects garbage to free them at once
 
@@ -59,7 +63,9 @@ def run(ctx: StepContext) -> StepResult:
             return _run(ctx, saved)
         except Exception as exc:  # noqa: BLE001 - whatever failed, the fp32 export decides
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            ctx.progress(f"  traced in {saved}: {first[:200]}; exporting an fp32 copy")
+            if first.startswith(f"step {ctx.id} "):  # the cause, without where and the fix
+                first = first.split(": ", 1)[-1].rsplit("; ", 1)[0]
+            ctx.progress(f"  traced in {saved}: {first[:240]}; exporting an fp32 copy")
             for leftover in ctx.out.iterdir():
                 shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
             gc.collect()
@@ -84,7 +90,8 @@ def _run(ctx: StepContext, dtype: str) -> StepResult:
     traced = narrow.cast(args, kind)
     keep = _kept_classes(ctx, model)
     with torch.no_grad():
-        ran: list[Any] = []  # the traced forward's result is the reference: one forward, not two
+        ran: list[Any] = []  # the traced forward's result is the reference (a narrow
+        # model's is its fp32 forward, after the export): one forward, not two
         if p["hierarchy"]:
             scopes, folded = hierarchy.executed_modules(
                 model, lambda: ran.append(module(*traced)), keep)
@@ -122,7 +129,8 @@ def _run(ctx: StepContext, dtype: str) -> StepResult:
         if p["report"]:
             (ctx.out / REPORT).write_text(hierarchy.report(meta))
         metrics.update(coverage=meta["coverage"], traced_modules=len(meta["traced_modules"]))
-    metrics["max_abs_vs_torch"] = _check_against_torch(ctx, path, feed, expected)
+    metrics["max_abs_vs_torch"] = _check_against_torch(
+        ctx, path, feed, expected, NARROW_TOLERANCE if kind else TOLERANCE)
     return StepResult(metrics=metrics)
 
 
@@ -273,8 +281,8 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
     import torch
 
     dynamo = exporter == "dynamo"
-    if not dynamo and opset >= COL2IM_OPSET:
-        _register_col2im()
+    if not dynamo and opset >= torchops.COL2IM_OPSET:
+        torchops.register_col2im()
     if not dynamo and opset >= torchops.OPSET:
         torchops.register()
     # the dynamo exporter reports progress on stdout, and the TorchScript one its graph when an
@@ -315,25 +323,6 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
         _rename_dynamo_nodes(path)
 
 
-COL2IM_OPSET = 18
-
-
-def _register_col2im() -> None:
-    """aten::col2im (F.fold) for TorchScript export: torch's own symbolic reads the rank of
-    `output_size` from a static list, which a traced model (MobileViTV2's folding, whose output
-    size is read from a tensor's shape) does not give; ONNX's Col2Im takes it as a tensor."""
-    import torch
-    from torch.onnx import symbolic_helper
-
-    @symbolic_helper.parse_args("v", "v", "v", "is", "is", "is")
-    def col2im(g: Any, x: Any, output_size: Any, kernel_size: Any, dilation: list[int],
-               padding: list[int], stride: list[int]) -> Any:
-        return g.op("Col2Im", x, output_size, kernel_size, dilations_i=dilation,
-                    pads_i=[*padding, *padding], strides_i=stride)  # begins, then ends
-
-    torch.onnx.register_custom_op_symbolic("aten::col2im", col2im, COL2IM_OPSET)
-
-
 def _rename_dynamo_nodes(path: Path) -> None:
     """Give dynamo-exported nodes TorchScript-style scoped names from their name scopes
     (`['', 'model', 'model.encoder', ..., 'op']`: the deepest module path, then the op)."""
@@ -347,7 +336,8 @@ def _rename_dynamo_nodes(path: Path) -> None:
     save(model, path)
 
 
-def _check_against_torch(ctx: StepContext, path: Path, feed: dict, expected: Any) -> float:
+def _check_against_torch(ctx: StepContext, path: Path, feed: dict, expected: Any,
+                         share: float = TOLERANCE) -> float:
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -356,11 +346,11 @@ def _check_against_torch(ctx: StepContext, path: Path, feed: dict, expected: Any
     session = ort.InferenceSession(str(path), so, providers=host_providers())
     got = session.run(None, feed)
     want = expected if isinstance(expected, tuple) else (expected,)
-    found = differences(got, [w.numpy() for w in want])
+    found = differences(got, [w.numpy() for w in want], share)
     for out, d in zip(session.get_outputs(), found, strict=True):
         if not d.within:
             raise ctx.fail(f"ONNX Runtime's {out.name} differs from torch by {d.max_abs:.3g} "
-                           f"(tolerance {d.tolerance:.3g}: {TOLERANCE:g} of its peak "
+                           f"(tolerance {d.tolerance:.3g}: {share:g} of its peak "
                            f"{d.peak:.3g})",
                            "try another exporter (export=dynamo or export=torchscript) or opset",
                            where=str(path))
@@ -370,24 +360,27 @@ def _check_against_torch(ctx: StepContext, path: Path, feed: dict, expected: Any
 @dataclass(frozen=True)
 class Difference:
     """One output against torch's: its largest absolute difference and the reference's peak
-    magnitude, the scale it is judged at (outputs of 1e-30 are judged at 1e-30, not at 1)."""
+    magnitude, the scale it is judged at (outputs of 1e-30 are judged at 1e-30, not at 1), and
+    the share of that peak it may differ by."""
 
     max_abs: float
     peak: float
+    share: float = TOLERANCE
 
     @property
     def tolerance(self) -> float:
-        return max(TOLERANCE * self.peak, FLOOR)
+        return max(self.share * self.peak, FLOOR)
 
     @property
     def within(self) -> bool:
         return self.max_abs <= self.tolerance  # a NaN is not
 
 
-def differences(got: list[np.ndarray], want: list[np.ndarray]) -> list[Difference]:
+def differences(got: list[np.ndarray], want: list[np.ndarray],
+                share: float = TOLERANCE) -> list[Difference]:
     found = []
     for g, w in zip(got, want, strict=True):
         g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
         found.append(Difference(float(np.max(np.abs(g - w), initial=0.0)),
-                                float(np.max(np.abs(w), initial=0.0))))
+                                float(np.max(np.abs(w), initial=0.0)), share))
     return found
