@@ -58,7 +58,7 @@ def run(ctx: StepContext) -> StepResult:
     weights); one whose code or constants the narrow trace changes is exported from an fp32
     copy, as every other checkpoint is."""
     saved = ctx.params.get("upcast") if ctx.params["exporter"] != "dynamo" else None
-    if saved:
+    if saved in narrow.NARROW:  # bfloat16, float16 (another dtype is loaded as fp32)
         try:
             return _run(ctx, saved)
         except Exception as exc:  # noqa: BLE001 - whatever failed, the fp32 export decides

@@ -24,6 +24,7 @@ from planner.support.units import human_bytes, parse_bytes
 
 RUNTIME = int(0.3 * 2**30)  # a step's process before it reads the model (Python, torch, ORT)
 COORDINATOR = int(0.15 * 2**30)  # the process that runs the plan and its idle workers (PSS)
+AS_SAVED = ("bfloat16", "float16")  # checkpoint dtypes a step may handle as saved (Memory.narrow)
 
 
 def weight_bits(config: dict[str, Any]) -> int:
@@ -43,7 +44,8 @@ def step_peak(s: Step, weights: Weights, wbits: int, cut: int) -> int:
     """The expected peak of one step's process, in bytes."""
     scale = s.decl.memory
     narrower = weights.stored < weights.fp32
-    grows = scale.factor(wbits, narrower) * weights.fp32 + scale.checkpoint * weights.stored \
+    as_saved = narrower and weights.dtype in AS_SAVED  # export traces these in their dtype
+    grows = scale.factor(wbits, as_saved) * weights.fp32 + scale.checkpoint * weights.stored \
         + (scale.upcast * weights.fp32 if narrower else 0)
     return RUNTIME + int(grows / (cut if scale.per_part else 1))
 
