@@ -88,6 +88,9 @@ def test_htp_generation_agrees_with_pytorch(tmp_path: Path, family: str, quant: 
         assert step(record, f"{graph}.compile")["metrics"]["context_nodes"] >= 1
     gen = step(record, "verify_generation")["metrics"]
     assert gen["cosine_mean"] >= 0.99 and gen["token_agreement"] >= 0.75, gen
+    # onnxruntime-genai's stages, checked on the first prompt once the pair's sessions closed
+    staged = gen["genai_stages"]
+    assert staged["prompts"] == 1 and staged["passed"] and staged["cosine_mean"] >= 0.99, staged
     models = graphs(record)
     assert all(n.op_type == "EPContext" for m in models.values() for n in m.graph.node)
     # the weights once on the device: both graphs over one binary, smaller than the pair
