@@ -345,8 +345,7 @@ def free_step(model: Any, feed: dict[str, Any]) -> tuple[Any, ...]:
     ids = feed["input_ids"]
     seen = feed[f"{CACHE.past}.0.{CACHE.parts[0]}"].shape[2]
     positions = torch.arange(ids.shape[1]).unsqueeze(0) + seen
-    states = torch.zeros(1, feed[f"{CACHE.cross}.0.key"].shape[2], encoder_width(model),
-                         dtype=getattr(model, "dtype", torch.float32))  # a bf16 model's too
+    states = _stand_in_states(model, feed)
     with positions_at(model, positions):
         out = decode(model, states, ids, decoder_attention_mask=torch.ones(
             1, seen + ids.shape[1], dtype=torch.long), past_key_values=cache)
@@ -355,18 +354,23 @@ def free_step(model: Any, feed: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def step(model: Any, feed: dict[str, Any]) -> tuple[Any, ...]:
-    import torch
-
     cache, layers = _caches(feed)
-    # the layers read the cross cache; the states give its length and width only
-    states = torch.zeros(1, feed[f"{CACHE.cross}.0.key"].shape[2], encoder_width(model),
-                         dtype=getattr(model, "dtype", torch.float32))
+    states = _stand_in_states(model, feed)
     with positions_at(model, feed["position_ids"]):
         out = decode(model, states, feed["input_ids"], feed.get("encoder_attention_mask"),
                      decoder_attention_mask=feed["attention_mask"], past_key_values=cache)
     own = out.past_key_values.self_attention_cache.layers
     return (out.logits, *(t for layer in own[:layers]
                           for t in (layer.keys[:, :, -1:], layer.values[:, :, -1:])))
+
+
+def _stand_in_states(model: Any, feed: dict[str, Any]) -> Any:
+    """Encoder states of zeros in the model's dtype (a bf16 model's too): the layers read the
+    cross cache, and the states give its length and width only."""
+    import torch
+
+    return torch.zeros(1, feed[f"{CACHE.cross}.0.key"].shape[2], encoder_width(model),
+                       dtype=getattr(model, "dtype", torch.float32))
 
 
 def encoder_width(model: Any) -> int:

@@ -113,8 +113,8 @@ class Memory:
     upcast: float = 0.0  # more times the fp32 weights when the checkpoint is stored narrower
     narrow: float | None = None  # times the fp32 weights instead, for a narrower checkpoint
 
-    def factor(self, weight_bits: int, narrower: bool = False) -> float:
-        if narrower and self.narrow is not None:
+    def factor(self, weight_bits: int, as_saved: bool = False) -> float:
+        if as_saved and self.narrow is not None:
             return self.narrow
         return dict(self.by_bits).get(weight_bits, self.weights)
 
