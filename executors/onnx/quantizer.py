@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from executors.onnx import four_bit
+import onnx
+
+from executors.onnx import four_bit, layerwise
 from executors.onnx import mixed_precision as mp
 from executors.onnx.artifacts import SIDECAR, load, save
 from executors.store.weights import gather
@@ -45,17 +47,18 @@ class Staged:
     params: dict[str, Any]
     feeds: list[dict[str, Any]]
     tags: list[str]
+    layers: layerwise.Layers | None = None  # quantized layer by layer (executors/onnx/layerwise.py)
 
 
 def stage(src: Path, staged: Path, p: dict[str, Any], feeds: list[dict[str, Any]],
-          hierarchy: Path | None, wide: bool = False) -> Staged:
+          hierarchy: Path | None, wide: bool = False, pieces: str = "never") -> Staged:
     """The quantizer's input: a plain copy, weights in one external file copied in chunks, never
     all in memory (onnx's loader, which the quantizer uses, refuses the store's hard-linked blobs; external data has no 2 GB
     limit, and the quantizer then writes its output with external data too). 16-bit types need
     opset 21, which the quantizer would reach by converting the whole model in memory (one
     protobuf: at most 2 GB); the graph alone is converted here instead (wide: whether a 16-bit
-    type may come later, as in the search). Tags: the export's hierarchy by node name."""
-    import onnx
+    type may come later, as in the search). Tags: the export's hierarchy by node name.
+    `pieces`: quant.layerwise, whether it is quantized layer by layer (layerwise.MODES)."""
     from onnx import version_converter
 
     from executors.onnx import hierarchy as H
@@ -72,7 +75,7 @@ def stage(src: Path, staged: Path, p: dict[str, Any], feeds: list[dict[str, Any]
         tags = [t for t, _how in H.assign(model.graph, meta)]
     gather(model, src.parent, staged.with_name(f"{staged.name}.data"))
     onnx.save_model(model, str(staged))
-    return Staged(staged, p, feeds, tags)
+    return Staged(staged, p, feeds, tags, layerwise.cut(model, tags, pieces))
 
 
 def unstage(staged: Staged) -> None:
@@ -85,7 +88,6 @@ def unstage(staged: Staged) -> None:
 def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[str, Any]:
     """Quantize the staged model into `out` under `rules`; what the output carries besides the
     defaults. Raises mp.SelectionError when a rule selects no node."""
-    import onnx
     from onnxruntime.quantization import CalibrationDataReader
 
     graph_only = onnx.load(str(staged.path), load_external_data=False)
@@ -103,20 +105,77 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
             return next(self.it, None)
 
     p = staged.params
+    how: dict[str, Any] = {}
     with quiet_logging():
         config = _config(p, staged.path, Reader(), overrides, settings.float_nodes(), qtype)
-        _quantize(staged.path, out, config, _calibrated(staged, config, graph_only.graph))
-    model = load(out, external=False)
-    blocked = four_bit.to_blocks(model, graph_only, staged.path.parent, p, four) if four else 0
-    save(model, out)  # metadata in canonical order, as every artifact
+        if staged.layers is not None:
+            try:
+                model, blocked = _by_layers(staged, config, graph_only, four, out)
+                how = {"layerwise": {"pieces": len(staged.layers.pieces),
+                                     "block": staged.layers.block}}
+            except layerwise.Unstitched as exc:
+                how = {"layerwise": {"whole": str(exc)}}
+                staged.layers = None
+        if staged.layers is None:
+            _quantize(staged.path, out, config, _calibrated(staged, config, graph_only.graph))
+            model = load(out, external=False)
+            blocked = four_bit.to_blocks(model, graph_only, staged.path.parent, p, four) \
+                if four else 0
+            save(model, out)  # metadata in canonical order, as every artifact
     qdq = sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
-    found = {"qdq_nodes": qdq, "nodes": len(model.graph.node),
+    found = {"qdq_nodes": qdq, "nodes": len(model.graph.node), **how,
              **({"weights_4bit": len(four)} if four else {}),
              **({"weights_blocked": blocked} if blocked else {})}
     if rules:
         found["overridden"] = mp.types_used(model, p, settings.float_nodes())
         found["selected"] = settings.selected
     return found
+
+
+def _by_layers(staged: Staged, config: Any, whole: Any, four: dict[str, Any],
+               out: Path) -> tuple[Any, int]:
+    """Quantize the staged model piece by piece (layerwise.quantize) into `out`: the model
+    saved, and how many of its weights are 4-bit blocks."""
+    import shutil
+
+    assert staged.layers is not None
+    ranges = _calibrated(staged, config, whole.graph)
+    where = staged.path.parent
+    pieces = where / ".pieces"
+    pieces.mkdir(exist_ok=True)
+    blocked = 0
+
+    def piece(path: Path, k: int, names: set[str]) -> Any:
+        nonlocal blocked
+        target = pieces / f"{k}.onnx"
+        _quantize(path, target, _narrowed(config, names), ranges)
+        model = load(target, external=False)
+        if four:
+            floats = onnx.load(str(path), load_external_data=False)
+            blocked += four_bit.to_blocks(model, floats, where, staged.params, four)
+        save(model, target)  # its weights: blobs in pieces/weights
+        return model
+
+    try:
+        model = layerwise.quantize(whole, staged.layers, where, piece)
+        save(model, out, base=pieces)
+    finally:
+        shutil.rmtree(pieces, ignore_errors=True)
+    return model, blocked
+
+
+def _narrowed(config: Any, names: set[str]) -> Any:
+    """`config` for one piece: its tensor overrides for the tensors the piece names (ORT
+    refuses an override of a tensor the model does not have)."""
+    import copy
+
+    extra = dict(config.extra_options or {})
+    if "TensorQuantOverrides" in extra:
+        extra["TensorQuantOverrides"] = {k: v for k, v in extra["TensorQuantOverrides"].items()
+                                         if k in names}
+    narrowed = copy.copy(config)
+    narrowed.extra_options = extra
+    return narrowed
 
 
 def _calibrated(staged: Staged, config: Any, graph: Any) -> Path:
@@ -141,10 +200,26 @@ def _calibrated(staged: Staged, config: Any, graph: Any) -> Path:
     options = {key: extra[name] for name, key in _CALIBRATION_OPTIONS if name in extra}
     ops = sorted({n.op_type for n in graph.node} if config.op_types_to_quantize
                  else {*QLinearOpsRegistry, *QDQRegistry})
-    what = json.dumps([str(config.calibrate_method), ops, options], sort_keys=True, default=str)
+    pieces = staged.layers is not None
+    what = json.dumps([str(config.calibrate_method), ops, options, pieces], sort_keys=True,
+                      default=str)
     cache = staged.path.with_name(
         f"{staged.path.name}.ranges-{hashlib.sha256(what.encode()).hexdigest()[:16]}.json")
     if cache.is_file():
+        return cache
+    if staged.layers is not None:
+        from onnxruntime.quantization.calibrate import TensorsData
+
+        def calibrator(path: Path, augmented: Path) -> Any:
+            return create_calibrator(
+                path, ops, augmented_model_path=str(augmented),
+                calibrate_method=config.calibrate_method, use_external_data_format=True,
+                providers=config.calibration_providers, extra_options=options)
+
+        whole = onnx.load(str(staged.path), load_external_data=False)
+        ranges = layerwise.calibrate(whole, staged.layers, staged.path.parent, staged.feeds,
+                                     calibrator)
+        save_tensors_data(TensorsData(config.calibrate_method, ranges), cache)
         return cache
     with tempfile.TemporaryDirectory(prefix="calibrate.", dir=staged.path.parent) as tmp:
         calibrator = create_calibrator(

@@ -96,7 +96,8 @@ def staged(ctx: StepContext, wide: bool = False) -> tuple[Q.Staged, dict[str, An
         ctx.progress("  warning: calibration: random (the model has no preprocessor for "
                      "some inputs); quantization ranges may not match real data")
     # the quantizer reads a path; keep it inside the build dir
-    found = Q.stage(src, ctx.out / ".float.onnx", p, feeds, ctx.inputs.get("hierarchy"), wide)
+    found = Q.stage(src, ctx.out / ".float.onnx", p, feeds, ctx.inputs.get("hierarchy"), wide,
+                    "never" if wide else p.get("layerwise", "auto"))
     return found, {"calibration_samples": n,
                    "calibration": "random" if samples.random else "real",
                    "calibration_data": samples.origin}

@@ -1,6 +1,7 @@
 """quantize: QDQ static quantization with ONNX Runtime (executors/onnx/quantizer.py), calibrated
 on real sentences through the model's tokenizer, or on seeded random values inside each input's
-range, with `quant.overrides` applied per module; with `quant.search=auto` the repair search
+range, with `quant.overrides` applied per module; a large graph layer by layer
+(executors/onnx/layerwise.py, `quant.layerwise`); with `quant.search=auto` the repair search
 (executors/steps/quant_search.py); kind=fp16 converts to float16 instead."""
 
 from __future__ import annotations
@@ -76,4 +77,10 @@ def _qdq(ctx: StepContext) -> StepResult:
         metrics = quantize_or_fail(ctx, found, ctx.params.get("overrides", []), ctx.out / MODEL)
     finally:
         Q.unstage(found)
+    pieces = metrics.get("layerwise", {})
+    if "whole" in pieces:
+        ctx.progress(f"  layer by layer: {pieces['whole']}; quantized the whole graph")
+    elif pieces:
+        ctx.progress(f"  calibrated and quantized layer by layer: {pieces['pieces']} pieces "
+                     f"of {pieces['block']}")
     return StepResult(metrics={**calibration, **metrics})

@@ -10,9 +10,7 @@ each part, and sessions chain them (executors/runtime/parts.py)."""
 
 from __future__ import annotations
 
-import re
 import shutil
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -22,54 +20,9 @@ import onnx
 from executors.onnx import pieces, subgraph
 from executors.onnx.artifacts import MODEL, load, save
 from executors.onnx.iospecs import io_specs
+from executors.onnx.subgraph import assign, blocks
 from executors.run.step_api import StepContext, StepResult
 from executors.samples import batches
-
-BLOCK = re.compile(r"^(.*?/[A-Za-z_]\w*)\.(\d+)(?:/|$)")
-
-
-def blocks(tags: list[str | None]) -> tuple[str, list[int | None]]:
-    """The repeated block's path (the numbered module with the most instances) and each
-    node's block index (None outside every block)."""
-    numbered = [BLOCK.match(t) if t else None for t in tags]
-    instances: Counter[str] = Counter(prefix for prefix, _ in
-                                      {(m.group(1), m.group(2)) for m in numbered if m})
-    if not instances:
-        return "", [None] * len(tags)
-    prefix = max(instances, key=lambda p: (instances[p], -len(p)))
-    return prefix, [int(m.group(2)) if m and m.group(1) == prefix else None for m in numbered]
-
-
-def assign(graph: onnx.GraphProto, index: list[int | None], parts: int) -> list[int]:
-    """Each node's part: blocks spread evenly over the parts; a node outside every block goes
-    with the latest part among the nodes it reads (nodes are in topological order), so what
-    precedes the first block (embeddings, masks, positions) is the first part's and what
-    follows the last (the final norm, the head) the last part's."""
-    count = max((i for i in index if i is not None), default=-1) + 1
-    if count < parts:
-        raise ValueError(f"the graph has {count} repeated block(s), fewer than {parts} parts")
-    part_of: dict[str, int] = {}
-    out: list[int] = []
-    constant = subgraph.constant_tensors(graph)
-    for node, i in zip(graph.node, index, strict=True):
-        if i is not None:
-            part = i * parts // count
-        else:
-            part = max((part_of[x] for x in subgraph.used_names(node) if x in part_of),
-                       default=0)
-        out.append(part)
-        for made in node.output:
-            part_of[made] = part
-    # a node outside the blocks that reads only constants (a weight's DequantizeLinear) goes
-    # with its first reader: its part would otherwise hold a dead copy of the weight
-    readers: dict[str, int] = {}
-    for n, node in enumerate(graph.node):
-        for x in subgraph.used_names(node):
-            readers.setdefault(x, out[n])
-    for n, (node, i) in enumerate(zip(graph.node, index, strict=True)):
-        if i is None and all(x in constant for x in subgraph.used_names(node)):
-            out[n] = min((readers[o] for o in node.output if o in readers), default=out[n])
-    return out
 
 
 def run(ctx: StepContext) -> StepResult:

@@ -183,7 +183,7 @@ def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any,
         steps.append(Step(sid("quantize"), "quantize", {
             **{k: quant[k] for k in ("kind", "weight_type", "activation_type", "per_channel",
                                      "symmetric", "calibration")},
-            "profile": declared.name, **_block_size(quant), **extra}, inputs))
+            "profile": declared.name, **_optional(quant), **extra}, inputs))
         chain = sid("quantize")
     parts = (spec or {}).get("parts", 1)
     if parts > 1:
@@ -203,19 +203,18 @@ def _quantize_and_compile(config: dict[str, Any], chain: str, sid: Any,
     return steps
 
 
-def _block_size(quant: dict[str, Any]) -> dict[str, Any]:
-    """quant.block_size as a step param, only when set (so per-channel plans keep their keys)."""
+def _optional(quant: dict[str, Any]) -> dict[str, Any]:
+    """quant.block_size and quant.layerwise as step params when set (plans keep their keys)."""
     from planner.core.ops import bits
     from planner.errors import ConfigError
 
+    found = {k: quant[k] for k in ("layerwise",) if quant.get(k, "auto") != "auto"}
     size = quant.get("block_size")
-    if size is None:
-        return {}
-    if bits(quant["weight_type"]) != 4:
+    if size is not None and bits(quant["weight_type"]) != 4:
         raise ConfigError(f"quant.block_size={size}: blocks are for 4-bit weights, and "
                           f"quant.weight_type is {quant['weight_type']}",
                           "use quant=w4a16, or set quant.block_size=null")
-    return {"block_size": size}
+    return found if size is None else {**found, "block_size": size}
 
 
 def _hierarchy_source(config: dict[str, Any], sid: Any) -> str:

@@ -252,9 +252,9 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("onnx",), memory=Memory(weights=0.7)),
     Op("quantize", 2, "QDQ static quantization (or float16 conversion)",
        params=("kind", "weight_type", "activation_type", "per_channel", "symmetric",
-               "calibration", "profile", "overrides", "search", "block_size"),
+               "calibration", "profile", "overrides", "search", "block_size", "layerwise"),
        inputs=("model", "source", "hierarchy"),
-       optional=("overrides", "search", "hierarchy", "block_size"),
+       optional=("overrides", "search", "hierarchy", "block_size", "layerwise"),
        # the masked scores' range is what QDQ quantizes: without finite mask constants every
        # real score rounds to one value (measured: MiniLM w8a16_pc on the CPU EP, cosine 0.62)
        requires=(Require(N.NORMALIZED, config_path="optim"),

@@ -321,11 +321,11 @@ def test_genai_stages_on_a_target_that_compiles(tmp_path: Path) -> None:
 def test_blocks_and_parts_of_a_tagged_graph() -> None:
     from onnx import TensorProto, helper
 
-    from executors.steps import split
+    from executors.onnx import subgraph
 
     tags = ["/M/Emb", "/M/L.0/A", "/M/L.0/B", "/M/L.1/A", "/M/L.2/A", "/M/L.3/A", "/M/Norm",
             None]
-    prefix, index = split.blocks(tags)
+    prefix, index = subgraph.blocks(tags)
     assert prefix == "/M/L" and index == [None, 0, 0, 1, 2, 3, None, None]
     names = ["x", "e", "a0", "b0", "a1", "a2", "a3", "n", "h"]
     nodes = [helper.make_node("Relu", [names[i]], [names[i + 1]]) for i in range(len(tags))]
@@ -333,9 +333,9 @@ def test_blocks_and_parts_of_a_tagged_graph() -> None:
         "x", TensorProto.FLOAT, [1])], [helper.make_tensor_value_info("h", TensorProto.FLOAT,
                                                                        [1])])
     # the embeddings go with the first part, the norm and head with the last
-    assert split.assign(graph, index, 2) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert subgraph.assign(graph, index, 2) == [0, 0, 0, 0, 1, 1, 1, 1]
     with pytest.raises(ValueError, match="4 repeated block"):
-        split.assign(graph, index, 5)
+        subgraph.assign(graph, index, 5)
 
 
 def test_embeddings_and_head_on_the_host(tmp_path: Path) -> None:
