@@ -33,9 +33,9 @@ import onnx
 from onnx import helper
 
 from executors.onnx.subgraph import assign, blocks, used_names, value_infos
+from planner.core.memory import LAYERWISE_FROM
 
 PIECE_BYTES = 512 * 2**20  # a piece's fp32 weights, at most (a piece holds one block at least)
-FROM_BYTES = 2**30         # layerwise=auto: a graph of this many weight bytes or more
 MODES = ("auto", "always", "never")
 
 
@@ -72,10 +72,11 @@ def weight_bytes(graph: onnx.GraphProto) -> int:
 def cut(model: onnx.ModelProto, tags: list[str], mode: str) -> Layers | None:
     """The pieces `model` is quantized in under `mode` (None: as a whole). Blocks come from the
     hierarchy tags, else from the node names (a graph an ONNX Runtime pass rewrote has lost
-    its tags, not its names)."""
+    its tags, not its names). Raises Unstitched for a graph whose pieces could not give the
+    whole graph's quantization."""
     graph = model.graph
     total = weight_bytes(graph)
-    if mode == "never" or (mode == "auto" and total < FROM_BYTES):
+    if mode == "never" or (mode == "auto" and total < LAYERWISE_FROM):
         return None
     names = [t or n.name for t, n in zip(tags, graph.node, strict=True)]
     block, index = blocks(names)
@@ -83,11 +84,29 @@ def cut(model: onnx.ModelProto, tags: list[str], mode: str) -> Layers | None:
     if count < 2:
         return None
     parts = min(count, max(2, math.ceil(total / PIECE_BYTES)))
-    try:
-        pieces = _pieces(graph, assign(graph, index, parts), parts)
-    except Unstitched:
-        return None
-    return Layers(block, pieces, value_infos(model))
+    where = assign(graph, index, parts)
+    _no_shared_bias(graph, where)
+    return Layers(block, _pieces(graph, where, parts), value_infos(model))
+
+
+# inputs ONNX Runtime quantizes as int32 biases (scale: input scale x weight scale)
+BIASES = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2, "LayerNormalization": 2,
+          "InstanceNormalization": 2}
+
+
+def _no_shared_bias(graph: onnx.GraphProto, where: list[int]) -> None:
+    """Raise Unstitched for a bias that nodes of two pieces read: ONNX Runtime gives each
+    reader a copy of a shared bias, named by a counter each piece would restart."""
+    inits = {i.name for i in graph.initializer}
+    readers: dict[str, set[int]] = {}
+    for node, k in zip(graph.node, where, strict=True):
+        at = BIASES.get(node.op_type)
+        if at is not None and len(node.input) > at and node.input[at] in inits:
+            readers.setdefault(node.input[at], set()).add(k)
+    shared = sorted(name for name, found in readers.items() if len(found) > 1)
+    if shared:
+        raise Unstitched(f"bias {shared[0]!r} is read in {len(readers[shared[0]])} pieces "
+                         "(ONNX Runtime numbers its copies per graph)")
 
 
 def _pieces(graph: onnx.GraphProto, where: list[int], parts: int) -> list[Piece]:

@@ -48,6 +48,7 @@ class Staged:
     feeds: list[dict[str, Any]]
     tags: list[str]
     layers: layerwise.Layers | None = None  # quantized layer by layer (executors/onnx/layerwise.py)
+    whole: str | None = None  # why a graph that qualifies is quantized whole
 
 
 def stage(src: Path, staged: Path, p: dict[str, Any], feeds: list[dict[str, Any]],
@@ -75,7 +76,10 @@ def stage(src: Path, staged: Path, p: dict[str, Any], feeds: list[dict[str, Any]
         tags = [t for t, _how in H.assign(model.graph, meta)]
     gather(model, src.parent, staged.with_name(f"{staged.name}.data"))
     onnx.save_model(model, str(staged))
-    return Staged(staged, p, feeds, tags, layerwise.cut(model, tags, pieces))
+    try:
+        return Staged(staged, p, feeds, tags, layerwise.cut(model, tags, pieces))
+    except layerwise.Unstitched as exc:
+        return Staged(staged, p, feeds, tags, whole=str(exc))
 
 
 def unstage(staged: Staged) -> None:
@@ -105,7 +109,7 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
             return next(self.it, None)
 
     p = staged.params
-    how: dict[str, Any] = {}
+    how: dict[str, Any] = {"layerwise": {"whole": staged.whole}} if staged.whole else {}
     with quiet_logging():
         config = _config(p, staged.path, Reader(), overrides, settings.float_nodes(), qtype)
         if staged.layers is not None:

@@ -25,6 +25,7 @@ from planner.support.units import human_bytes, parse_bytes
 RUNTIME = int(0.3 * 2**30)  # a step's process before it reads the model (Python, torch, ORT)
 COORDINATOR = int(0.15 * 2**30)  # the process that runs the plan and its idle workers (PSS)
 AS_SAVED = ("bfloat16", "float16")  # checkpoint dtypes a step may handle as saved (Memory.narrow)
+LAYERWISE_FROM = 2**30  # quant.layerwise=auto: graphs of this many weight bytes or more
 
 
 def weight_bits(config: dict[str, Any]) -> int:
@@ -45,9 +46,18 @@ def step_peak(s: Step, weights: Weights, wbits: int, cut: int) -> int:
     scale = s.decl.memory
     narrower = weights.stored < weights.fp32
     as_saved = narrower and weights.dtype in AS_SAVED  # export traces these in their dtype
-    grows = scale.factor(wbits, as_saved) * weights.fp32 + scale.checkpoint * weights.stored \
+    factor = scale.layerwise if scale.layerwise is not None and layerwise(s, weights) else \
+        scale.factor(wbits, as_saved)
+    grows = factor * weights.fp32 + scale.checkpoint * weights.stored \
         + (scale.upcast * weights.fp32 if narrower else 0)
     return RUNTIME + int(grows / (cut if scale.per_part else 1))
+
+
+def layerwise(s: Step, weights: Weights) -> bool:
+    """Does the step handle its graph layer by layer (executors/onnx/layerwise.py)? Its
+    `layerwise` param (absent: auto, by the size of the weights)."""
+    mode = s.params.get("layerwise", "auto")
+    return mode == "always" or (mode == "auto" and weights.fp32 >= LAYERWISE_FROM)
 
 
 def estimate(plan: Plan) -> None:

@@ -102,8 +102,9 @@ class Memory:
     loads the torch model), `upcast` times the fp32 weights more when the checkpoint is stored
     in fewer bits (a step that loads it as fp32 holds both while it converts), `narrow` in place
     of `weights` when the checkpoint is stored in fewer bits and the step handles it as stored
-    (export traces a bf16 checkpoint in bf16), each per part when `per_part` (a cut graph
-    handled part by part).
+    (export traces a bf16 checkpoint in bf16), `layerwise` in place of `weights` when the step
+    handles the graph layer by layer (quantize: planner/core/memory.py `layerwise`), each per
+    part when `per_part` (a cut graph handled part by part).
     Calibrated on this machine (benchmarks/REPORT.md: the llm_bench and scale_bench sections)."""
 
     weights: float = 0.0
@@ -112,6 +113,7 @@ class Memory:
     per_part: bool = False
     upcast: float = 0.0  # more times the fp32 weights when the checkpoint is stored narrower
     narrow: float | None = None  # times the fp32 weights instead, for a narrower checkpoint
+    layerwise: float | None = None  # times the fp32 weights instead, when run layer by layer
 
     def factor(self, weight_bits: int, as_saved: bool = False) -> float:
         if as_saved and self.narrow is not None:
@@ -261,7 +263,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                  Require(N.LEGAL_FOR, "eq", Param("profile"), config_path="quant")),
        ensures=(Ensure(N.PRECISION, Derived("w<bits>a<bits>[+mixed], or fp16", precision)),),
        traits=frozenset({T.DROPS_NODE_METADATA, T.CHANGES_OPSET, T.HEAVY}),
-       tools=("onnx", "onnxruntime", "transformers"), memory=Memory(weights=3.0)),
+       tools=("onnx", "onnxruntime", "transformers"), memory=Memory(weights=3.0, layerwise=1.2)),
     Op("compile", 3, "compile to an EPContext model on the target's execution provider",
        params=("target", "ep", "backend", "embed_context", "cpu_fallback", "provider_options",
                "part"),

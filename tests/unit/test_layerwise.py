@@ -20,7 +20,7 @@ from executors.onnx import quantizer as Q
 HIDDEN = 32
 
 
-def _model(path: Path, layers: int = 3, foreign: bool = False) -> None:
+def _model(path: Path, layers: int = 3, foreign: bool = False, norms: bool = False) -> None:
     """An embedding, `layers` residual blocks and a head, as an exported decoder names them: a
     scale every block reads (one weight, several pieces), a constant that stands first and the
     last block reads, a block's sum that is also a graph output. `foreign`: block 0 ends
@@ -30,7 +30,8 @@ def _model(path: Path, layers: int = 3, foreign: bool = False) -> None:
     def weight(name: str, *shape: int) -> onnx.TensorProto:
         return numpy_helper.from_array(rng.normal(size=shape).astype(np.float32), name)
 
-    inits = [weight("embed", 16, HIDDEN), weight("head", HIDDEN, 8), weight("scale", HIDDEN)]
+    inits = [weight("embed", 16, HIDDEN), weight("head", HIDDEN, 8), weight("scale", HIDDEN),
+             weight("gamma", HIDDEN), weight("beta", HIDDEN)]
     nodes = [helper.make_node("MatMul", ["x", "embed"], ["h0"], name="/m/embed/MatMul"),
              helper.make_node("Constant", [], ["c"], name="/m/Constant",
                               value=numpy_helper.from_array(
@@ -43,6 +44,10 @@ def _model(path: Path, layers: int = 3, foreign: bool = False) -> None:
                   helper.make_node("Mul", [f"a{k}", "scale"], [f"s{k}"], name=f"{at}/Mul"),
                   helper.make_node("Add", [f"s{k}", h], [f"r{k}"], name=f"{at}/Add")]
         last = f"r{k}"
+        if norms:
+            nodes.append(helper.make_node("LayerNormalization", [last, "gamma", "beta"],
+                                          [f"n{k}"], name=f"{at}/LayerNorm", axis=-1))
+            last = f"n{k}"
         if k == layers - 1:
             nodes.append(helper.make_node("Mul", [last, "c"], [f"t{k}"], name=f"{at}/Mul_c"))
             last = f"t{k}"
@@ -170,4 +175,16 @@ def test_pieces_that_cannot_be_stitched_quantize_the_whole_graph(
     pieces, metrics = _quantized(tmp_path, p, "always")
     assert metrics["layerwise"] == {"whole": "'h1' changes quantized type where it crosses "
                                              "pieces"}
+    _same_graph(whole, pieces)
+
+
+def test_a_bias_two_pieces_read_quantizes_the_whole_graph(tmp_path: Path) -> None:
+    """ONNX Runtime gives each reader of a shared bias its own copy, numbered per graph: two
+    pieces would number them apart, so the graph is quantized whole, from the start."""
+    _model(tmp_path / "float.onnx", norms=True)
+    p = _params("qnn_htp", "uint8", "uint16", True)
+    whole, _ = _quantized(tmp_path, p, "never")
+    pieces, metrics = _quantized(tmp_path, p, "always")
+    assert metrics["layerwise"] == {"whole": "bias 'beta' is read in 2 pieces (ONNX Runtime "
+                                             "numbers its copies per graph)"}
     _same_graph(whole, pieces)

@@ -15,6 +15,7 @@ import pytest
 from executors.run.outcome import Work
 from executors.run.stepdag import Scheduler, StepDag, expected_peak
 from planner.core import memory
+from planner.core.ops import OPS
 from planner.errors import PlanError
 from planner.models import sources
 from planner.models.footprint import count_params, read
@@ -312,3 +313,20 @@ def test_a_run_record_holds_the_plans_estimate_beside_the_measured_peak() -> Non
     assert rec["planned_peak_mb"] == round(export["memory"]["peak"] / 2**20, 1)
     assert _cost(rec) == ("1.00 s", f"400 MB (plan ~{rec['planned_peak_mb']:.0f})")
 
+
+
+def test_quantize_layer_by_layer_is_planned_at_its_own_factor(tmp_path: Path) -> None:
+    """quant.layerwise=auto quantizes 1 GiB of weights or more layer by layer
+    (executors/onnx/layerwise.py), and the plan estimates it so; never: as a whole."""
+    ckpt = checkpoint(tmp_path, "lm", 2048 * MB)
+    fp32 = 2048 * MB
+    auto = peaks(plan(ckpt, "quant=w8a16_pc"))
+    whole = peaks(plan(ckpt, "quant=w8a16_pc", "quant.layerwise=never"))
+    quantize = OPS["quantize"].memory
+    assert auto["prefill.quantize"] == memory.RUNTIME + int(quantize.layerwise * fp32)
+    assert whole["prefill.quantize"] == memory.RUNTIME + int(quantize.weights * fp32)
+    small = checkpoint(tmp_path, "small", 512 * MB)  # under the threshold: whole
+    assert peaks(plan(small, "quant=w8a16_pc"))["prefill.quantize"] == \
+        memory.RUNTIME + int(quantize.weights * 512 * MB)
+    forced = peaks(plan(small, "quant=w8a16_pc", "quant.layerwise=always"))
+    assert forced["prefill.quantize"] == memory.RUNTIME + int(quantize.layerwise * 512 * MB)
