@@ -36,7 +36,6 @@ from executors.onnx.subgraph import assign, blocks, used_names, value_infos
 from planner.core.memory import LAYERWISE_FROM
 
 PIECE_BYTES = 512 * 2**20  # a piece's fp32 weights, at most (a piece holds one block at least)
-MODES = ("auto", "always", "never")
 
 
 class Unstitched(Exception):
@@ -82,7 +81,7 @@ def cut(model: onnx.ModelProto, tags: list[str], mode: str) -> Layers | None:
     block, index = blocks(names)
     count = max((i for i in index if i is not None), default=-1) + 1
     if count < 2:
-        return None
+        raise Unstitched("the graph has no repeated block (numbered modules) to cut at")
     parts = min(count, max(2, math.ceil(total / PIECE_BYTES)))
     where = assign(graph, index, parts)
     _no_shared_bias(graph, where)
@@ -133,8 +132,7 @@ def _pieces(graph: onnx.GraphProto, where: list[int], parts: int) -> list[Piece]
 
 
 def _add(names: list[str], name: str) -> None:
-    if name not in names:
-        names.append(name)
+    names.extend([name] if name not in names else [])
 
 
 def piece_model(model: onnx.ModelProto, layers: Layers, k: int,
@@ -171,11 +169,8 @@ def _info(name: str, info: onnx.ValueInfoProto | None, elem: int | None) -> onnx
 
 def unsure(layers: Layers) -> set[str]:
     """Crossing tensors whose type the whole graph's shape inference cannot tell."""
-    return {x for p in layers.pieces for x in p.inputs if not _typed(layers.infos.get(x))}
-
-
-def _typed(info: onnx.ValueInfoProto | None) -> bool:
-    return info is not None and bool(info.type.tensor_type.elem_type)
+    return {x for p in layers.pieces for x in p.inputs
+            if x not in layers.infos or not layers.infos[x].type.tensor_type.elem_type}
 
 
 def calibrate(model: onnx.ModelProto, layers: Layers, where: Path,
@@ -184,8 +179,6 @@ def calibrate(model: onnx.ModelProto, layers: Layers, where: Path,
     """The activation ranges of every piece, collected in order on `feeds` (the whole graph's
     calibration inputs): `calibrator(model path, augmented model path)` is ONNX Runtime's
     calibrator for one piece. Pieces are saved in `where`, beside the whole model's weights."""
-    import onnxruntime as ort
-
     last = {x: k for k, p in enumerate(layers.pieces) for x in p.inputs}
     values = [dict(f) for f in feeds]
     ranges: dict[str, Any] = {}
@@ -194,27 +187,39 @@ def calibrate(model: onnx.ModelProto, layers: Layers, where: Path,
                  for x in piece.inputs if x in values[0]}
         path = where / f".piece-{k}.onnx"
         onnx.save_model(piece_model(model, layers, k, types), str(path))
-        fed = [{x: v[x] for x in piece.inputs} for v in values]
-        with tempfile.TemporaryDirectory(prefix="calibrate.", dir=where) as tmp:
-            found = calibrator(path, Path(tmp) / "augmented.onnx")  # its weights' copy: tmp
-            found.collect_data(_Reader(fed))
-            ranges.update(found.compute_data().data)
-            providers = found.execution_providers
-            del found
-        later = [x for x in piece.outputs if last.get(x, -1) > k]
-        if later:  # what the later pieces read, run as the calibrator runs the piece
-            so = ort.SessionOptions()
-            so.log_severity_level = 3
-            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-            session = ort.InferenceSession(str(path), so, providers=providers)
-            for v, f in zip(values, fed, strict=True):
-                v.update(zip(later, session.run(later, f), strict=True))
-            del session
-        for v in values:
-            for x in [x for x in v if last.get(x, -1) <= k]:
-                del v[x]
-        _remove(where, f".piece-{k}.")
+        try:
+            _calibrate_piece(path, where, k, layers, last, values, ranges, calibrator)
+        finally:
+            _remove(where, f".piece-{k}.")
     return ranges
+
+
+def _calibrate_piece(path: Path, where: Path, k: int, layers: Layers, last: dict[str, int],
+                     values: list[dict[str, np.ndarray]], ranges: dict[str, Any],
+                     calibrator: Callable[[Path, Path], Any]) -> None:
+    """Piece k's ranges into `ranges`, and into `values` what later pieces read of it."""
+    import onnxruntime as ort
+
+    piece = layers.pieces[k]
+    fed = [{x: v[x] for x in piece.inputs} for v in values]
+    with tempfile.TemporaryDirectory(prefix="calibrate.", dir=where) as tmp:
+        found = calibrator(path, Path(tmp) / "augmented.onnx")  # its weights' copy: tmp
+        found.collect_data(_Reader(fed))
+        ranges.update(found.compute_data().data)
+        providers = found.execution_providers
+        del found
+    later = [x for x in piece.outputs if last.get(x, -1) > k]
+    if later:  # what the later pieces read, run as the calibrator runs the piece
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = ort.InferenceSession(str(path), so, providers=providers)
+        for v, f in zip(values, fed, strict=True):
+            v.update(zip(later, session.run(later, f), strict=True))
+        del session
+    for v in values:
+        for x in [x for x in v if last.get(x, -1) <= k]:
+            del v[x]
 
 
 class _Reader:
@@ -273,6 +278,7 @@ def stitch(model: onnx.ModelProto, layers: Layers, done: list[onnx.ModelProto]
         kept = maker[x] if maker.get(x) in pairs else min(pairs)
         dropped |= {id(n) for k, n in [*pairs.items(), *dqs.items()] if k != kept}
         q, dq = pairs[kept], dqs[kept]
+        _followed(x, q, done[kept + 1:], by_name)
         q_in = f"{x}_QuantizeLinear_Input" if x in outputs else x
         dq_out = x if x in outputs else f"{x}_DequantizeLinear_Output"
         names = {x, f"{x}_QuantizeLinear_Input", f"{x}_DequantizeLinear_Output"}
@@ -284,6 +290,29 @@ def stitch(model: onnx.ModelProto, layers: Layers, done: list[onnx.ModelProto]
             if n is not dq:
                 _rename(n.output, names, q_in)
     return _assemble(model, done, _ordered(_once([n for n in nodes if id(n) not in dropped])))
+
+
+# ops ONNX Runtime quantizes only when their input already is, at their input's scale
+FOLLOWERS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice",
+                       "AveragePool", "TopK", "Gather", "GatherElements", "Split", "Where",
+                       "Relu", "Clip", "MaxPool", "Resize", "Pad"})
+
+
+def _followed(x: str, q: onnx.NodeProto, later: list[onnx.ModelProto],
+              by_name: dict[str, list[tuple[int, onnx.NodeProto]]]) -> None:
+    """Raise Unstitched where a later piece read the quantized `x` with an op that follows its
+    input's quantization (FOLLOWERS) and quantized it otherwise than the whole graph would: the
+    whole graph's quantizer knows `x` is quantized when it reaches that op, and gives its output
+    `x`'s scale; a piece alone may not know."""
+    read = {x, f"{x}_DequantizeLinear_Output"}
+    for m in later:
+        for n in m.graph.node:
+            if n.op_type not in FOLLOWERS or not read & set(n.input):
+                continue
+            found = [node for _, node in by_name.get(f"{n.output[0]}_QuantizeLinear", [])]
+            if not found or found[0].input[1] != q.input[1]:
+                raise Unstitched(f"{n.op_type} {n.name!r} reads {x!r} in a later piece and is "
+                                 "quantized otherwise than in the whole graph")
 
 
 def _once(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:

@@ -59,7 +59,7 @@ def stage(src: Path, staged: Path, p: dict[str, Any], feeds: list[dict[str, Any]
     opset 21, which the quantizer would reach by converting the whole model in memory (one
     protobuf: at most 2 GB); the graph alone is converted here instead (wide: whether a 16-bit
     type may come later, as in the search). Tags: the export's hierarchy by node name.
-    `pieces`: quant.layerwise, whether it is quantized layer by layer (layerwise.MODES)."""
+    `pieces`: quant.layerwise (auto, always, never): whether it is quantized layer by layer."""
     from onnx import version_converter
 
     from executors.onnx import hierarchy as H
@@ -119,7 +119,7 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
                                      "block": staged.layers.block}}
             except layerwise.Unstitched as exc:
                 how = {"layerwise": {"whole": str(exc)}}
-                staged.layers = None
+                staged.layers, staged.whole = None, str(exc)
         if staged.layers is None:
             _quantize(staged.path, out, config, _calibrated(staged, config, graph_only.graph))
             model = load(out, external=False)

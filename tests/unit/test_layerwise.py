@@ -20,7 +20,8 @@ from executors.onnx import quantizer as Q
 HIDDEN = 32
 
 
-def _model(path: Path, layers: int = 3, foreign: bool = False, norms: bool = False) -> None:
+def _model(path: Path, layers: int = 3, foreign: bool = False, norms: bool = False,
+           follower: bool = False) -> None:
     """An embedding, `layers` residual blocks and a head, as an exported decoder names them: a
     scale every block reads (one weight, several pieces), a constant that stands first and the
     last block reads, a block's sum that is also a graph output. `foreign`: block 0 ends
@@ -51,6 +52,12 @@ def _model(path: Path, layers: int = 3, foreign: bool = False, norms: bool = Fal
         if k == layers - 1:
             nodes.append(helper.make_node("Mul", [last, "c"], [f"t{k}"], name=f"{at}/Mul_c"))
             last = f"t{k}"
+            if follower:
+                inits.append(numpy_helper.from_array(np.array([2, HIDDEN], np.int64), "shape"))
+                nodes += [helper.make_node("Reshape", ["h0", "shape"], ["e"],
+                                           name=f"{at}/Reshape"),
+                          helper.make_node("Add", [last, "e"], [f"u{k}"], name=f"{at}/Add_e")]
+                last = f"u{k}"
         if foreign and k == 0:
             nodes.append(helper.make_node("FastGelu", [last], [f"g{k}"], name=f"{at}/Gelu",
                                           domain="com.microsoft"))
@@ -187,4 +194,17 @@ def test_a_bias_two_pieces_read_quantizes_the_whole_graph(tmp_path: Path) -> Non
     pieces, metrics = _quantized(tmp_path, p, "always")
     assert metrics["layerwise"] == {"whole": "bias 'beta' is read in 2 pieces (ONNX Runtime "
                                              "numbers its copies per graph)"}
+    _same_graph(whole, pieces)
+
+
+def test_an_op_that_follows_its_inputs_quantization_in_a_later_piece_quantizes_whole(
+        tmp_path: Path) -> None:
+    """A Reshape of the embedding's output in the last block: the whole graph's quantizer knows
+    that output is quantized when it reaches the Reshape and quantizes its output too; the last
+    piece alone reads it as a float input and would not."""
+    _model(tmp_path / "float.onnx", follower=True)
+    p = _params("qnn_htp", "uint8", "uint16", True)
+    whole, _ = _quantized(tmp_path, p, "never")
+    pieces, metrics = _quantized(tmp_path, p, "always")
+    assert metrics["layerwise"]["whole"].startswith("Reshape '/m/layers.2/Reshape' reads 'h0'")
     _same_graph(whole, pieces)

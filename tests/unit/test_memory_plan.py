@@ -330,3 +330,6 @@ def test_quantize_layer_by_layer_is_planned_at_its_own_factor(tmp_path: Path) ->
         memory.RUNTIME + int(quantize.weights * 512 * MB)
     forced = peaks(plan(small, "quant=w8a16_pc", "quant.layerwise=always"))
     assert forced["prefill.quantize"] == memory.RUNTIME + int(quantize.layerwise * 512 * MB)
+    # a float16 conversion and the repair search handle the whole graph
+    fp16 = peaks(plan(ckpt, "quant=fp16"))
+    assert fp16["prefill.quantize"] == memory.RUNTIME + int(quantize.weights * fp32)
