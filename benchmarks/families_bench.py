@@ -236,7 +236,7 @@ def first_line(err: str) -> str:
 
 
 def row(model_type: str, cls_name: str, kind: str, ckpts: Path, store: Path, outputs: Path,
-        dtype: str, htp: bool) -> dict[str, Any]:
+        dtype: str, htp: bool, layerwise: bool = False) -> dict[str, Any]:
     r: dict[str, Any] = {"model_type": model_type, "class": cls_name, "kind": kind,
                          "cpu": "-", "htp": "-", "params": 0, "seconds": 0.0}
     t0 = time.perf_counter()
@@ -254,12 +254,39 @@ def row(model_type: str, cls_name: str, kind: str, ckpts: Path, store: Path, out
             r["cpu"], base = "ok with export=dynamo", [*base, "export=dynamo"]
         else:
             r["dynamo"] = f"FAIL: {first_line(err2)}"
+    if layerwise and r["cpu"].startswith("ok") and rec is not None:
+        r["layerwise"] = layerwise_rows(rec, outputs.parent / f"lw-{model_type}")
     if htp and r["cpu"].startswith("ok"):
         rec, err, _ = run([*base, *HTP], store, outputs)
         r["htp"] = "ok" if rec is not None and rec["status"] == "ok" else \
             f"FAIL: {first_line(err)}"
     r["seconds"] = round(time.perf_counter() - t0, 1)
     return r
+
+
+def layerwise_rows(record: dict[str, Any], work: Path) -> dict[str, str]:
+    """Each float graph of a CPU build quantized layer by layer against whole (benchmarks/
+    quantize_bench.py `compare`), under the CPU's w8a8 and QNN's w8a16_pc configurations."""
+    from quantize_bench import compare
+
+    ids = {s["id"]: s for s in record["steps"]}
+    found: dict[str, str] = {}
+    for s in record["steps"]:
+        if s["op"] != "export":
+            continue
+        graph = s["id"].rpartition(".")[0]
+        last = next(ids[i] for i in (f"{graph}.optimize", f"{graph}.normalize", s["id"])
+                    if i in ids and (ids[i].get("outputs") or {}).get("model.onnx"))
+        src = Path(last["outputs"]["model.onnx"])
+        for profile, quant in (("cpu", "w8a8"), ("qnn_htp", "w8a16_pc")):
+            try:
+                found[f"{graph or 'model'} {profile} {quant}"] = compare(
+                    src, work / f"{graph}-{profile}", profile, quant)
+            except Exception as e:  # noqa: BLE001 - a row says what failed
+                found[f"{graph or 'model'} {profile} {quant}"] = \
+                    f"FAIL: {type(e).__name__}: {first_line(str(e))}"[:200]
+    shutil.rmtree(work, ignore_errors=True)
+    return found
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -281,6 +308,8 @@ def main() -> int:
     p.add_argument("--kinds", default="causal,seq2seq,speech")
     p.add_argument("--dtype", default="float32", help="the checkpoints' dtype (bfloat16, ...)")
     p.add_argument("--htp", action="store_true", help="also build for QNN HTP (slow)")
+    p.add_argument("--layerwise", action="store_true",
+                   help="also compare each float graph quantized layer by layer with whole")
     p.add_argument("--ckpt", help="where the checkpoints go (default: a temporary directory)")
     p.add_argument("--store", help="store to use (default: a fresh temporary one)")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
@@ -301,9 +330,10 @@ def main() -> int:
         for model_type, cls_name, kind in mappings(set(a.kinds.split(","))):
             if wanted and model_type not in wanted:
                 continue
-            r = row(model_type, cls_name, kind, ckpts, store, Path(tmp) / "out", a.dtype, a.htp)
+            r = row(model_type, cls_name, kind, ckpts, store, Path(tmp) / "out", a.dtype, a.htp,
+                    a.layerwise)
             print(f"{model_type:<24} {kind:<8} cpu {r['cpu'][:150]} htp {r['htp'][:120]} "
-                  f"({r['seconds']} s)", file=sys.stderr, flush=True)
+                  f"({r['seconds']} s) {r.get('layerwise', '')}", file=sys.stderr, flush=True)
             rows.append(r)
             if a.json:  # after every row: a long run's partial results survive
                 Path(a.json).write_text(json.dumps(rows, indent=2))

@@ -31,7 +31,8 @@ from memory import TreeMemory
 
 MODES = ("never", "always")
 QUANT = {"w8a16_pc": {"weight_type": "uint8", "activation_type": "uint16", "per_channel": True},
-         "w4a16": {"weight_type": "int4", "activation_type": "uint16", "per_channel": True}}
+         "w4a16": {"weight_type": "int4", "activation_type": "uint16", "per_channel": True},
+         "w8a8": {"weight_type": "uint8", "activation_type": "uint8", "per_channel": False}}
 
 
 def float_graph(ckpt: Path, work: Path) -> Path:
@@ -66,6 +67,33 @@ def child(src: Path, out: Path, mode: str, quant: str, samples: int) -> None:
     finally:
         Q.unstage(staged)
     print(json.dumps(metrics))
+
+
+def compare(src: Path, work: Path, profile: str, quant: str, samples: int = 4) -> str:
+    """Quantize `src` whole and layer by layer (two pieces at least) in this process: "same (N
+    pieces)", "whole: <why>" when it was quantized whole, or "DIFFERENT" (a stitch bug)."""
+    from executors.onnx import quantizer as Q
+    from executors.onnx.iospecs import io_specs
+    from executors.samples import Samples
+
+    p = {"kind": "qdq", "symmetric": False, "profile": profile, **QUANT[quant],
+         "calibration": {"method": "minmax", "samples": samples}}
+    feeds = Samples(io_specs(src)[0], "calibration").feeds(samples)
+    said: dict[str, Any] = {}
+    for mode in MODES:
+        out = work / mode
+        out.mkdir(parents=True)
+        staged = Q.stage(src, out / ".float.onnx", p, feeds, None, pieces=mode)
+        try:
+            said[mode] = Q.quantize_to(staged, [], out / "model.onnx")
+        finally:
+            Q.unstage(staged)
+    pieces = said["always"].get("layerwise", {})
+    if "whole" in pieces:
+        return f"whole: {pieces['whole']}"
+    same = same_graph(work / "never", work / "always")
+    ok = same["same_nodes"] and same["same_initializers"]
+    return f"same ({pieces.get('pieces')} pieces)" if ok else "DIFFERENT"
 
 
 def measure(src: Path, work: Path, mode: str, quant: str, samples: int) -> dict[str, Any]:
