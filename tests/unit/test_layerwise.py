@@ -21,7 +21,7 @@ HIDDEN = 32
 
 
 def _model(path: Path, layers: int = 3, foreign: bool = False, norms: bool = False,
-           follower: bool = False) -> None:
+           follower: bool = False, float_reader: bool = False) -> None:
     """An embedding, `layers` residual blocks and a head, as an exported decoder names them: a
     scale every block reads (one weight, several pieces), a constant that stands first and the
     last block reads, a block's sum that is also a graph output. `foreign`: block 0 ends
@@ -49,9 +49,18 @@ def _model(path: Path, layers: int = 3, foreign: bool = False, norms: bool = Fal
             nodes.append(helper.make_node("LayerNormalization", [last, "gamma", "beta"],
                                           [f"n{k}"], name=f"{at}/LayerNorm", axis=-1))
             last = f"n{k}"
+        if float_reader and k == 0:
+            inits.append(weight("gain", HIDDEN))
+            nodes.append(helper.make_node("Mul", [last, "gain"], [f"v{k}"], name=f"{at}/Gain"))
+            last = f"v{k}"
         if k == layers - 1:
             nodes.append(helper.make_node("Mul", [last, "c"], [f"t{k}"], name=f"{at}/Mul_c"))
             last = f"t{k}"
+            if float_reader:
+                nodes += [helper.make_node("Shape", ["gain"], ["gs"], name=f"{at}/Shape"),
+                          helper.make_node("Expand", [last, "gs"], [f"x{k}"],
+                                           name=f"{at}/Expand")]
+                last = f"x{k}"
             if follower:
                 inits.append(numpy_helper.from_array(np.array([2, HIDDEN], np.int64), "shape"))
                 nodes += [helper.make_node("Reshape", ["h0", "shape"], ["e"],
@@ -125,10 +134,11 @@ def _sorted(model: onnx.ModelProto) -> bool:
     ("cpu", "uint8", "uint8", False, {}),
     ("qnn_htp", "int4", "uint16", True, {"block_size": 16}),
 ])
+@pytest.mark.parametrize("float_reader", [False, True])
 def test_layer_by_layer_is_the_whole_graphs_quantization(
         tmp_path: Path, profile: str, weights: str, activations: str, per_channel: bool,
-        more: dict[str, Any]) -> None:
-    _model(tmp_path / "float.onnx")
+        more: dict[str, Any], float_reader: bool) -> None:
+    _model(tmp_path / "float.onnx", float_reader=float_reader)
     p = _params(profile, weights, activations, per_channel, **more)
     whole, plain = _quantized(tmp_path, p, "never")
     pieces, metrics = _quantized(tmp_path, p, "always")
