@@ -263,7 +263,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
                  Require(N.LEGAL_FOR, "eq", Param("profile"), config_path="quant")),
        ensures=(Ensure(N.PRECISION, Derived("w<bits>a<bits>[+mixed], or fp16", precision)),),
        traits=frozenset({T.DROPS_NODE_METADATA, T.CHANGES_OPSET, T.HEAVY}),
-       tools=("onnx", "onnxruntime", "transformers"), memory=Memory(weights=3.0, layerwise=1.2)),
+       # layerwise: a language model's step also holds PyTorch's model for its calibration feeds
+       tools=("onnx", "onnxruntime", "transformers"), memory=Memory(weights=3.0, layerwise=1.9)),
     Op("compile", 3, "compile to an EPContext model on the target's execution provider",
        params=("target", "ep", "backend", "embed_context", "cpu_fallback", "provider_options",
                "part"),
