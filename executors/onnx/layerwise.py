@@ -67,8 +67,8 @@ def weight_bytes(graph: onnx.GraphProto) -> int:
 def cut(model: onnx.ModelProto, tags: list[str], mode: str) -> Layers | None:
     """The pieces `model` is quantized in under `mode` (None: as a whole). Blocks come from the
     hierarchy tags, else from the node names (a graph an ONNX Runtime pass rewrote has lost
-    its tags, not its names). Raises Unstitched for a graph whose pieces could not give the
-    whole graph's quantization."""
+    its tags, not its names). A cut graph's shared biases are copied first (unshare_biases).
+    Raises Unstitched for a graph whose pieces could not give the whole graph's quantization."""
     graph = model.graph
     total = weight_bytes(graph)
     if mode == "never" or (mode == "auto" and total < LAYERWISE_FROM):
@@ -80,28 +80,55 @@ def cut(model: onnx.ModelProto, tags: list[str], mode: str) -> Layers | None:
         raise Unstitched("the graph has no repeated block (numbered modules) to cut at")
     parts = min(count, max(2, math.ceil(total / PIECE_BYTES)))
     where = assign(graph, index, parts)
-    _no_shared_bias(graph, where)
+    unshare_biases(graph)
     return Layers(block, _pieces(graph, where, parts), value_infos(model))
 
 
 # inputs ONNX Runtime quantizes as int32 biases (scale: input scale x weight scale)
 BIASES = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2, "LayerNormalization": 2,
-          "InstanceNormalization": 2}
+          "InstanceNormalization": 2, "BatchNormalization": 2}
 
 
-def _no_shared_bias(graph: onnx.GraphProto, where: list[int]) -> None:
-    """Raise Unstitched for a bias that nodes of two pieces read: ONNX Runtime gives each
-    reader a copy of a shared bias, named by a counter each piece would restart."""
-    inits = {i.name for i in graph.initializer}
-    readers: dict[str, set[int]] = {}
-    for node, k in zip(graph.node, where, strict=True):
+def unshare_biases(graph: onnx.GraphProto) -> int:
+    """Give every reader of a shared bias but the first its own copy, in the graph's order and
+    named as ONNX Runtime's quantizer names the copies it makes (a bias's int32 values depend
+    on its reader's scales): the bias's name and the number after the largest one that follows
+    that name among the initializers. A piece alone would number its copies from its own
+    initializers; copied before the graph is cut, no piece sees a shared bias, and the copies
+    bear the whole graph's names. A copy reads the bias's own bytes (its external data's
+    location). How many copies were made."""
+    inits = {i.name: i for i in graph.initializer}
+    seen: set[str] = set()
+    made = 0
+    for node in graph.node:
         at = BIASES.get(node.op_type)
-        if at is not None and len(node.input) > at and node.input[at] in inits:
-            readers.setdefault(node.input[at], set()).add(k)
-    shared = sorted(name for name, found in readers.items() if len(found) > 1)
-    if shared:
-        raise Unstitched(f"bias {shared[0]!r} is read in {len(readers[shared[0]])} pieces "
-                         "(ONNX Runtime numbers its copies per graph)")
+        if at is None or len(node.input) <= at or node.input[at] not in inits:
+            continue
+        name = node.input[at]
+        if name not in seen:
+            seen.add(name)
+            continue
+        copy = onnx.TensorProto()
+        copy.CopyFrom(inits[name])
+        copy.name = f"{name}{_largest_suffix(inits, name) + 1}"
+        graph.initializer.append(copy)
+        inits[copy.name] = copy
+        node.input[at] = copy.name
+        made += 1
+    return made
+
+
+def _largest_suffix(names: dict[str, Any], prefix: str) -> int:
+    """The largest number that follows `prefix` in `names` (-1: none), as ONNX Runtime's
+    quantizer finds it."""
+    largest = -1
+    for name in names:
+        if name.startswith(prefix):
+            try:
+                largest = max(largest, int(name[len(prefix):]))
+            except ValueError:
+                continue
+    return largest
 
 
 def _pieces(graph: onnx.GraphProto, where: list[int], parts: int) -> list[Piece]:
@@ -200,7 +227,7 @@ def _calibrate_piece(path: Path, where: Path, k: int, layers: Layers, last: dict
     fed = [{x: v[x] for x in piece.inputs} for v in values]
     with tempfile.TemporaryDirectory(prefix="calibrate.", dir=where) as tmp:
         found = calibrator(path, Path(tmp) / "augmented.onnx")  # its weights' copy: tmp
-        found.collect_data(_Reader(fed))
+        found.collect_data(FeedReader(fed))
         ranges.update(found.compute_data().data)
         providers = found.execution_providers
         del found
@@ -218,8 +245,8 @@ def _calibrate_piece(path: Path, where: Path, k: int, layers: Layers, last: dict
             del v[x]
 
 
-class _Reader:
-    """A calibration data reader over a list of feeds."""
+class FeedReader:
+    """ONNX Runtime's calibration data reader over a list of feeds."""
 
     def __init__(self, feeds: list[dict[str, np.ndarray]]) -> None:
         self.it = iter(feeds)

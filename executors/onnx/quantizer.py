@@ -75,11 +75,12 @@ def stage(src: Path, staged: Path, p: dict[str, Any], feeds: list[dict[str, Any]
         meta = json.loads((hierarchy / SIDECAR).read_text())
         tags = [t for t, _how in H.assign(model.graph, meta)]
     gather(model, src.parent, staged.with_name(f"{staged.name}.data"))
-    onnx.save_model(model, str(staged))
-    try:
-        return Staged(staged, p, feeds, tags, layerwise.cut(model, tags, pieces))
+    try:  # before saving: the cut gives each reader of a shared bias its own copy
+        layers, whole = layerwise.cut(model, tags, pieces), None
     except layerwise.Unstitched as exc:
-        return Staged(staged, p, feeds, tags, whole=str(exc))
+        layers, whole = None, str(exc)
+    onnx.save_model(model, str(staged))
+    return Staged(staged, p, feeds, tags, layers, whole)
 
 
 def unstage(staged: Staged) -> None:
@@ -92,26 +93,16 @@ def unstage(staged: Staged) -> None:
 def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[str, Any]:
     """Quantize the staged model into `out` under `rules`; what the output carries besides the
     defaults. Raises mp.SelectionError when a rule selects no node."""
-    from onnxruntime.quantization import CalibrationDataReader
-
     graph_only = onnx.load(str(staged.path), load_external_data=False)
     settings = mp.decide(rules, graph_only.graph, staged.tags)
     qtype = _qtypes()
     four = four_bit.overrides(staged.params, graph_only, qtype)
     overrides = {**four, **(mp.tensor_overrides(settings, graph_only, qtype) if rules else {})}
-    feeds = staged.feeds
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.it = iter(feeds)
-
-        def get_next(self) -> dict[str, Any] | None:
-            return next(self.it, None)
-
     p = staged.params
     how: dict[str, Any] = {"layerwise": {"whole": staged.whole}} if staged.whole else {}
     with quiet_logging():
-        config = _config(p, staged.path, Reader(), overrides, settings.float_nodes(), qtype)
+        config = _config(p, staged.path, layerwise.FeedReader(staged.feeds), overrides,
+                         settings.float_nodes(), qtype)
         if staged.layers is not None:
             try:
                 model, blocked = _by_layers(staged, config, graph_only, four, out)
@@ -121,7 +112,7 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
                 how = {"layerwise": {"whole": str(exc)}}
                 staged.layers, staged.whole = None, str(exc)
         if staged.layers is None:
-            _quantize(staged.path, out, config, _calibrated(staged, config, graph_only.graph))
+            _quantize(staged.path, out, config, _calibrated(staged, config, graph_only))
             model = load(out, external=False)
             blocked = four_bit.to_blocks(model, graph_only, staged.path.parent, p, four) \
                 if four else 0
@@ -143,7 +134,7 @@ def _by_layers(staged: Staged, config: Any, whole: Any, four: dict[str, Any],
     import shutil
 
     assert staged.layers is not None
-    ranges = _calibrated(staged, config, whole.graph)
+    ranges = _calibrated(staged, config, whole)
     where = staged.path.parent
     pieces = where / ".pieces"
     pieces.mkdir(exist_ok=True)
@@ -182,7 +173,7 @@ def _narrowed(config: Any, names: set[str]) -> Any:
     return narrowed
 
 
-def _calibrated(staged: Staged, config: Any, graph: Any) -> Path:
+def _calibrated(staged: Staged, config: Any, model: Any) -> Path:
     """The activation ranges of the staged model under `config`'s calibration, collected by
     ONNX Runtime's own calibrator and kept in its calibration-cache format beside the staged
     model: once per staged model and calibration (the repair search quantizes one staged
@@ -190,7 +181,9 @@ def _calibrated(staged: Staged, config: Any, graph: Any) -> Path:
     weights are held once at a time: by the calibrator until it has written its augmented
     graph, then by its session; the quantizer then reads only the ranges. A configuration
     that names op types (QNN's: those of the nodes it quantizes) is calibrated on every op
-    type of the graph, so that the nodes a rule keeps in float change no range."""
+    type of the graph, so that the nodes a rule keeps in float change no range. A graph cut
+    in pieces is calibrated piece by piece (layerwise.calibrate): the same ranges, so one cache
+    serves both ways (a stitch that falls back reuses them). `model`: the staged graph."""
     import hashlib
     import tempfile
 
@@ -202,11 +195,9 @@ def _calibrated(staged: Staged, config: Any, graph: Any) -> Path:
     if unsupported:  # quantize_static calibrates these its own way
         raise ValueError(f"calibration with {', '.join(unsupported)} is not supported")
     options = {key: extra[name] for name, key in _CALIBRATION_OPTIONS if name in extra}
-    ops = sorted({n.op_type for n in graph.node} if config.op_types_to_quantize
+    ops = sorted({n.op_type for n in model.graph.node} if config.op_types_to_quantize
                  else {*QLinearOpsRegistry, *QDQRegistry})
-    pieces = staged.layers is not None
-    what = json.dumps([str(config.calibrate_method), ops, options, pieces], sort_keys=True,
-                      default=str)
+    what = json.dumps([str(config.calibrate_method), ops, options], sort_keys=True, default=str)
     cache = staged.path.with_name(
         f"{staged.path.name}.ranges-{hashlib.sha256(what.encode()).hexdigest()[:16]}.json")
     if cache.is_file():
@@ -220,8 +211,7 @@ def _calibrated(staged: Staged, config: Any, graph: Any) -> Path:
                 calibrate_method=config.calibrate_method, use_external_data_format=True,
                 providers=config.calibration_providers, extra_options=options)
 
-        whole = onnx.load(str(staged.path), load_external_data=False)
-        ranges = layerwise.calibrate(whole, staged.layers, staged.path.parent, staged.feeds,
+        ranges = layerwise.calibrate(model, staged.layers, staged.path.parent, staged.feeds,
                                      calibrator)
         save_tensors_data(TensorsData(config.calibrate_method, ranges), cache)
         return cache

@@ -63,11 +63,14 @@ def _dequantized_everywhere(weights: set[str], nodes: list[onnx.NodeProto]) -> N
     """A weight one piece quantized is read dequantized by every node, as the whole graph's
     quantizer rewires every reader of a weight it quantizes (a piece whose readers of it are
     all float would read the float weight)."""
-    done = {n.name[:-17]: n.output[0] for n in nodes if n.op_type == "DequantizeLinear"
-            and n.name.endswith("_DequantizeLinear") and n.name[:-17] in weights
-            and n.output[0] == f"{n.name[:-17]}_DequantizeLinear_Output"}
+    done = {}
     for n in nodes:
-        if n.name.endswith("_QuantizeLinear") and n.name[:-15] in done:
+        weight = n.name.removesuffix("_DequantizeLinear")
+        if n.op_type == "DequantizeLinear" and weight != n.name and weight in weights \
+                and n.output[0] == f"{weight}_DequantizeLinear_Output":
+            done[weight] = n.output[0]
+    for n in nodes:
+        if n.name.removesuffix("_QuantizeLinear") in done:
             continue  # a weight's own Q reads it as it is
         for i, x in enumerate(n.input):
             n.input[i] = done.get(x, x)

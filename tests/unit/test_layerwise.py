@@ -49,6 +49,10 @@ def _model(path: Path, layers: int = 3, foreign: bool = False, norms: bool = Fal
             nodes.append(helper.make_node("LayerNormalization", [last, "gamma", "beta"],
                                           [f"n{k}"], name=f"{at}/LayerNorm", axis=-1))
             last = f"n{k}"
+            if k == 0:  # a weight named as a copy of the shared bias would be
+                inits.append(weight("beta3", HIDDEN))
+                nodes.append(helper.make_node("Add", [last, "beta3"], ["b0"], name=f"{at}/Bias"))
+                last = "b0"
         if float_reader and k == 0:
             inits.append(weight("gain", HIDDEN))
             nodes.append(helper.make_node("Mul", [last, "gain"], [f"v{k}"], name=f"{at}/Gain"))
@@ -195,16 +199,37 @@ def test_pieces_that_cannot_be_stitched_quantize_the_whole_graph(
     _same_graph(whole, pieces)
 
 
-def test_a_bias_two_pieces_read_quantizes_the_whole_graph(tmp_path: Path) -> None:
-    """ONNX Runtime gives each reader of a shared bias its own copy, numbered per graph: two
-    pieces would number them apart, so the graph is quantized whole, from the start."""
+def test_a_bias_read_in_several_pieces_gets_the_whole_graphs_copies(tmp_path: Path) -> None:
+    """ONNX Runtime gives each reader of a shared bias but the first its own copy, numbered
+    after the largest number that follows the bias's name among the initializers ('beta3'
+    here): a piece alone would number from its own initializers. The copies made before the
+    cut bear the whole graph's names, and the stitched graph is the whole graph's."""
     _model(tmp_path / "float.onnx", norms=True)
-    p = _params("qnn_htp", "uint8", "uint16", True)
-    whole, _ = _quantized(tmp_path, p, "never")
-    pieces, metrics = _quantized(tmp_path, p, "always")
-    assert metrics["layerwise"] == {"whole": "bias 'beta' is read in 2 pieces (ONNX Runtime "
-                                             "numbers its copies per graph)"}
-    _same_graph(whole, pieces)
+    for profile, weights, activations, per_channel in (("qnn_htp", "uint8", "uint16", True),
+                                                       ("cpu", "uint8", "uint8", False)):
+        tmp = tmp_path / profile
+        tmp.mkdir()
+        (tmp / "float.onnx").write_bytes((tmp_path / "float.onnx").read_bytes())
+        p = _params(profile, weights, activations, per_channel)
+        whole, _ = _quantized(tmp, p, "never")
+        pieces, metrics = _quantized(tmp, p, "always")
+        assert metrics["layerwise"] == {"pieces": 2, "block": "/m/layers"}
+        _same_graph(whole, pieces)
+        biases = {n.input[2] for n in pieces.graph.node if n.op_type == "LayerNormalization"}
+        assert biases == {"beta", "beta4", "beta5"}
+
+
+def test_unshare_biases_names_copies_as_the_quantizer_does() -> None:
+    ln = [helper.make_node("LayerNormalization", [f"x{k}", "g", "b"], [f"y{k}"], name=f"n{k}")
+          for k in range(3)]
+    gemm = helper.make_node("Gemm", ["y2", "w", "b"], ["z"], name="gemm")
+    other = helper.make_node("Add", ["z", "b"], ["out"], name="add")  # not a bias: kept
+    inits = [numpy_helper.from_array(np.zeros(4, np.float32), n) for n in ("g", "b", "b12", "bx")]
+    graph = helper.make_graph([*ln, gemm, other], "g", [], [], inits)
+    assert layerwise.unshare_biases(graph) == 3
+    assert [n.input[2] for n in graph.node[:4]] == ["b", "b13", "b14", "b15"]
+    assert graph.node[4].input[1] == "b"
+    assert [i.name for i in graph.initializer] == ["g", "b", "b12", "bx", "b13", "b14", "b15"]
 
 
 def test_an_op_that_follows_its_inputs_quantization_in_a_later_piece_quantizes_whole(
