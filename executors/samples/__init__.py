@@ -11,6 +11,7 @@ Splits: "calibration" and "verify" use disjoint sentences and photographs; "perf
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from executors.samples import generation, media, text
 DTYPES = {"int64": np.int64, "int32": np.int32, "float32": np.float32, "float16": np.float16,
           "bool": np.bool_}
 SEEDS = {"calibration": 0, "verify": 1, "perf": 2}
+# the groups whose feeds run the checkpoint in PyTorch (an encoder's states, a cache)
+TORCH_GROUPS = (text.DECODER_KINDS, generation.LM_KINDS, generation.S2S_KINDS)
 
 
 def checkpoint_dir(source: Path | None) -> Path | None:
@@ -69,6 +72,9 @@ class Samples:
             if wanted:
                 for feed, part in zip(made, self._group(wanted, n), strict=True):
                     feed.update(part)
+                if group in TORCH_GROUPS:  # the torch model that made them (its modules
+                    gc.collect()  # refer to each other): freed now, not when the heavy work
+                    # of the caller (the quantizer's) next collects
         for spec in self.specs:  # anything no real source covers
             if spec["name"] not in made[0]:
                 for feed in made:

@@ -148,3 +148,34 @@ class _Reader:
 
     def get_next(self) -> dict[str, Any] | None:
         return next(self.it, None)
+
+
+def test_the_torch_model_that_made_the_feeds_is_freed_before_the_quantizer_runs(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A language model's calibration feeds come from the checkpoint run in PyTorch, whose
+    modules refer to each other: unreachable once the feeds are made, it stays in memory, beside
+    the quantizer's, until Python's next full collection, unless the feeds collect it."""
+    import gc
+    import weakref
+
+    from executors.samples import Samples, generation
+
+    alive: list[weakref.ref] = []
+
+    class Module:  # a model: a cycle of modules, long-lived by the time its feeds are made
+        def __init__(self) -> None:
+            self.child = self
+
+    def lm_feeds(wanted: dict[str, Any], specs: list[dict[str, Any]], n: int, *_: Any
+                 ) -> generation.Got:
+        model = Module()
+        gc.collect()  # survived the collections of its loading: the oldest generation
+        alive.append(weakref.ref(model))
+        return generation.Got([{s["name"]: np.zeros(s["shape"], np.int64)
+                                for s in wanted.values()} for _ in range(n)], "prompts")
+
+    monkeypatch.setattr(generation, "lm_feeds", lm_feeds)
+    specs = [{"name": "input_ids", "kind": "lm_prompt_ids", "dtype": "int64", "shape": [1, 4]}]
+    feeds = Samples(specs, "calibration", source=tmp_path).feeds(2)
+    assert [f["input_ids"].shape for f in feeds] == [(1, 4), (1, 4)]
+    assert alive and alive[0]() is None
