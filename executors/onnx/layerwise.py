@@ -261,19 +261,26 @@ def _remove(where: Path, prefix: str) -> None:
 
 
 def quantize(model: onnx.ModelProto, layers: Layers, where: Path,
-             piece: Callable[[Path, int, set[str]], onnx.ModelProto]) -> onnx.ModelProto:
-    """Quantize each piece with `piece(float model path, k, the tensors it names)`, which gives
-    the quantized piece (its weights saved beside it); the stitched whole."""
-    done = []
+             piece: Callable[[Path, int, set[str], set[str]], onnx.ModelProto]
+             ) -> onnx.ModelProto:
+    """Quantize each piece with `piece(float model path, k, the tensors it names, its inputs
+    the earlier pieces quantized)`, which gives the quantized piece (its weights saved beside
+    it); the stitched whole. The whole graph's quantizer reaches a piece's nodes knowing which
+    of their inputs the nodes before them quantized: an op that follows its input's
+    quantization (a Reshape, a Gather) quantizes its output only then, so a piece is told."""
+    done: list[onnx.ModelProto] = []
+    quantized: set[str] = set()
     for k, p in enumerate(layers.pieces):
         path = where / f".piece-{k}.onnx"
         float_piece = piece_model(model, layers, k)
         onnx.save_model(float_piece, str(path))
         names = {x for n in float_piece.graph.node for x in [*used_names(n), *n.output]}
         try:
-            done.append(piece(path, k, names | set(p.inputs)))
+            done.append(piece(path, k, names | set(p.inputs), quantized & set(p.inputs)))
         finally:
             _remove(where, f".piece-{k}.")
+        quantized |= {n.name.removesuffix("_QuantizeLinear") for n in done[-1].graph.node
+                      if n.op_type == "QuantizeLinear"}
     return stitch(model, layers, done)
 
 

@@ -140,10 +140,11 @@ def _by_layers(staged: Staged, config: Any, whole: Any, four: dict[str, Any],
     pieces.mkdir(exist_ok=True)
     blocked = 0
 
-    def piece(path: Path, k: int, names: set[str]) -> Any:
+    def piece(path: Path, k: int, names: set[str], quantized: set[str]) -> Any:
         nonlocal blocked
         target = pieces / f"{k}.onnx"
-        _quantize(path, target, _narrowed(config, names), ranges)
+        with _marked(quantized):
+            _quantize(path, target, _narrowed(config, names), ranges)
         model = load(target, external=False)
         if four:
             floats = onnx.load(str(path), load_external_data=False)
@@ -157,6 +158,34 @@ def _by_layers(staged: Staged, config: Any, whole: Any, four: dict[str, Any],
     finally:
         shutil.rmtree(pieces, ignore_errors=True)
     return model, blocked
+
+
+@contextmanager
+def _marked(names: set[str]) -> Iterator[None]:
+    """ONNX Runtime's QDQ quantizer starting with `names` (a piece's inputs that the earlier
+    pieces quantized) marked as quantized activations, as the whole graph's quantizer has them
+    when it reaches the piece's first node. The quantizer has no option for it: its
+    `quantize_model` is wrapped meanwhile."""
+    if not names:
+        yield
+        return
+    from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
+
+    original = getattr(QDQQuantizer, "quantize_model", None)
+    if original is None or not hasattr(QDQQuantizer, "quantize_activation_tensor"):
+        raise layerwise.Unstitched("this ONNX Runtime's quantizer cannot be told a piece's "
+                                   "quantized inputs")
+
+    def quantize_model(self: Any) -> Any:
+        for name in sorted(names):
+            self.quantize_activation_tensor(name)
+        return original(self)
+
+    QDQQuantizer.quantize_model = quantize_model
+    try:
+        yield
+    finally:
+        QDQQuantizer.quantize_model = original
 
 
 def _narrowed(config: Any, names: set[str]) -> Any:

@@ -87,7 +87,7 @@ def _followed(x: str, q: onnx.NodeProto, later: list[onnx.ModelProto],
     """Raise Unstitched where a later piece read the quantized `x` with an op that follows its
     input's quantization (FOLLOWERS) and quantized it otherwise than the whole graph would: the
     whole graph's quantizer knows `x` is quantized when it reaches that op, and gives its output
-    `x`'s scale; a piece alone may not know."""
+    `x`'s scale; a piece that was not told (quantizer._marked) would not know."""
     read = {x, f"{x}_DequantizeLinear_Output"}
     for m in later:
         for n in m.graph.node:

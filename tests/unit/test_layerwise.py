@@ -232,14 +232,24 @@ def test_unshare_biases_names_copies_as_the_quantizer_does() -> None:
     assert [i.name for i in graph.initializer] == ["g", "b", "b12", "bx", "b13", "b14", "b15"]
 
 
-def test_an_op_that_follows_its_inputs_quantization_in_a_later_piece_quantizes_whole(
-        tmp_path: Path) -> None:
+def test_an_op_that_follows_its_inputs_quantization_in_a_later_piece_is_quantized_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Reshape of the embedding's output in the last block: the whole graph's quantizer knows
     that output is quantized when it reaches the Reshape and quantizes its output too; the last
-    piece alone reads it as a float input and would not."""
+    piece is told so (its inputs the earlier pieces quantized) and does the same. Untold, it
+    reads its input as float and would not: the stitch finds it and the graph goes whole."""
     _model(tmp_path / "float.onnx", follower=True)
     p = _params("qnn_htp", "uint8", "uint16", True)
     whole, _ = _quantized(tmp_path, p, "never")
     pieces, metrics = _quantized(tmp_path, p, "always")
-    assert metrics["layerwise"]["whole"].startswith("Reshape '/m/layers.2/Reshape' reads 'h0'")
+    assert metrics["layerwise"] == {"pieces": 2, "block": "/m/layers"}
     _same_graph(whole, pieces)
+    assert any(n.op_type == "QuantizeLinear" and n.input[0] == "e" for n in pieces.graph.node)
+
+    from contextlib import nullcontext
+
+    monkeypatch.setattr(Q, "_marked", lambda _names: nullcontext())
+    (tmp_path / "always").rename(tmp_path / "told")
+    untold, metrics = _quantized(tmp_path, p, "always")
+    assert metrics["layerwise"]["whole"].startswith("Reshape '/m/layers.2/Reshape' reads 'h0'")
+    _same_graph(whole, untold)
