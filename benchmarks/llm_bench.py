@@ -65,7 +65,9 @@ DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
 SHAPE_OVERRIDES = ["export.shapes.prefill_length=16", "export.shapes.context_length=64"]
 BUILDS = {"htp": ["target=qnn_htp", "quant=w4a16", *SHAPE_OVERRIDES, "perf=none"],
           "htp_w8": ["target=qnn_htp", "quant=w8a16_pc", *SHAPE_OVERRIDES, "perf=none"],
-          "cpu": ["target=cpu", "quant=none", *SHAPE_OVERRIDES, "perf=none"]}
+          "cpu": ["target=cpu", "quant=none", *SHAPE_OVERRIDES, "perf=none"],
+          # the quantize step alone of an LM (calibration feeds from PyTorch's caches included)
+          "cpu_w8": ["target=cpu", "quant=w8a16_pc", *SHAPE_OVERRIDES, "perf=none"]}
 VERIFY = ["verify.samples=1", "verify.new_tokens=4"]  # left out with --set verify=none
 PROMPT = "The capital of France is"
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_COLOR": "1",
@@ -311,7 +313,7 @@ def main() -> int:
     p.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-0.6b")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16",
                    help="the checkpoint's dtype as saved")
-    p.add_argument("--builds", default="htp,cpu", help="comma-separated: htp, htp_w8, cpu")
+    p.add_argument("--builds", default="htp,cpu", help="comma-separated: htp, htp_w8, cpu, cpu_w8")
     p.add_argument("--no-generate", action="store_true", help="measure the builds only")
     p.add_argument("--work", type=Path, default=Path("/tmp/llm_bench"))
     p.add_argument("--json-out", type=Path)

@@ -234,4 +234,17 @@ def assign(graph: onnx.GraphProto, index: list[int | None], parts: int) -> list[
     for n, (node, i) in enumerate(zip(graph.node, index, strict=True)):
         if i is None and all(x in constant for x in used_names(node)):
             out[n] = min((readers[o] for o in node.output if o in readers), default=out[n])
+    _no_later_reads(graph, out)
     return out
+
+
+def _no_later_reads(graph: onnx.GraphProto, out: list[int]) -> None:
+    """A node an earlier part reads goes with that part, and so does what it reads in turn: the
+    exporter may make one value two layers share under the later layer's name (a rotary
+    table's Unsqueeze), and a part cannot read what a later part makes."""
+    read_by: dict[str, list[int]] = {}
+    for n, node in enumerate(graph.node):
+        for x in used_names(node):
+            read_by.setdefault(x, []).append(n)
+    for n in range(len(graph.node) - 1, -1, -1):  # readers first: nodes are topologically sorted
+        out[n] = min([out[n], *(out[r] for o in graph.node[n].output for r in read_by.get(o, []))])

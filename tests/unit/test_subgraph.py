@@ -147,3 +147,24 @@ def test_initializers_named_like_runtime_generated_tensors_are_renamed() -> None
     assert [i.name for i in piece.graph.initializer] == ["gemm_input_shape_token_0_kept"]
     assert piece.graph.node[1].input[1] == "gemm_input_shape_token_0_kept"
     onnx.checker.check_model(piece, full_check=True)
+
+
+def test_a_value_an_earlier_block_reads_goes_with_the_earlier_part() -> None:
+    """The exporter may make a value two layers share under the later layer's name (deepseek_v2's
+    rotary Unsqueeze, named in layers.1 and read by layers.0 too): that node, and what it
+    reads, go with the first part that reads it, so that no part reads what a later part
+    makes; the blocks' own nodes stay where their names put them."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="/m/layers.1/attn/Shape"),
+             helper.make_node("Cast", ["s"], ["c"], name="/m/layers.1/attn/Cast", to=F),
+             helper.make_node("Unsqueeze", ["c", "ax"], ["u"], name="/m/layers.1/attn/Unsqueeze"),
+             helper.make_node("Mul", ["x", "u"], ["h1"], name="/m/layers.0/attn/Mul"),
+             helper.make_node("Mul", ["h1", "u"], ["h2"], name="/m/layers.1/attn/Mul"),
+             helper.make_node("Relu", ["h2"], ["h3"], name="/m/layers.2/Relu"),
+             helper.make_node("Relu", ["h3"], ["y"], name="/m/layers.3/Relu")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2])],
+                              [helper.make_tensor_value_info("y", F, [2])],
+                              [numpy_helper.from_array(np.array([0], np.int64), "ax")])
+    prefix, index = sg.blocks([n.name for n in graph.node])
+    assert prefix == "/m/layers" and index == [1, 1, 1, 0, 1, 2, 3]
+    assert sg.assign(graph, index, 2) == [0, 0, 0, 0, 0, 1, 1]
+    assert sg.assign(graph, index, 4) == [0, 0, 0, 0, 1, 2, 3]
