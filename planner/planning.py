@@ -22,6 +22,7 @@ from planner.core.sweep import Composer, Job, SweepPlan, expand
 from planner.errors import ModelplanError
 from planner.support import memo
 from planner.support.heap import collector_paused
+from planner.support.units import human_bytes
 
 
 def plan_from_overrides(overrides: list[str] | tuple[str, ...] = (),
@@ -45,10 +46,37 @@ def plan_for(config: dict[str, Any], symbolic: bool = False,
     module_perf.check_known_modules(plan, store_root(config))
     mark_actions(plan, store_root(config))
     memory.estimate(plan)
-    memory.check(plan)
+    memory.check(plan, partial(_parts_that_fit, config, symbolic))
     if timings is not None:
         timings["plan_s"] = time.perf_counter() - t0
     return plan
+
+
+# export.parts tried for a language model over the memory limit (its compile steps each hold
+# one part, and a graph in parts shares no context binary)
+PARTS_TRIED = (2, 4, 8, 16, 32)
+
+
+def _parts_that_fit(config: dict[str, Any], symbolic: bool, cap: int) -> list[str]:
+    """The fewest export.parts (of PARTS_TRIED, more than asked) whose plan fits `cap`, as a
+    setting that names the peak it plans; none for a model export.parts cannot cut."""
+    import copy
+
+    asked = config["export"].get("parts") or 1
+    for count in (n for n in PARTS_TRIED if n > asked):
+        tried = copy.deepcopy(config)
+        tried["export"]["parts"] = count
+        try:
+            plan = lower(tried, symbolic)
+            rules.rewrite(plan, tried["planner"]["rules"])
+            assign_keys(plan)
+            mark_actions(plan, store_root(tried))
+            memory.estimate(plan)
+        except ModelplanError:  # not a language model, or fewer layers than parts
+            return []
+        if plan.memory and plan.memory["peak"] <= cap:
+            return [f"export.parts={count} (its peak ~{human_bytes(plan.memory['peak'])})"]
+    return []
 
 
 def mark_actions(plan: Plan, root: Path) -> None:

@@ -12,6 +12,7 @@ plan holds the estimates, and the limit they are held to is resolved where they 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from planner.core.ops import Trait, bits
@@ -93,10 +94,11 @@ def limit(config: dict[str, Any]) -> tuple[int | None, str]:
             "this machine's available memory (run.max_memory=null)")
 
 
-def check(plan: Plan) -> None:
+def check(plan: Plan, fitting: Callable[[int], list[str]] | None = None) -> None:
     """Refuse, in one line before anything runs, a plan whose largest step to run cannot fit
     the limit, naming the setting that makes it fit. Steps run side by side only within the
-    limit (the scheduler holds the others back), so the largest step is what must fit."""
+    limit (the scheduler holds the others back), so the largest step is what must fit.
+    `fitting(limit)`: settings found, by planning again, to bring the run under the limit."""
     weights = plan.weights
     if weights is None or not plan.memory or not plan.memory["step"]:
         return
@@ -106,15 +108,17 @@ def check(plan: Plan) -> None:
     worst = plan.step(plan.memory["step"])
     raise PlanError(f"the run needs about {human_bytes(plan.memory['peak'])} at its peak, in "
                     f"step {worst.id} ({human_bytes(weights.fp32)} of weights as fp32), over the "
-                    f"{human_bytes(cap)} of {said}; {_fix(plan, worst, cap)}; "
+                    f"{human_bytes(cap)} of {said}; "
+                    f"{_fix(plan, worst, cap, fitting(cap) if fitting else [])}; "
                     "nothing was run")
 
 
-def _fix(plan: Plan, worst: Step, cap: int) -> str:
-    """The setting that brings the run under `cap`: leaving out the checks that need the most
-    (verify=none, eval=none) when every other step fits, else a larger run.max_memory."""
+def _fix(plan: Plan, worst: Step, cap: int, found: list[str]) -> str:
+    """The setting that brings the run under `cap`: `found` (settings planned again that fit),
+    leaving out the checks that need the most (verify=none, eval=none) when every other step
+    fits, else a larger run.max_memory."""
     running = [s for s in plan.live() if s.action == "run"]
-    fixes = []
+    fixes = list(found)
     drop = worst.decl.dropped_by
     if drop and all(COORDINATOR + (s.memory or 0) <= cap for s in running
                     if s.decl.dropped_by != drop):

@@ -168,6 +168,28 @@ def test_a_plan_over_run_max_memory_is_refused_naming_the_step_and_the_fix(
         plan(big, f"run.max_memory={second + 1}")
 
 
+def test_a_language_model_over_the_limit_is_told_the_parts_that_fit(tmp_path: Path) -> None:
+    """On a target that compiles, each part of a graph in parts is compiled alone and no context
+    binary is shared: the refusal names the fewest export.parts whose plan fits, with its peak,
+    and that setting is planned within the limit."""
+    ckpt = checkpoint(tmp_path, "lm", 2560 * MB, num_hidden_layers=8)
+    htp = ["target=qnn_htp", "quant=w8a16_pc"]
+    whole = plan(ckpt, *htp)
+    cut = {n: plan(ckpt, *htp, f"export.parts={n}") for n in (2, 4)}
+    assert cut[2]["memory"]["peak"] < whole["memory"]["peak"]
+    cap = cut[2]["memory"]["peak"]  # 2 parts fit exactly
+    with pytest.raises(PlanError) as got:
+        plan(ckpt, *htp, f"run.max_memory={cap}")
+    (line,) = got.value.lines
+    assert f"in step {whole['memory']['step']} " in line
+    assert "set export.parts=2 (its peak ~" in line and ", or run.max_memory=" in line
+    plan(ckpt, *htp, f"run.max_memory={cap}", "export.parts=2")
+    # an encoder, which export.parts does not cut, is told no parts
+    with pytest.raises(PlanError) as got:
+        plan_from_overrides(["model=tiny_bert", "target=qnn_htp", "run.max_memory=10MB"])
+    assert "export.parts" not in got.value.lines[0]
+
+
 def test_the_limit_is_not_written_into_the_plan(tmp_path: Path, monkeypatch: Any) -> None:
     ckpt = checkpoint(tmp_path, "lm", 40 * MB)
     overrides = ["model=local_hf", f"model.path={ckpt}", "target=cpu", "quant=none"]
