@@ -4,7 +4,10 @@ plan's estimate) and generation (time to first token, decode tokens/s) next to P
 greedy loop on CPU.
 
     python benchmarks/llm_bench.py [--shape qwen3-0.6b|llama-3.2-1b|llama-3.2-3b|small]
-        [--dtype bf16|fp32] [--builds htp,cpu] [--work DIR] [--keep] [--timeout S]
+        [--dtype bf16|fp32] [--builds htp,htp_w8,cpu,cpu_w8] [--work DIR] [--keep] [--timeout S]
+
+Builds (BUILDS): htp (qnn_htp w4a16), htp_w8 (qnn_htp w8a16_pc), cpu (fp32), cpu_w8 (the CPU
+with w8a16_pc: an LM's quantize step, its calibration feeds included, without the simulator).
 
 The checkpoint has seeded random weights of the chosen shape (SHAPES; every one has a real
 tokenizer-sized vocabulary and tied embeddings), made in a child process and saved with
