@@ -19,6 +19,7 @@ from planner.core.ops import Trait
 from planner.core.plan import Plan
 from planner.core.storelayout import entry_complete, store_root
 from planner.core.sweep import Composer, Job, SweepPlan, expand
+from planner.core.targets import of_config
 from planner.errors import ModelplanError
 from planner.support import memo
 from planner.support.heap import collector_paused
@@ -46,7 +47,7 @@ def plan_for(config: dict[str, Any], symbolic: bool = False,
     module_perf.check_known_modules(plan, store_root(config))
     mark_actions(plan, store_root(config))
     memory.estimate(plan)
-    memory.check(plan, partial(_parts_that_fit, config, symbolic))
+    memory.check(plan, partial(_parts_that_fit, config, symbolic, memory.parts(plan)))
     if timings is not None:
         timings["plan_s"] = time.perf_counter() - t0
     return plan
@@ -57,13 +58,16 @@ def plan_for(config: dict[str, Any], symbolic: bool = False,
 PARTS_TRIED = (2, 4, 8, 16, 32)
 
 
-def _parts_that_fit(config: dict[str, Any], symbolic: bool, cap: int) -> list[str]:
-    """The fewest export.parts (of PARTS_TRIED, more than asked) whose plan fits `cap`, as a
-    setting that names the peak it plans; none for a model export.parts cannot cut."""
+def _parts_that_fit(config: dict[str, Any], symbolic: bool, now: int, cap: int) -> list[str]:
+    """The fewest export.parts (of PARTS_TRIED, more than the `now` planned) whose plan fits
+    `cap`, as a setting that names the peak it plans; none for a model export.parts cannot
+    cut, or on a target that does not compile (there parts change the deliverable's layout and
+    hold no less memory)."""
     import copy
 
-    asked = config["export"].get("parts") or 1
-    for count in (n for n in PARTS_TRIED if n > asked):
+    if not of_config(config["target"]).compiles:
+        return []
+    for count in (n for n in PARTS_TRIED if n > now):
         tried = copy.deepcopy(config)
         tried["export"]["parts"] = count
         try:
@@ -72,8 +76,8 @@ def _parts_that_fit(config: dict[str, Any], symbolic: bool, cap: int) -> list[st
             assign_keys(plan)
             mark_actions(plan, store_root(tried))
             memory.estimate(plan)
-        except ModelplanError:  # not a language model, or fewer layers than parts
-            return []
+        except Exception:  # noqa: BLE001 - not a language model, fewer layers than parts:
+            return []  # no suggestion, and the refusal as it is
         if plan.memory and plan.memory["peak"] <= cap:
             return [f"export.parts={count} (its peak ~{human_bytes(plan.memory['peak'])})"]
     return []

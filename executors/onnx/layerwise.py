@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,7 @@ class Layers:
     block: str
     pieces: list[Piece]
     infos: dict[str, onnx.ValueInfoProto]  # type and shape of each tensor, where known
+    in_order: bool = True  # the pieces' nodes stand piece after piece in the graph's order
 
 
 def weight_bytes(graph: onnx.GraphProto) -> int:
@@ -67,8 +69,8 @@ def weight_bytes(graph: onnx.GraphProto) -> int:
 def cut(model: onnx.ModelProto, tags: list[str], mode: str) -> Layers | None:
     """The pieces `model` is quantized in under `mode` (None: as a whole). Blocks come from the
     hierarchy tags, else from the node names (a graph an ONNX Runtime pass rewrote has lost
-    its tags, not its names). A cut graph's shared biases are copied first (unshare_biases).
-    Raises Unstitched for a graph whose pieces could not give the whole graph's quantization."""
+    its tags, not its names). Raises Unstitched for a graph whose pieces could not give the
+    whole graph's quantization."""
     graph = model.graph
     total = weight_bytes(graph)
     if mode == "never" or (mode == "auto" and total < LAYERWISE_FROM):
@@ -80,8 +82,7 @@ def cut(model: onnx.ModelProto, tags: list[str], mode: str) -> Layers | None:
         raise Unstitched("the graph has no repeated block (numbered modules) to cut at")
     parts = min(count, max(2, math.ceil(total / PIECE_BYTES)))
     where = assign(graph, index, parts)
-    unshare_biases(graph)
-    return Layers(block, _pieces(graph, where, parts), value_infos(model))
+    return Layers(block, _pieces(graph, where, parts), value_infos(model), _in_order(graph, where))
 
 
 # inputs ONNX Runtime quantizes as int32 biases (scale: input scale x weight scale)
@@ -89,25 +90,37 @@ BIASES = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2, "LayerNormalization": 2,
           "InstanceNormalization": 2, "BatchNormalization": 2}
 
 
-def unshare_biases(graph: onnx.GraphProto) -> int:
-    """Give every reader of a shared bias but the first its own copy, in the graph's order and
-    named as ONNX Runtime's quantizer names the copies it makes (a bias's int32 values depend
-    on its reader's scales): the bias's name and the number after the largest one that follows
-    that name among the initializers. A piece alone would number its copies from its own
-    initializers; copied before the graph is cut, no piece sees a shared bias, and the copies
-    bear the whole graph's names. A copy reads the bias's own bytes (its external data's
-    location). How many copies were made."""
+def unshare_biases(graph: onnx.GraphProto, quantized: Callable[[onnx.NodeProto], bool],
+                   overridden: set[str]) -> int:
+    """Give every reader of a shared bias that ONNX Runtime's quantizer quantizes (`quantized`:
+    its node filter), but the first, its own copy, in the graph's order and named as that
+    quantizer names the copies it makes (a bias's int32 values depend on its reader's scales):
+    the bias's name and the number after the largest one that follows that name among the
+    initializers. A piece alone would number its copies from its own initializers; copied
+    before the pieces are made, no piece sees a shared bias, and the copies bear the whole
+    graph's names. A bias with a tensor override (`overridden`: quantized as a weight) or not
+    float is left shared, as the quantizer leaves it; a reader whose name is empty or another
+    node's (the quantizer rewires by name) raises Unstitched. A copy reads the bias's own bytes
+    (its external data's location). How many copies were made."""
     inits = {i.name: i for i in graph.initializer}
+    named = Counter(n.name for n in graph.node)
     seen: set[str] = set()
     made = 0
     for node in graph.node:
         at = BIASES.get(node.op_type)
-        if at is None or len(node.input) <= at or node.input[at] not in inits:
+        if at is None or len(node.input) <= at or node.input[at] not in inits \
+                or not quantized(node):
             continue
         name = node.input[at]
+        if name in overridden or inits[name].data_type not in (onnx.TensorProto.FLOAT,
+                                                                onnx.TensorProto.FLOAT16):
+            continue
         if name not in seen:
             seen.add(name)
             continue
+        if not node.name or named[node.name] > 1:
+            raise Unstitched(f"bias {name!r} is shared by a node named {node.name!r}, which "
+                             "is not one node's name")
         copy = onnx.TensorProto()
         copy.CopyFrom(inits[name])
         copy.name = f"{name}{_largest_suffix(inits, name) + 1}"
@@ -129,6 +142,21 @@ def _largest_suffix(names: dict[str, Any], prefix: str) -> int:
             except ValueError:
                 continue
     return largest
+
+
+def _in_order(graph: onnx.GraphProto, where: list[int]) -> bool:
+    """Whether every node that reads a tensor stands after every node of the earlier pieces
+    (a node that reads only initializers and constants aside: it reads no piece's tensor)."""
+    inits = {i.name for i in graph.initializer}
+    made_by_constants = {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    last = 0
+    for node, k in zip(graph.node, where, strict=True):
+        if all(x in inits or x in made_by_constants for x in used_names(node)):
+            continue
+        if k < last:
+            return False
+        last = k
+    return True
 
 
 def _pieces(graph: onnx.GraphProto, where: list[int], parts: int) -> list[Piece]:
@@ -276,7 +304,8 @@ def quantize(model: onnx.ModelProto, layers: Layers, where: Path,
         onnx.save_model(float_piece, str(path))
         names = {x for n in float_piece.graph.node for x in [*used_names(n), *n.output]}
         try:
-            done.append(piece(path, k, names | set(p.inputs), quantized & set(p.inputs)))
+            told = quantized & set(p.inputs) if layers.in_order else set()
+            done.append(piece(path, k, names | set(p.inputs), told))
         finally:
             _remove(where, f".piece-{k}.")
         quantized |= {n.name.removesuffix("_QuantizeLinear") for n in done[-1].graph.node

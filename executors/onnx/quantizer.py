@@ -75,12 +75,11 @@ def stage(src: Path, staged: Path, p: dict[str, Any], feeds: list[dict[str, Any]
         meta = json.loads((hierarchy / SIDECAR).read_text())
         tags = [t for t, _how in H.assign(model.graph, meta)]
     gather(model, src.parent, staged.with_name(f"{staged.name}.data"))
-    try:  # before saving: the cut gives each reader of a shared bias its own copy
-        layers, whole = layerwise.cut(model, tags, pieces), None
-    except layerwise.Unstitched as exc:
-        layers, whole = None, str(exc)
     onnx.save_model(model, str(staged))
-    return Staged(staged, p, feeds, tags, layers, whole)
+    try:
+        return Staged(staged, p, feeds, tags, layerwise.cut(model, tags, pieces))
+    except layerwise.Unstitched as exc:
+        return Staged(staged, p, feeds, tags, whole=str(exc))
 
 
 def unstage(staged: Staged) -> None:
@@ -105,7 +104,8 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
                          settings.float_nodes(), qtype)
         if staged.layers is not None:
             try:
-                model, blocked = _by_layers(staged, config, graph_only, four, out)
+                model, blocked = _by_layers(staged, config, _unshared(graph_only, config), four,
+                                            out)
                 how = {"layerwise": {"pieces": len(staged.layers.pieces),
                                      "block": staged.layers.block}}
             except layerwise.Unstitched as exc:
@@ -158,6 +158,28 @@ def _by_layers(staged: Staged, config: Any, whole: Any, four: dict[str, Any],
     finally:
         shutil.rmtree(pieces, ignore_errors=True)
     return model, blocked
+
+
+def _unshared(model: Any, config: Any) -> Any:
+    """A copy of the staged graph whose shared biases are copied as the quantizer under
+    `config` copies them (layerwise.unshare_biases), for the pieces: the readers it quantizes
+    are those its node filter passes (quantize_static's op types, nodes to quantize and to
+    exclude)."""
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    ops = set(config.op_types_to_quantize or [*QLinearOpsRegistry, *QDQRegistry])
+    only = set(config.nodes_to_quantize or [])
+    exclude = set(config.nodes_to_exclude or [])
+    overridden = set((config.extra_options or {}).get("TensorQuantOverrides", {}))
+
+    def quantized(node: Any) -> bool:
+        return node.op_type in ops and (not only or node.name in only) and \
+            node.name not in exclude
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    layerwise.unshare_biases(copy.graph, quantized, overridden)
+    return copy
 
 
 @contextmanager

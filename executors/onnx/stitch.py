@@ -31,6 +31,7 @@ def stitch_pieces(model: onnx.ModelProto, crossing: set[str], maker: dict[str, i
         for n in m.graph.node:
             by_name.setdefault(n.name, []).append((k, n))
     dropped: set[int] = set()
+    inits = [{t.name: t for t in m.graph.initializer} for m in done]
     for x in sorted(crossing):
         if f"{x}_convert_QuantizeLinear" in by_name:
             raise Unstitched(f"{x!r} changes quantized type where it crosses pieces")
@@ -43,6 +44,7 @@ def stitch_pieces(model: onnx.ModelProto, crossing: set[str], maker: dict[str, i
         kept = maker[x] if maker.get(x) in pairs else min(pairs)
         dropped |= {id(n) for k, n in [*pairs.items(), *dqs.items()] if k != kept}
         q, dq = pairs[kept], dqs[kept]
+        _same_parameters(x, kept, pairs, inits)
         _followed(x, q, done[kept + 1:], by_name)
         q_in = f"{x}_QuantizeLinear_Input" if x in outputs else x
         dq_out = x if x in outputs else f"{x}_DequantizeLinear_Output"
@@ -57,6 +59,25 @@ def stitch_pieces(model: onnx.ModelProto, crossing: set[str], maker: dict[str, i
     kept = _once([n for n in nodes if id(n) not in dropped])
     _dequantized_everywhere({i.name for i in model.graph.initializer}, kept)
     return _assemble(model, done, _ordered(kept))
+
+
+def _same_parameters(x: str, kept: int, pairs: dict[int, onnx.NodeProto],
+                     inits: list[dict[str, onnx.TensorProto]]) -> None:
+    """Raise Unstitched where a piece quantized the crossing `x` at another scale or zero point
+    than the kept pair's: what that piece computed from them (a reader's int32 bias) would not
+    be the whole graph's. (A tensor an op makes at its input's scale, such as a Reshape's
+    output, is quantized by its maker at that input's parameters, and by a reader at its own.)"""
+    def value(k: int, name: str) -> Any:
+        t = inits[k].get(name)
+        if t is None:
+            return name
+        return (t.data_type, tuple(t.dims), t.raw_data, tuple(t.float_data), tuple(t.int32_data),
+                tuple((e.key, e.value) for e in t.external_data))
+
+    want = [value(kept, n) for n in pairs[kept].input[1:]]
+    for k, q in pairs.items():
+        if [value(k, n) for n in q.input[1:]] != want:
+            raise Unstitched(f"{x!r} is quantized at other parameters where it crosses pieces")
 
 
 def _dequantized_everywhere(weights: set[str], nodes: list[onnx.NodeProto]) -> None:

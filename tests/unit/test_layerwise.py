@@ -220,16 +220,31 @@ def test_a_bias_read_in_several_pieces_gets_the_whole_graphs_copies(tmp_path: Pa
 
 
 def test_unshare_biases_names_copies_as_the_quantizer_does() -> None:
-    ln = [helper.make_node("LayerNormalization", [f"x{k}", "g", "b"], [f"y{k}"], name=f"n{k}")
-          for k in range(3)]
-    gemm = helper.make_node("Gemm", ["y2", "w", "b"], ["z"], name="gemm")
-    other = helper.make_node("Add", ["z", "b"], ["out"], name="add")  # not a bias: kept
-    inits = [numpy_helper.from_array(np.zeros(4, np.float32), n) for n in ("g", "b", "b12", "bx")]
-    graph = helper.make_graph([*ln, gemm, other], "g", [], [], inits)
-    assert layerwise.unshare_biases(graph) == 3
-    assert [n.input[2] for n in graph.node[:4]] == ["b", "b13", "b14", "b15"]
-    assert graph.node[4].input[1] == "b"
-    assert [i.name for i in graph.initializer] == ["g", "b", "b12", "bx", "b13", "b14", "b15"]
+    """Only the readers the quantizer quantizes count: the first of them keeps the bias (here
+    n1, as n0 stays float), the others get copies numbered after 'b12'; an Add reads it as an
+    addend, not a bias. A bias with a tensor override is quantized once as a weight: no copy.
+    A reader whose name another node has cannot be told apart, as the quantizer rewires by
+    name."""
+    def graph() -> onnx.GraphProto:
+        ln = [helper.make_node("LayerNormalization", [f"x{k}", "g", "b"], [f"y{k}"],
+                               name=f"n{k}") for k in range(3)]
+        gemm = helper.make_node("Gemm", ["y2", "w", "b"], ["z"], name="gemm")
+        other = helper.make_node("Add", ["z", "b"], ["out"], name="add")
+        inits = [numpy_helper.from_array(np.zeros(4, np.float32), n)
+                 for n in ("g", "b", "b12", "bx")]
+        return helper.make_graph([*ln, gemm, other], "g", [], [], inits)
+
+    g = graph()
+    assert layerwise.unshare_biases(g, lambda n: n.name != "n0", set()) == 2
+    assert [n.input[2] for n in g.node[:4]] == ["b", "b", "b13", "b14"]
+    assert g.node[4].input[1] == "b"
+    assert [i.name for i in g.initializer] == ["g", "b", "b12", "bx", "b13", "b14"]
+    g = graph()
+    assert layerwise.unshare_biases(g, lambda n: True, {"b"}) == 0
+    g = graph()
+    g.node[2].name = "n1"
+    with pytest.raises(layerwise.Unstitched, match="'n1'"):
+        layerwise.unshare_biases(g, lambda n: True, set())
 
 
 def test_an_op_that_follows_its_inputs_quantization_in_a_later_piece_is_quantized_so(
