@@ -53,7 +53,6 @@ class Layers:
     block: str
     pieces: list[Piece]
     infos: dict[str, onnx.ValueInfoProto]  # type and shape of each tensor, where known
-    in_order: bool = True  # the pieces' nodes stand piece after piece in the graph's order
 
 
 def weight_bytes(graph: onnx.GraphProto) -> int:
@@ -82,7 +81,7 @@ def cut(model: onnx.ModelProto, tags: list[str], mode: str) -> Layers | None:
         raise Unstitched("the graph has no repeated block (numbered modules) to cut at")
     parts = min(count, max(2, math.ceil(total / PIECE_BYTES)))
     where = assign(graph, index, parts)
-    return Layers(block, _pieces(graph, where, parts), value_infos(model), _in_order(graph, where))
+    return Layers(block, _pieces(graph, where, parts), value_infos(model))
 
 
 # inputs ONNX Runtime quantizes as int32 biases (scale: input scale x weight scale)
@@ -142,21 +141,6 @@ def _largest_suffix(names: dict[str, Any], prefix: str) -> int:
             except ValueError:
                 continue
     return largest
-
-
-def _in_order(graph: onnx.GraphProto, where: list[int]) -> bool:
-    """Whether every node that reads a tensor stands after every node of the earlier pieces
-    (a node that reads only initializers and constants aside: it reads no piece's tensor)."""
-    inits = {i.name for i in graph.initializer}
-    made_by_constants = {o for n in graph.node if n.op_type == "Constant" for o in n.output}
-    last = 0
-    for node, k in zip(graph.node, where, strict=True):
-        if all(x in inits or x in made_by_constants for x in used_names(node)):
-            continue
-        if k < last:
-            return False
-        last = k
-    return True
 
 
 def _pieces(graph: onnx.GraphProto, where: list[int], parts: int) -> list[Piece]:
@@ -298,19 +282,40 @@ def quantize(model: onnx.ModelProto, layers: Layers, where: Path,
     quantization (a Reshape, a Gather) quantizes its output only then, so a piece is told."""
     done: list[onnx.ModelProto] = []
     quantized: set[str] = set()
+    touched = _touched(model.graph, layers)
     for k, p in enumerate(layers.pieces):
         path = where / f".piece-{k}.onnx"
         float_piece = piece_model(model, layers, k)
         onnx.save_model(float_piece, str(path))
         names = {x for n in float_piece.graph.node for x in [*used_names(n), *n.output]}
         try:
-            told = quantized & set(p.inputs) if layers.in_order else set()
+            told = {x for x in quantized & set(p.inputs) if _first_here(touched[x], k)}
             done.append(piece(path, k, names | set(p.inputs), told))
         finally:
             _remove(where, f".piece-{k}.")
         quantized |= {n.name.removesuffix("_QuantizeLinear") for n in done[-1].graph.node
                       if n.op_type == "QuantizeLinear"}
     return stitch(model, layers, done)
+
+
+def _touched(graph: onnx.GraphProto, layers: Layers) -> dict[str, list[tuple[int, int]]]:
+    """For each tensor, where the nodes that make or read it stand: (position in the graph,
+    piece)."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for k, p in enumerate(layers.pieces):
+        for i in p.nodes:
+            node = graph.node[i]
+            for x in {*used_names(node), *node.output}:
+                out.setdefault(x, []).append((i, k))
+    return out
+
+
+def _first_here(touched: list[tuple[int, int]], k: int) -> bool:
+    """Whether every node of an earlier piece that makes or reads a tensor stands before the
+    first node of piece k that reads it: the whole graph's quantizer, which visits nodes in the
+    graph's order, then knows whether it is quantized when it reaches piece k's readers."""
+    here = [i for i, j in touched if j == k]
+    return bool(here) and all(i < min(here) for i, j in touched if j < k)
 
 
 def stitch(model: onnx.ModelProto, layers: Layers, done: list[onnx.ModelProto]
