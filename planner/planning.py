@@ -41,15 +41,21 @@ def plan_for(config: dict[str, Any], symbolic: bool = False,
     where planning's time goes (`plan_s`), if given."""
     t0 = time.perf_counter()
     check_config(config)
+    plan = _estimated(config, symbolic)
+    memory.check(plan, partial(_parts_that_fit, config, symbolic, memory.parts(plan)))
+    if timings is not None:
+        timings["plan_s"] = time.perf_counter() - t0
+    return plan
+
+
+def _estimated(config: dict[str, Any], symbolic: bool) -> Plan:
+    """Lowered, rewritten, keyed, its actions marked and its memory estimated."""
     plan = lower(config, symbolic)
     rules.rewrite(plan, config["planner"]["rules"])
     assign_keys(plan)
     module_perf.check_known_modules(plan, store_root(config))
     mark_actions(plan, store_root(config))
     memory.estimate(plan)
-    memory.check(plan, partial(_parts_that_fit, config, symbolic, memory.parts(plan)))
-    if timings is not None:
-        timings["plan_s"] = time.perf_counter() - t0
     return plan
 
 
@@ -71,11 +77,7 @@ def _parts_that_fit(config: dict[str, Any], symbolic: bool, now: int, cap: int) 
         tried = copy.deepcopy(config)
         tried["export"]["parts"] = count
         try:
-            plan = lower(tried, symbolic)
-            rules.rewrite(plan, tried["planner"]["rules"])
-            assign_keys(plan)
-            mark_actions(plan, store_root(tried))
-            memory.estimate(plan)
+            plan = _estimated(tried, symbolic)
         except Exception:  # noqa: BLE001 - not a language model, fewer layers than parts:
             return []  # no suggestion, and the refusal as it is
         if plan.memory and plan.memory["peak"] <= cap:

@@ -160,14 +160,19 @@ def _by_layers(staged: Staged, config: Any, whole: Any, four: dict[str, Any],
     return model, blocked
 
 
+def _registry_ops() -> set[str]:
+    """The op types quantize_static quantizes when it is given none."""
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    return {*QLinearOpsRegistry, *QDQRegistry}
+
+
 def _unshared(model: Any, config: Any) -> Any:
     """A copy of the staged graph whose shared biases are copied as the quantizer under
     `config` copies them (layerwise.unshare_biases), for the pieces: the readers it quantizes
     are those its node filter passes (quantize_static's op types, nodes to quantize and to
     exclude)."""
-    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
-
-    ops = set(config.op_types_to_quantize or [*QLinearOpsRegistry, *QDQRegistry])
+    ops = set(config.op_types_to_quantize or _registry_ops())
     only = set(config.nodes_to_quantize or [])
     exclude = set(config.nodes_to_exclude or [])
     overridden = set((config.extra_options or {}).get("TensorQuantOverrides", {}))
@@ -239,7 +244,6 @@ def _calibrated(staged: Staged, config: Any, model: Any) -> Path:
     import tempfile
 
     from onnxruntime.quantization.calibrate import create_calibrator, save_tensors_data
-    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
     extra = config.extra_options or {}
     unsupported = [k for k in ("SmoothQuant", "CalibStridedMinMax", "BlockSize") if extra.get(k)]
@@ -247,7 +251,7 @@ def _calibrated(staged: Staged, config: Any, model: Any) -> Path:
         raise ValueError(f"calibration with {', '.join(unsupported)} is not supported")
     options = {key: extra[name] for name, key in _CALIBRATION_OPTIONS if name in extra}
     ops = sorted({n.op_type for n in model.graph.node} if config.op_types_to_quantize
-                 else {*QLinearOpsRegistry, *QDQRegistry})
+                 else _registry_ops())
     what = json.dumps([str(config.calibrate_method), ops, options], sort_keys=True, default=str)
     cache = staged.path.with_name(
         f"{staged.path.name}.ranges-{hashlib.sha256(what.encode()).hexdigest()[:16]}.json")

@@ -67,16 +67,14 @@ def _same_parameters(x: str, kept: int, pairs: dict[int, onnx.NodeProto],
     than the kept pair's: what that piece computed from them (a reader's int32 bias) would not
     be the whole graph's. (A tensor an op makes at its input's scale, such as a Reshape's
     output, is quantized by its maker at that input's parameters, and by a reader at its own.)"""
-    def value(k: int, name: str) -> Any:
-        t = inits[k].get(name)
-        if t is None:
-            return name
-        return (t.data_type, tuple(t.dims), t.raw_data, tuple(t.float_data), tuple(t.int32_data),
-                tuple((e.key, e.value) for e in t.external_data))
+    def same(k: int, name: str, other: str) -> bool:
+        a, b = inits[kept].get(name), inits[k].get(other)
+        return _same(a, b) if a is not None and b is not None else name == other
 
-    want = [value(kept, n) for n in pairs[kept].input[1:]]
+    want = pairs[kept].input
     for k, q in pairs.items():
-        if [value(k, n) for n in q.input[1:]] != want:
+        if len(q.input) != len(want) or \
+                not all(same(k, a, b) for a, b in zip(want[1:], q.input[1:], strict=True)):
             raise Unstitched(f"{x!r} is quantized at other parameters where it crosses pieces")
 
 
@@ -171,13 +169,21 @@ def _assemble(model: onnx.ModelProto, done: list[onnx.ModelProto],
 
 
 def _same(a: onnx.TensorProto, b: onnx.TensorProto) -> bool:
-    """Do two tensors hold the same values? A saved weight's location names its digest."""
+    """Do two tensors hold the same values, whatever their names? A saved weight's location
+    names its digest."""
     if a.data_type != b.data_type or list(a.dims) != list(b.dims):
         return False
     if a.external_data or b.external_data:
         return [(e.key, e.value) for e in a.external_data] == \
             [(e.key, e.value) for e in b.external_data]
-    return a.SerializeToString(deterministic=True) == b.SerializeToString(deterministic=True)
+    return _unnamed(a) == _unnamed(b)
+
+
+def _unnamed(t: onnx.TensorProto) -> bytes:
+    copy = onnx.TensorProto()
+    copy.CopyFrom(t)
+    copy.name = ""
+    return copy.SerializeToString(deterministic=True)
 
 
 def _ordered(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
