@@ -121,10 +121,10 @@ def static_entries(layers: Any, seen: int, shape: list[int] | None = None,
     for i, part, value in layer_entries(layers):
         name = f"{prefix}.{i}.{part}"
         if shape is None or part not in CACHE.parts:
-            feed[name] = value.numpy()
+            feed[name] = value.float().numpy()
             continue
         buf = np.zeros([*value.shape[:2], shape[2], *value.shape[3:]], np.float32)
         if seen:
-            buf[:, :, :seen] = value.numpy()[:, :, :seen]
+            buf[:, :, :seen] = value[:, :, :seen].float().numpy()
         feed[name] = buf
     return feed

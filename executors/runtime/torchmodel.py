@@ -59,6 +59,19 @@ def load(source: Path, dtype: str = "float32") -> tuple[Any, dict[str, Any]]:
     return model.eval(), info
 
 
+def saved_narrow(source: Path) -> str | None:
+    """"bfloat16" when the resolved checkpoint was saved in bf16 (config.json's dtype), else
+    None. PyTorch's CPU kernels run a bf16 decoder as saved; fp16 has gaps there, so an fp16
+    checkpoint is run as fp32."""
+    from planner.models.specs import weights_dtype
+
+    ckpt = source_info(source)["checkpoint_dir"]
+    config = None if ckpt is None else Path(ckpt) / "config.json"
+    if config is None or not config.is_file():
+        return None
+    return "bfloat16" if weights_dtype(json.loads(config.read_text())) == "bfloat16" else None
+
+
 def default_language(model: Any) -> None:
     """A model whose forward reads its inputs' language from its config's default_language,
     which the config leaves unset (X-MOD's language adapters), gets the one language its config

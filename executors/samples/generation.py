@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +56,27 @@ def prompts(n: int, split: str, ckpt: Path | None, vocab: int, rng: np.random.Ge
 
 def lm_feeds(wanted: dict[str, dict[str, Any]], specs: list[dict[str, Any]], n: int,
              split: str, source: Path, ckpt: Path | None, rng: np.random.Generator) -> Got:
-    import torch
-
+    """The feeds from PyTorch's run of the checkpoint: as saved when that is bf16 (no fp32 copy
+    of its weights, made beside the stored ones while loading), else as fp32; fp32 also when a
+    bf16 run fails (an op PyTorch's CPU lacks). The graphs read the caches as fp32."""
     from executors.runtime import torchmodel
 
-    model, _ = torchmodel.load(source)
+    saved = torchmodel.saved_narrow(source)
+    if saved is not None:
+        state = rng.bit_generator.state
+        try:
+            return _lm_feeds(torchmodel.load(source, saved)[0], wanted, specs, n, split, ckpt,
+                             rng)
+        except (RuntimeError, NotImplementedError):
+            rng.bit_generator.state = state
+            gc.collect()
+    return _lm_feeds(torchmodel.load(source)[0], wanted, specs, n, split, ckpt, rng)
+
+
+def _lm_feeds(model: Any, wanted: dict[str, dict[str, Any]], specs: list[dict[str, Any]],
+              n: int, split: str, ckpt: Path | None, rng: np.random.Generator) -> Got:
+    import torch
+
     vocab = int(model.config.get_text_config().vocab_size)
     if "lm_prompt_mask" in wanted:
         length = wanted["lm_prompt_positions"]["shape"][1]
