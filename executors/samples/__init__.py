@@ -43,10 +43,8 @@ class Samples:
     """Feeds for one graph, made lazily per modality; `origin` says where each came from."""
 
     def __init__(self, specs: list[dict[str, Any]], split: str, seed: int = 0,
-                 source: Path | None = None, model: Any = None) -> None:
-        """`model`: the source's checkpoint loaded in PyTorch already, for a language model's
-        feeds to run on instead of loading another copy."""
-        self.specs, self.split, self.source, self.model = specs, split, source, model
+                 source: Path | None = None) -> None:
+        self.specs, self.split, self.source = specs, split, source
         self.rng = np.random.default_rng(seed + SEEDS[split])
         self.ckpt = checkpoint_dir(source)
         self.origins: dict[str, str] = {}
@@ -97,7 +95,7 @@ class Samples:
             return got.feeds
         if set(wanted) & set(generation.LM_KINDS):
             got = generation.lm_feeds(wanted, self.specs, n, self.split, self.source, self.ckpt,
-                                      self.rng, self.model) \
+                                      self.rng) \
                 if self.source is not None else generation.random_feeds(wanted, n, self.specs,
                                                                         self.rng)
             self.origins["lm"] = got.origin

@@ -55,28 +55,21 @@ def prompts(n: int, split: str, ckpt: Path | None, vocab: int, rng: np.random.Ge
 
 
 def lm_feeds(wanted: dict[str, dict[str, Any]], specs: list[dict[str, Any]], n: int,
-             split: str, source: Path, ckpt: Path | None, rng: np.random.Generator,
-             model: Any = None) -> Got:
-    """The feeds from PyTorch's run of the checkpoint: `model` when the caller holds it loaded
-    already (export: no second copy), else the checkpoint as saved when that is bf16 (no fp32
-    copy of its weights, made beside the stored ones while loading), else as fp32; fp32 also
-    when a 16-bit run fails (an op PyTorch's CPU lacks). The graphs read the caches as fp32."""
-    import torch
-
+             split: str, source: Path, ckpt: Path | None, rng: np.random.Generator) -> Got:
+    """The feeds from PyTorch's run of the checkpoint: as saved when that is bf16 (no fp32 copy
+    of its weights, made beside the stored ones while loading), else as fp32; fp32 also when a
+    bf16 run fails (an op PyTorch's CPU lacks). The graphs read the caches as fp32."""
     from executors.runtime import torchmodel
 
-    if model is None and (saved := torchmodel.saved_narrow(source)) is not None:
-        model = torchmodel.load(source, saved)[0]
-    if model is not None:
+    saved = torchmodel.saved_narrow(source)
+    if saved is not None:
         state = rng.bit_generator.state
         try:
-            return _lm_feeds(model, wanted, specs, n, split, ckpt, rng)
+            return _lm_feeds(torchmodel.load(source, saved)[0], wanted, specs, n, split, ckpt,
+                             rng)
         except (RuntimeError, NotImplementedError):
-            if next(model.parameters()).dtype == torch.float32:
-                raise
             rng.bit_generator.state = state
-        model = None
-        gc.collect()
+            gc.collect()
     return _lm_feeds(torchmodel.load(source)[0], wanted, specs, n, split, ckpt, rng)
 
 

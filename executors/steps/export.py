@@ -84,7 +84,7 @@ def _run(ctx: StepContext, dtype: str) -> StepResult:
     names = [s["name"] for s in specs]
     free_past = bool(p.get("dynamic")) and role.reads_cache
     module = graph_module(model, role, names, outputs, free_past)
-    samples = Samples(specs, "verify", source=ctx.inputs["model"], model=model)
+    samples = Samples(specs, "verify", source=ctx.inputs["model"])
     feed = samples.feeds(1)[0]
     args = tuple(torch.from_numpy(feed[n]) for n in names)
     traced = narrow.cast(args, kind)

@@ -56,10 +56,10 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-def _feeds(source: Path, model: Any = None) -> list[dict[str, np.ndarray]]:
+def _feeds(source: Path) -> list[dict[str, np.ndarray]]:
     vocab = json.loads((Path(json.loads((source / SOURCE).read_text())["checkpoint"])
                         / "config.json").read_text())["vocab_size"]
-    return Samples(_decode_specs(vocab), "calibration", source=source, model=model).feeds(4)
+    return Samples(_decode_specs(vocab), "calibration", source=source).feeds(4)
 
 
 def _widened(tmp: Path, source: Path) -> Path:
@@ -130,17 +130,3 @@ def test_an_fp16_or_fp32_checkpoint_runs_as_fp32(tmp_path: Path, loads: list[str
         feeds = _feeds(_source(tmp_path, dtype))
         assert all(v.dtype == np.float32 for k, v in feeds[0].items() if k.startswith("past"))
     assert loads == ["float32", "float32"]
-
-
-def test_a_model_the_caller_holds_is_run_not_loaded_again(tmp_path: Path,
-                                                         loads: list[str]) -> None:
-    """export holds the checkpoint loaded (as saved) to trace it: its check's feed runs it."""
-    source = _source(tmp_path, "bfloat16")
-    model = torchmodel.load(source, "bfloat16")[0]
-    loads.clear()
-    held = _feeds(source, model)
-    assert loads == []
-    loaded = _feeds(source)
-    assert loads == ["bfloat16"]
-    for got, want in zip(held, loaded, strict=True):
-        assert all(np.array_equal(got[k], want[k]) for k in want)
