@@ -26,7 +26,7 @@ import numpy as np
 
 from executors.generation import cache as static_cache
 from executors.generation import loop, modules
-from executors.generation.decoder_only import TorchLM
+from executors.generation.decoder_only import NoContinuation, TorchLM
 from executors.samples import media
 from executors.samples.text import Got, encoder_inputs, sentences, tokenizer
 from planner.models.roles import CACHE
@@ -67,9 +67,9 @@ def lm_feeds(wanted: dict[str, dict[str, Any]], specs: list[dict[str, Any]], n: 
         try:
             return _lm_feeds(torchmodel.load(source, saved)[0], wanted, specs, n, split, ckpt,
                              rng)
-        except (RuntimeError, NotImplementedError):
+        except (RuntimeError, NoContinuation):  # (a kernel missing on the one-token path)
             rng.bit_generator.state = state
-            gc.collect()
+        gc.collect()  # the bf16 model, out of the failure's frames now: gone before fp32 loads
     return _lm_feeds(torchmodel.load(source)[0], wanted, specs, n, split, ckpt, rng)
 
 
