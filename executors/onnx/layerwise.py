@@ -315,7 +315,10 @@ def _first_here(touched: list[tuple[int, int]], k: int) -> bool:
     first node of piece k that reads it: the whole graph's quantizer, which visits nodes in the
     graph's order, then knows whether it is quantized when it reaches piece k's readers."""
     here = [i for i, j in touched if j == k]
-    return bool(here) and all(i < min(here) for i, j in touched if j < k)
+    if not here:
+        return False
+    first = min(here)
+    return all(i < first for i, j in touched if j < k)
 
 
 def stitch(model: onnx.ModelProto, layers: Layers, done: list[onnx.ModelProto]
