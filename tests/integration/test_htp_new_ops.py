@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from filelock import FileLock
 
-from tests.checkpoints import TOKENIZER_FILES, minilm_dir
+from tests.checkpoints import TOKENIZER_FILES, minilm_dir, text_checkpoint
 from tests.conftest import shared_dir
 from tests.integration.conftest import run_json, step
 
@@ -109,3 +109,23 @@ def test_group_norm_scale_mul_is_accurate_on_htp(tmp_path, tmp_path_factory):
     record = _build(tmp_path, tmp_path_factory, "poolformer", "target=qnn_htp")
     assert step(record, "legalize")["metrics"]["rewrites"]["constant_first_muls"] == 9
     assert step(record, "verify")["metrics"]["cosine_mean"] >= 0.99
+
+
+def test_a_torch_export_llm_in_bf16_builds_for_htp(tmp_path, tmp_path_factory):
+    # torch.export's graphs index the boolean mask with a GatherND on constant index grids
+    # (compile failed on it) and take RMSNorm's rsqrt as Reciprocal(Sqrt), which HTP computed
+    # 41x low (prompt graph cosine 0.53 once it compiled)
+    ckpt = text_checkpoint(shared_dir(tmp_path_factory) / "ckpt-glm4-bf16", "Glm4ForCausalLM",
+                           "glm4", dtype="bfloat16", num_key_value_heads=1, head_dim=32,
+                           pad_token_id=0, bos_token_id=101, eos_token_id=102)
+    code, record, err = run_json(
+        "model=local_hf", f"model.path={ckpt}", "export=dynamo", "target=qnn_htp",
+        "quant=w8a16_pc", "quant.calibration.samples=4", "verify.samples=2", "perf=none",
+        "export.shapes.prefill_length=8", "export.shapes.context_length=32",
+        store=tmp_path / "store", outputs=tmp_path / "out")
+    assert code == 0, err
+    for graph in ("prefill", "decode"):
+        rewrites = step(record, f"{graph}.legalize")["metrics"]["rewrites"]
+        assert rewrites["gathernd"] == 1 and rewrites["reciprocals"] == 9  # 4 norms a layer, 1
+        assert step(record, f"{graph}.verify")["metrics"]["cosine_mean"] >= 0.99
+    assert step(record, "verify_generation")["metrics"]["cosine_mean"] >= 0.99

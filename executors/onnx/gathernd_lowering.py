@@ -1,0 +1,63 @@
+"""A GatherND whose indices are constant, as a Reshape and a Gather: the QNN EP's HTP builder
+declines GatherND in the form torch.export makes of a mask's advanced indexing (`mask[b, kv]`
+over index grids: the boolean attention mask of every `export=dynamo` LLM; measured on GLM-4's
+and Cohere 2's prompt graphs, onnxruntime-qnn 2.7.0).
+
+Exactly, on static shapes: with `batch_dims` 0, indices [..., k] address the first k axes of
+data [d0, ..., d(k-1), rest...]; each index tuple is one row of data reshaped to
+[d0 * ... * d(k-1), rest...], the row sum(i_j * stride_j) (negative indices counted from the
+end, as GatherND counts them), so a Gather on axis 0 by those rows gives the same
+[..., rest...] output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from executors.onnx.graph_edit import (
+    Emitter,
+    constants,
+    drop_unread_initializers,
+    replace,
+    static_shapes,
+)
+
+
+def rows(indices: np.ndarray, dims: list[int]) -> np.ndarray:
+    """The row of data flattened over its first k axes that each index tuple addresses."""
+    k = indices.shape[-1]
+    lead = np.asarray(dims[:k], np.int64)
+    wrapped = np.where(indices < 0, indices + lead, indices).astype(np.int64)
+    if np.any(wrapped < 0) or np.any(wrapped >= lead):
+        raise ValueError("an index is out of its axis' range")
+    strides = np.cumprod(np.concatenate([lead[1:], [1]])[::-1])[::-1]
+    return (wrapped * strides).sum(axis=-1)
+
+
+def lower_gathernds(model: onnx.ModelProto) -> int:
+    """Every GatherND with constant indices, batch_dims 0 and static data -> Reshape, Gather."""
+    consts = constants(model)
+    found = [n for n in model.graph.node if n.op_type == "GatherND" and n.input[1] in consts
+             and not any(a.name == "batch_dims" and a.i for a in n.attribute)]
+    if not found:
+        return 0
+    known = static_shapes(model, [n.input[0] for n in found])
+    count = 0
+    for node in found:
+        dims = known.get(node.input[0])
+        indices = np.asarray(consts[node.input[1]])
+        if not dims or None in dims or indices.ndim < 1 or indices.shape[-1] > len(dims):
+            continue
+        try:
+            flat = rows(indices, dims)
+        except ValueError:
+            continue  # ONNX Runtime reports it as the export's error, not this rewrite's
+        k = indices.shape[-1]
+        e = Emitter(model, node.name.rpartition("/")[0] + "/gathernd")
+        table = e.reshape(node.input[0], [int(np.prod(dims[:k])), *dims[k:]])
+        e.node("Gather", [table, e.const(flat, "rows")], node.output[0], axis=0)
+        replace(model, node, e.nodes)
+        drop_unread_initializers(model, [node.input[1]])
+        count += 1
+    return count
