@@ -217,7 +217,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.HEAVY}),
        tools=("torch", "transformers", "onnx"), outputs=("model", "hierarchy"),
        publish=("hierarchy",), headline=("opset_used",),
-       memory=Memory(weights=2.0, checkpoint=0.7, narrow=1.7)),
+       memory=Memory(weights=2.0, checkpoint=0.7, narrow=1.3)),
     Op("fix_shapes", 1, "fix the free axes of an exported graph to the target's static "
        "shapes (normalize then folds what became constant): one export for every target",
        params=("inputs",), inputs=("model",),
@@ -251,7 +251,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        requires=(Require(N.FORMAT, "eq", "onnx"), Require(N.HIERARCHY_MAP, role="hierarchy")),
        ensures=(Ensure(N.TAGGED),),
        traits=frozenset({T.IDEMPOTENT, T.WRITES_NODE_METADATA}),
-       tools=("onnx",), memory=Memory(weights=0.7)),
+       tools=("onnx",), memory=Memory(weights=1.0)),
     Op("quantize", 2, "QDQ static quantization (or float16 conversion)",
        params=("kind", "weight_type", "activation_type", "per_channel", "symmetric",
                "calibration", "profile", "overrides", "search", "block_size", "layerwise"),
@@ -360,7 +360,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.NEEDS_EP, T.HEAVY}),
        tools=("onnx", "onnxruntime", "onnxruntime-qnn"), outputs=("models",),
        chain_role="decode", delivers=("prefill",),
-       memory=Memory(weights=4.1, by_bits=((4, 2.9),))),
+       memory=Memory(weights=3.3, by_bits=((4, 2.9),))),
     Op("genai_stages", 1, "wrap a causal LM's two quantized graphs as onnxruntime-genai's "
        "decoder-pipeline stages over fixed key/value buffers (positions and mask from genai's "
        "past_seq_len, new entries written into the buffers) and compile each",
@@ -370,7 +370,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        traits=frozenset({T.NEEDS_EP, T.HEAVY}),
        tools=("onnx", "onnxruntime", "onnxruntime-qnn"), outputs=("models",),
        chain_role="decode", delivers=("prefill",),
-       memory=Memory(weights=3.3, by_bits=((4, 2.1),))),
+       memory=Memory(weights=1.8)),
     Op("verify_generation", 2, "the deliverable's greedy generation against PyTorch's on real "
        "prompts: token agreement, first divergence, logits cosine per step (and of its "
        "onnxruntime-genai stages where it has them)",
@@ -380,7 +380,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("torch", "transformers", "onnxruntime", "onnxruntime-qnn"),
        outputs=("metrics",), chain_role="candidate",
        headline=("token_agreement", "first_divergence", "cosine_mean"),
-       memory=Memory(weights=2.3), dropped_by="verify=none"),
+       memory=Memory(weights=2.6), dropped_by="verify=none"),
     Op("generate_loop", 1, "export an encoder-decoder's greedy decoding as one ONNX graph (the "
        "decoder in a Loop) and open it through the session cache, cold and warm",
        params=("encoder_inputs", "decoder_length", "start", "pad", "masked", "opset"),
