@@ -1,7 +1,7 @@
 """A GatherND whose indices are constant, as a Reshape and a Gather: the QNN EP's HTP builder
 declines GatherND in the form torch.export makes of a mask's advanced indexing (`mask[b, kv]`
-over index grids: the boolean attention mask of every `export=dynamo` LLM; measured on GLM-4's
-and Cohere 2's prompt graphs, onnxruntime-qnn 2.7.0).
+over index grids: the boolean attention mask of GLM-4's and Cohere 2's graphs exported with
+`export=dynamo`, measured with onnxruntime-qnn 2.7.0).
 
 Exactly, on static shapes: with `batch_dims` 0, indices [..., k] address the first k axes of
 data [d0, ..., d(k-1), rest...]; each index tuple is one row of data reshaped to
@@ -54,10 +54,10 @@ def lower_gathernds(model: onnx.ModelProto) -> int:
         except ValueError:
             continue  # ONNX Runtime reports it as the export's error, not this rewrite's
         k = indices.shape[-1]
-        e = Emitter(model, node.name.rpartition("/")[0] + "/gathernd")
+        e = Emitter(model, node.name or node.output[0])  # names unique to the node
         table = e.reshape(node.input[0], [int(np.prod(dims[:k])), *dims[k:]])
         e.node("Gather", [table, e.const(flat, "rows")], node.output[0], axis=0)
         replace(model, node, e.nodes)
-        drop_unread_initializers(model, [node.input[1]])
+        drop_unread_initializers(model, list(node.input))  # constant data: its reshaped copy
         count += 1
     return count

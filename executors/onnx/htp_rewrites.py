@@ -180,13 +180,22 @@ def decompose_reduce_l2(model: onnx.ModelProto) -> int:
 def reciprocals_as_divs(model: onnx.ModelProto) -> int:
     """Reciprocal(x) -> Div(1, x): HTP's 16-bit Reciprocal of small inputs is wrong (measured:
     the rsqrt of torch.export's RMSNorm, Reciprocal(Sqrt), on GLM-4's tiny checkpoint gave
-    1.43 for 58.5, 41x low, and the prompt graph's logits cosine 0.44); its Div is right, and
-    TorchScript exports rsqrt as that Div."""
+    1.43 for 58.5, 41x low, and the prompt graph's cosine 0.53); its Div is right, and
+    TorchScript exports rsqrt as that Div. The constant 1 takes the input's type (inferred
+    where an earlier rewrite left it unsaid); a node whose input type stays unknown is left."""
     count = 0
+    found = [n for n in model.graph.node if n.op_type == "Reciprocal"]
     types = elem_types(model)
-    for node in [n for n in model.graph.node if n.op_type == "Reciprocal"]:
+    if any(n.input[0] not in types for n in found):
+        try:
+            types = elem_types(onnx.shape_inference.infer_shapes(model))
+        except ValueError:  # over protobuf's 2 GB: the types the graph says are all there are
+            pass
+    for node in found:
+        if not types.get(node.input[0]):
+            continue
         base = node.name or node.output[0]
-        dtype = helper.tensor_dtype_to_np_dtype(types.get(node.input[0], TensorProto.FLOAT))
+        dtype = helper.tensor_dtype_to_np_dtype(types[node.input[0]])
         model.graph.initializer.append(numpy_helper.from_array(np.array(1, dtype), f"{base}/one"))
         replace(model, node, [helper.make_node("Div", [f"{base}/one", node.input[0]],
                                                list(node.output), name=f"{base}/as_Div")])

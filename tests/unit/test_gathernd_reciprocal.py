@@ -51,6 +51,40 @@ def test_gathernd_on_constant_indices_is_a_reshape_and_a_gather(dims, indices):
     np.testing.assert_array_equal(got, want)
 
 
+def test_two_gathernds_in_one_scope_and_one_on_constant_data():
+    # each lowering's names are its node's own: two in one name scope must not collide
+    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    nodes = [helper.make_node("GatherND", ["x", "i1"], ["a"], name="/m/GatherND_2"),
+             helper.make_node("GatherND", ["x", "i2"], ["b"], name="/m/GatherND_3"),
+             helper.make_node("GatherND", ["table", "i3"], ["c"], name="/m/GatherND_4"),
+             helper.make_node("Add", ["a", "b"], ["ab"]),
+             helper.make_node("Add", ["ab", "c"], ["y"])]
+    model = _model(nodes, (TensorProto.FLOAT, [2, 3, 4]), [
+        numpy_helper.from_array(np.array([[1, 2], [0, -1]], np.int64), "i1"),
+        numpy_helper.from_array(np.array([[0, 0], [1, 1]], np.int64), "i2"),
+        numpy_helper.from_array(np.array([[-1, 2]], np.int64).repeat(2, 0), "i3"),
+        numpy_helper.from_array(data, "table")])
+    x = np.random.default_rng(2).standard_normal((2, 3, 4)).astype(np.float32)
+    want = _run(model, x)
+    assert lower_gathernds(model) == 3
+    onnx.checker.check_model(model)  # unique names, every input defined
+    assert {i.name for i in model.graph.initializer} & {"i1", "i2", "i3", "table"} == set()
+    np.testing.assert_array_equal(_run(model, x), want)
+
+
+def test_gathernd_of_rank_one_indices_and_every_axis_indexed():
+    for indices, dims in ((np.array([1], np.int64), [3, 4]),
+                          (np.array([[2, 0, 1], [0, 3, 4]], np.int64), [3, 4, 5])):
+        model = _model([helper.make_node("GatherND", ["x", "idx"], ["y"], name="/g")],
+                       (TensorProto.FLOAT, dims), [numpy_helper.from_array(indices, "idx")])
+        x = np.random.default_rng(3).standard_normal(dims).astype(np.float32)
+        want = _run(model, x)
+        assert lower_gathernds(model) == 1
+        got = _run(model, x)
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
 def test_gathernd_left_alone_where_it_cannot_be_lowered_exactly():
     batch = _model([helper.make_node("GatherND", ["x", "idx"], ["y"], batch_dims=1)],
                    (TensorProto.FLOAT, [2, 3]), [numpy_helper.from_array(

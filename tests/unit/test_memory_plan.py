@@ -103,7 +103,7 @@ def test_a_bf16_checkpoint_counts_its_parameters_as_an_fp32_one_of_twice_its_byt
     a, b = peaks(fp32), peaks(bf16)
     # export traces the checkpoint as saved, in bf16, its check's feeds from PyTorch's bf16
     # run (llm_bench: Qwen3-0.6B's shape 3.81 GiB step RSS, 5.97 when it converted the model to
-    # fp32 first; Llama-3.2-1B's 7.55 GB): 1.3x the fp32 weights and the stored checkpoint;
+    # fp32 first; Llama-3.2-1B's 7.55 GB): 1.3x the fp32 weights and 0.7x the stored checkpoint;
     # normalize reads the fp32 graph
     assert b["prefill.export"] < a["prefill.export"]
     assert b["prefill.export"] - memory.RUNTIME == pytest.approx(
