@@ -66,23 +66,40 @@ PARTS_TRIED = (2, 4, 8, 16, 32)
 
 def _parts_that_fit(config: dict[str, Any], symbolic: bool, now: int, cap: int) -> list[str]:
     """The fewest export.parts (of PARTS_TRIED, more than the `now` planned) whose plan fits
-    `cap`, as a setting that names the peak it plans; none for a model export.parts cannot
-    cut, or on a target that does not compile (there parts change the deliverable's layout and
-    hold no less memory)."""
+    `cap`, as a setting that names the peak it plans; else the fewest that fit once the checks
+    over `cap` are left out (parts do not lower a check that loads the whole deliverable beside
+    PyTorch's model), with the overrides that leave them out. None for a model export.parts
+    cannot cut, or on a target that does not compile (there parts change the deliverable's
+    layout and hold no less memory)."""
     import copy
 
     if not of_config(config["target"]).compiles:
         return []
+    without_checks: list[str] = []
     for count in (n for n in PARTS_TRIED if n > now):
         tried = copy.deepcopy(config)
         tried["export"]["parts"] = count
         try:
             plan = _estimated(tried, symbolic)
         except Exception:  # noqa: BLE001 - not a language model, fewer layers than parts:
-            return []  # no suggestion, and the refusal as it is
+            return without_checks  # no other suggestion, and the refusal as it is
         if plan.memory and plan.memory["peak"] <= cap:
             return [f"export.parts={count} (its peak ~{human_bytes(plan.memory['peak'])})"]
-    return []
+        without_checks = without_checks or _parts_without_checks(plan, count, cap)
+    return without_checks
+
+
+def _parts_without_checks(plan: Plan, count: int, cap: int) -> list[str]:
+    """`export.parts=count` with the overrides that leave out the checks over `cap`, if every
+    step over it is such a check and the rest fit (the setting names the peak left)."""
+    running = [s for s in plan.live() if s.action == "run" and s.memory is not None]
+    over = [s for s in running if memory.COORDINATOR + s.memory > cap]
+    drops = sorted({s.decl.dropped_by for s in over})
+    if not over or not all(drops):
+        return []
+    rest = max((s.memory for s in running if s.decl.dropped_by not in drops), default=0)
+    return [f"export.parts={count} {' '.join(drops)} "
+            f"(its peak ~{human_bytes(memory.COORDINATOR + rest)})"]
 
 
 def mark_actions(plan: Plan, root: Path) -> None:

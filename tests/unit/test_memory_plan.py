@@ -191,6 +191,26 @@ def test_a_language_model_over_the_limit_is_told_the_parts_that_fit(tmp_path: Pa
     assert "export.parts" not in got.value.lines[0]
 
 
+def test_parts_that_fit_only_without_the_checks_are_named_with_them(tmp_path: Path) -> None:
+    """Parts lower the compile, not the checks that load the whole deliverable beside PyTorch's
+    model: under a limit that only those checks pass, the refusal names the parts together with
+    the override that leaves the checks out, and that setting is planned within the limit."""
+    ckpt = checkpoint(tmp_path, "lm", 1280 * MB, num_hidden_layers=8, torch_dtype="bfloat16")
+    htp = ["target=qnn_htp", "quant=w8a16_pc"]
+    cut = peaks(plan(ckpt, *htp, "export.parts=2"))
+    checks = {k for k in cut if k.split(".")[-1].startswith("verify")}
+    rest = memory.COORDINATOR + max(v for k, v in cut.items() if k not in checks)
+    assert memory.COORDINATOR + max(cut[k] for k in checks) > rest  # the checks need more
+    with pytest.raises(PlanError) as got:
+        plan(ckpt, *htp, f"run.max_memory={rest}")
+    (line,) = got.value.lines
+    assert "set export.parts=2 verify=none (its peak ~" in line
+    plan(ckpt, *htp, f"run.max_memory={rest}", "export.parts=2", "verify=none")
+    with pytest.raises(PlanError) as got:  # below what the rest needs: no parts named
+        plan(ckpt, *htp, f"run.max_memory={rest - 2**20}")
+    assert "export.parts" not in got.value.lines[0]
+
+
 def test_the_limit_is_not_written_into_the_plan(tmp_path: Path, monkeypatch: Any) -> None:
     ckpt = checkpoint(tmp_path, "lm", 40 * MB)
     overrides = ["model=local_hf", f"model.path={ckpt}", "target=cpu", "quant=none"]
