@@ -98,8 +98,8 @@ def _parts_without_checks(plan: Plan, count: int, cap: int) -> list[str]:
     if not over or not all(drops):
         return []
     rest = max((s.memory for s in running if s.decl.dropped_by not in drops), default=0)
-    return [f"export.parts={count} {' '.join(drops)} "
-            f"(its peak ~{human_bytes(memory.COORDINATOR + rest)})"]
+    peak = human_bytes(memory.COORDINATOR + rest)
+    return [f"export.parts={count} {' '.join(drops)} (its peak ~{peak})"]
 
 
 def mark_actions(plan: Plan, root: Path) -> None:
