@@ -7,7 +7,7 @@ A rewrite takes a model and returns how many places it changed (the Erf GELU fol
 new model too). executors/steps/legalize.py applies them in REWRITES order. The general
 lowerings live beside it: einsum_lowering (any Einsum), col2im_lowering (F.fold),
 index_chains (F.unfold's rank-6 chain), gathernd_lowering (GatherND on constant indices),
-htp_pooling (pooling forms HTP gets wrong).
+cumsum_lowering (a float CumSum), htp_pooling (pooling forms HTP gets wrong).
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 from executors.onnx import (
     col2im_lowering,
+    cumsum_lowering,
     einsum_lowering,
     empty_tensors,
     gathernd_lowering,
     htp_pooling,
     index_chains,
 )
-from executors.onnx.graph_edit import constants, drop_dead, elem_types, replace, shapes
+from executors.onnx.graph_edit import Emitter, constants, drop_dead, elem_types, replace, shapes
 from executors.onnx.htp_ops import fix, lacks, scope
 
 HUGE = -1e30           # a constant at or below this is a mask sentinel (-inf, float-min)
@@ -203,6 +204,33 @@ def reciprocals_as_divs(model: onnx.ModelProto) -> int:
     return count
 
 
+# log1p(u) = 2 atanh(z), z = u / (2 + u): 2 (z + z^3/3 + ... + z^9/9), within 1.1e-6 for u <= 1
+LOG1P_SERIES = (2 / 9, 2 / 7, 2 / 5, 2 / 3, 2.0)
+
+
+def softplus_composed(model: onnx.ModelProto) -> int:
+    """Softplus(x) -> Relu(x) + log1p(Exp(-|x|)), the log1p as its odd series in
+    z = u / (2 + u): HTP has no Softplus (the state-space layers of Mamba and its hybrids take
+    their step size through it), and its 16-bit Log of inputs near 1 is wrong (log(0.998) came
+    out as the bottom of its range, for every input: measured on Mamba-2, whose step sizes are
+    mostly below 0.01: with each Log form tried its recurrent state came out zero or constant)."""
+    count = 0
+    for node in [n for n in model.graph.node if n.op_type == "Softplus"]:
+        e = Emitter(model, node.name or node.output[0])
+        x = node.input[0]
+        u = e.node("Exp", [e.node("Neg", [e.node("Abs", [x])])])
+        z = e.node("Div", [u, e.node("Add", [e.const(np.array(2, np.float32), "two"), u])])
+        z2 = e.node("Mul", [z, z])
+        acc = e.const(np.array(LOG1P_SERIES[0], np.float32), "c")
+        for c in LOG1P_SERIES[1:]:
+            acc = e.node("Add", [e.const(np.array(c, np.float32), "c"), e.node("Mul", [z2, acc])])
+        log1p = e.node("Mul", [z, acc])
+        e.node("Add", [e.node("Relu", [x]), log1p], node.output[0])
+        replace(model, node, e.nodes)
+        count += 1
+    return count
+
+
 def einsum_to_matmul(model: onnx.ModelProto) -> int:
     """A two-operand Einsum that is a batched matrix product ('...ij,...jk->...ik' up to which
     operand is transposed) -> MatMul, with a Transpose of the last two axes where needed
@@ -318,10 +346,10 @@ REWRITES: tuple[tuple[str, Rewrite], ...] = (
     ("mask_wheres", rewrite_mask_wheres), ("clamp_constants", clamp_constants),
     ("isnan_guards", drop_isnan_guards), ("float_wheres", rewrite_float_wheres),
     ("erf_gelu", fuse_erf_gelu), ("reduce_l2", decompose_reduce_l2),
-    ("reciprocals", reciprocals_as_divs),
+    ("reciprocals", reciprocals_as_divs), ("softplus", softplus_composed),
     ("einsum", einsum_to_matmul), ("einsum_general", einsum_lowering.lower_einsums),
     ("col2im", col2im_lowering.lower_col2ims), ("index_chains", index_chains.fold_index_chains),
-    ("gathernd", gathernd_lowering.lower_gathernds),
+    ("gathernd", gathernd_lowering.lower_gathernds), ("cumsum", cumsum_lowering.lower_cumsums),
     ("max_pool_pads", htp_pooling.pad_max_pools),
     ("empty_concat_inputs", empty_tensors.drop_empty_concat_inputs),
     ("covering_average_pools", htp_pooling.global_average_pools),

@@ -2,7 +2,9 @@
 stages over fixed key/value buffers (executors/generation/stages.py), each compiled into an
 EPContext model of its own (a context binary shared by both does not load on this host's HTP
 simulator: executors/runtime/shared_context.py), then opened and run once here in a child
-process. The bundle delivers them beside its graphs and names them in genai_config.json."""
+process. The bundle delivers them beside its graphs and names them in genai_config.json. Graphs
+genai's pipeline does not feed (a layer's recurrent state, which only the export finds) get
+none: the step says why, and the bundle is run with `modelplan generate`."""
 
 from __future__ import annotations
 
@@ -26,9 +28,9 @@ def run(ctx: StepContext) -> StepResult:
     graphs = prompt_and_token(list(ctx.inputs))
     specs = {g: [s["name"] for s in io_specs(ctx.input_model(g))[0]] for g in graphs}
     why_not = genai_stages_not(None, specs)  # the plan checked the cache's geometry
-    if why_not:
-        raise ctx.fail(f"genai's pipeline stages: {why_not}", "re-plan the build (modelplan "
-                       "plan): the plan stages only graphs genai's pipeline feeds")
+    if why_not:  # a layer's recurrent state, which the export found and the plan cannot see
+        ctx.progress(f"  no genai stages: {why_not}")
+        return StepResult(metrics={"stages": None, "why_not": why_not, "reads": list(graphs)})
     staged = ctx.out / ".sources"  # each stage graph, the weights beside them
     staged.mkdir()
     token = onnx.load(str(ctx.input_model(graphs[1])), load_external_data=False)
