@@ -1,5 +1,5 @@
-"""Graph rewrites for what QNN HTP rejects or computes wrongly, each exact on fp32 and each
-measured on the HTP simulator (onnxruntime-qnn 2.7.0, ORT 1.32), and the checks that find what
+"""Graph rewrites for what QNN HTP rejects or computes wrongly, each exact on fp32 (or within
+its rounding) and each measured on the HTP simulator (onnxruntime-qnn 2.7.0, ORT 1.32), and the checks that find what
 is left (the `legal_for` fact's checker): any op outside the QNN EP's HTP table (htp_ops), mask
 sentinels, float Wheres, dilated pooling.
 
@@ -7,7 +7,8 @@ A rewrite takes a model and returns how many places it changed (the Erf GELU fol
 new model too). executors/steps/legalize.py applies them in REWRITES order. The general
 lowerings live beside it: einsum_lowering (any Einsum), col2im_lowering (F.fold),
 index_chains (F.unfold's rank-6 chain), gathernd_lowering (GatherND on constant indices),
-cumsum_lowering (a float CumSum), htp_pooling (pooling forms HTP gets wrong).
+cumsum_lowering (a float CumSum), htp_pooling (pooling forms HTP gets wrong), htp_math
+(Reciprocal, Softplus).
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from executors.onnx import (
     einsum_lowering,
     empty_tensors,
     gathernd_lowering,
+    htp_math,
     htp_pooling,
     index_chains,
 )
-from executors.onnx.graph_edit import Emitter, constants, drop_dead, elem_types, replace, shapes
+from executors.onnx.graph_edit import constants, drop_dead, elem_types, replace, shapes
 from executors.onnx.htp_ops import fix, lacks, scope
 
 HUGE = -1e30           # a constant at or below this is a mask sentinel (-inf, float-min)
@@ -178,59 +180,6 @@ def decompose_reduce_l2(model: onnx.ModelProto) -> int:
     return count
 
 
-def reciprocals_as_divs(model: onnx.ModelProto) -> int:
-    """Reciprocal(x) -> Div(1, x): HTP's 16-bit Reciprocal of small inputs is wrong (measured:
-    the rsqrt of torch.export's RMSNorm, Reciprocal(Sqrt), on GLM-4's tiny checkpoint gave
-    1.43 for 58.5, 41x low, and the prompt graph's cosine 0.53); its Div is right, and
-    TorchScript exports rsqrt as that Div. The constant 1 takes the input's type (inferred
-    where an earlier rewrite left it unsaid); a node whose input type stays unknown is left."""
-    count = 0
-    found = [n for n in model.graph.node if n.op_type == "Reciprocal"]
-    types = elem_types(model)
-    if any(n.input[0] not in types for n in found):
-        try:
-            types = elem_types(onnx.shape_inference.infer_shapes(model))
-        except ValueError:  # over protobuf's 2 GB: the types the graph says are all there are
-            pass
-    for node in found:
-        if not types.get(node.input[0]):
-            continue
-        base = node.name or node.output[0]
-        dtype = helper.tensor_dtype_to_np_dtype(types[node.input[0]])
-        model.graph.initializer.append(numpy_helper.from_array(np.array(1, dtype), f"{base}/one"))
-        replace(model, node, [helper.make_node("Div", [f"{base}/one", node.input[0]],
-                                               list(node.output), name=f"{base}/as_Div")])
-        count += 1
-    return count
-
-
-# log1p(u) = 2 atanh(z), z = u / (2 + u): 2 (z + z^3/3 + ... + z^9/9), within 1.1e-6 for u <= 1
-LOG1P_SERIES = (2 / 9, 2 / 7, 2 / 5, 2 / 3, 2.0)
-
-
-def softplus_composed(model: onnx.ModelProto) -> int:
-    """Softplus(x) -> Relu(x) + log1p(Exp(-|x|)), the log1p as its odd series in
-    z = u / (2 + u): HTP has no Softplus (the state-space layers of Mamba and its hybrids take
-    their step size through it), and its 16-bit Log of inputs near 1 is wrong (log(0.998) came
-    out as the bottom of its range, for every input: measured on Mamba-2, whose step sizes are
-    mostly below 0.01: with each Log form tried its recurrent state came out zero or constant)."""
-    count = 0
-    for node in [n for n in model.graph.node if n.op_type == "Softplus"]:
-        e = Emitter(model, node.name or node.output[0])
-        x = node.input[0]
-        u = e.node("Exp", [e.node("Neg", [e.node("Abs", [x])])])
-        z = e.node("Div", [u, e.node("Add", [e.const(np.array(2, np.float32), "two"), u])])
-        z2 = e.node("Mul", [z, z])
-        acc = e.const(np.array(LOG1P_SERIES[0], np.float32), "c")
-        for c in LOG1P_SERIES[1:]:
-            acc = e.node("Add", [e.const(np.array(c, np.float32), "c"), e.node("Mul", [z2, acc])])
-        log1p = e.node("Mul", [z, acc])
-        e.node("Add", [e.node("Relu", [x]), log1p], node.output[0])
-        replace(model, node, e.nodes)
-        count += 1
-    return count
-
-
 def einsum_to_matmul(model: onnx.ModelProto) -> int:
     """A two-operand Einsum that is a batched matrix product ('...ij,...jk->...ik' up to which
     operand is transposed) -> MatMul, with a Transpose of the last two axes where needed
@@ -320,6 +269,28 @@ def tile_batch_constants(model: onnx.ModelProto) -> int:
     return count
 
 
+def unit_muls(model: onnx.ModelProto) -> int:
+    """Mul(c, x) by a constant of ones that does not widen x -> Identity (exact): an untrained
+    norm's weight (every tiny random checkpoint's). HTP computed Hunyuan's query norm's
+    Mul(ones[32], x[1,2,8,32]) as something else, silently (cosine -0.28; its constant all at
+    the top code of its 16-bit range)."""
+    consts = constants(model)
+    known = shapes(model)
+    count = 0
+    for node in [n for n in model.graph.node if n.op_type == "Mul" and len(n.input) == 2]:
+        for c, x in ((0, 1), (1, 0)):
+            value = consts.get(node.input[c])
+            out, other = known.get(node.output[0]), known.get(node.input[x])
+            if value is None or node.input[x] in consts or not out or out != other \
+                    or None in out or value.size == 0 or not np.all(value == 1):
+                continue
+            replace(model, node, [helper.make_node("Identity", [node.input[x]],
+                                                   list(node.output), name=node.name)])
+            count += 1
+            break
+    return count
+
+
 def constant_first_muls(model: onnx.ModelProto) -> int:
     """Mul(x, c) over a constant c of more than one value becomes Mul(c, x) (exact: the
     product commutes). HTP computes the QDQ Mul with the per-channel constant second wrongly
@@ -346,7 +317,7 @@ REWRITES: tuple[tuple[str, Rewrite], ...] = (
     ("mask_wheres", rewrite_mask_wheres), ("clamp_constants", clamp_constants),
     ("isnan_guards", drop_isnan_guards), ("float_wheres", rewrite_float_wheres),
     ("erf_gelu", fuse_erf_gelu), ("reduce_l2", decompose_reduce_l2),
-    ("reciprocals", reciprocals_as_divs), ("softplus", softplus_composed),
+    ("reciprocals", htp_math.reciprocals_as_divs), ("softplus", htp_math.softplus_composed),
     ("einsum", einsum_to_matmul), ("einsum_general", einsum_lowering.lower_einsums),
     ("col2im", col2im_lowering.lower_col2ims), ("index_chains", index_chains.fold_index_chains),
     ("gathernd", gathernd_lowering.lower_gathernds), ("cumsum", cumsum_lowering.lower_cumsums),
@@ -354,7 +325,7 @@ REWRITES: tuple[tuple[str, Rewrite], ...] = (
     ("empty_concat_inputs", empty_tensors.drop_empty_concat_inputs),
     ("covering_average_pools", htp_pooling.global_average_pools),
     ("unshare_weights", unshare_weights),
-    ("batch_constants", tile_batch_constants),
+    ("batch_constants", tile_batch_constants), ("unit_muls", unit_muls),
     ("constant_first_muls", constant_first_muls),
 )
 

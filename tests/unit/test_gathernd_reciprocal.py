@@ -11,7 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from executors.onnx import htp_ops
 from executors.onnx.gathernd_lowering import lower_gathernds
-from executors.onnx.htp_rewrites import REWRITES, reciprocals_as_divs, violations
+from executors.onnx.htp_math import reciprocals_as_divs
+from executors.onnx.htp_rewrites import REWRITES, violations
 
 
 def _model(nodes: list[onnx.NodeProto], x: tuple[int, list[int]], inits: list) -> onnx.ModelProto:

@@ -63,3 +63,20 @@ def test_scalars_constant_first_and_two_activations_are_kept():
 
 def test_rewrite_runs_in_the_htp_legalizer():
     assert ("constant_first_muls", constant_first_muls) in REWRITES
+
+
+def test_a_mul_by_ones_that_widens_nothing_becomes_an_identity() -> None:
+    from executors.onnx.htp_rewrites import unit_muls
+
+    x = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
+    ones = np.ones([1, 1, 1, 3], np.float32)  # an untrained norm's weight, broadcast in
+    model = onnx.shape_inference.infer_shapes(_model("c", "h", ones))
+    want = _run(model, x)
+    assert unit_muls(model) == 1
+    assert [n.op_type for n in model.graph.node] == ["Relu", "Identity"]
+    np.testing.assert_array_equal(_run(model, x), want)
+    assert ("unit_muls", unit_muls) in REWRITES
+    # not where the ones widen the output, nor for a constant of other values
+    for scale in (np.ones([2, 8, 3, 3], np.float32), np.full([1, 1, 1, 3], 2.0, np.float32)):
+        other = onnx.shape_inference.infer_shapes(_model("c", "h", scale))
+        assert unit_muls(other) == 0

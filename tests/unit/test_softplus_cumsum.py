@@ -12,7 +12,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from executors.onnx.cumsum_lowering import lower_cumsums
-from executors.onnx.htp_rewrites import REWRITES, softplus_composed, violations
+from executors.onnx.htp_math import softplus_composed
+from executors.onnx.htp_rewrites import REWRITES, violations
 
 
 def _model(node: onnx.NodeProto, dims: list[int], inits: list | None = None) -> onnx.ModelProto:

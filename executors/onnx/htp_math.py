@@ -1,0 +1,68 @@
+"""Element-wise functions HTP lacks or computes wrongly, composed of operators it computes
+right (each measured on the HTP simulator, onnxruntime-qnn 2.7.0; executors/onnx/htp_rewrites.py
+applies them in its REWRITES order): Reciprocal as a Div, Softplus without a Log near 1."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from executors.onnx.graph_edit import Emitter, elem_types, replace
+
+
+def reciprocals_as_divs(model: onnx.ModelProto) -> int:
+    """Reciprocal(x) -> Div(1, x): HTP's 16-bit Reciprocal of small inputs is wrong (measured:
+    the rsqrt of torch.export's RMSNorm, Reciprocal(Sqrt), on GLM-4's tiny checkpoint gave
+    1.43 for 58.5, 41x low, and the prompt graph's cosine 0.53); its Div is right, and
+    TorchScript exports rsqrt as that Div. The constant 1 takes the input's type (inferred
+    where an earlier rewrite left it unsaid); a node whose input type stays unknown is left."""
+    count = 0
+    found = [n for n in model.graph.node if n.op_type == "Reciprocal"]
+    types = elem_types(model)
+    if any(n.input[0] not in types for n in found):
+        try:
+            types = elem_types(onnx.shape_inference.infer_shapes(model))
+        except ValueError:  # over protobuf's 2 GB: the types the graph says are all there are
+            pass
+    for node in found:
+        if not types.get(node.input[0]):
+            continue
+        base = node.name or node.output[0]
+        dtype = helper.tensor_dtype_to_np_dtype(types[node.input[0]])
+        model.graph.initializer.append(numpy_helper.from_array(np.array(1, dtype), f"{base}/one"))
+        replace(model, node, [helper.make_node("Div", [f"{base}/one", node.input[0]],
+                                               list(node.output), name=f"{base}/as_Div")])
+        count += 1
+    return count
+
+
+# log1p(u) = 2 atanh(z), z = u / (2 + u): 2 (z + z^3/3 + ... + z^9/9), within 1.1e-6 for u <= 1
+LOG1P_SERIES = (2 / 9, 2 / 7, 2 / 5, 2 / 3, 2.0)
+
+
+# log1p(u) = 2 atanh(z), z = u / (2 + u): 2 (z + z^3/3 + ... + z^9/9), within 1.1e-6 for u <= 1
+LOG1P_SERIES = (2 / 9, 2 / 7, 2 / 5, 2 / 3, 2.0)
+
+
+def softplus_composed(model: onnx.ModelProto) -> int:
+    """Softplus(x) -> Relu(x) + log1p(Exp(-|x|)), the log1p as its odd series in
+    z = u / (2 + u): HTP has no Softplus (the state-space layers of Mamba and its hybrids take
+    their step size through it), and its 16-bit Log of inputs near 1 is wrong (log(0.998) came
+    out as the bottom of its range, for every input: measured on Mamba-2, whose step sizes are
+    mostly below 0.01: with each Log form tried its recurrent state came out zero or constant)."""
+    count = 0
+    for node in [n for n in model.graph.node if n.op_type == "Softplus"]:
+        e = Emitter(model, node.name or node.output[0])
+        x = node.input[0]
+        u = e.node("Exp", [e.node("Neg", [e.node("Abs", [x])])])
+        z = e.node("Div", [u, e.node("Add", [e.const(np.array(2, np.float32), "two"), u])])
+        z2 = e.node("Mul", [z, z])
+        acc = e.const(np.array(LOG1P_SERIES[0], np.float32), "c")
+        for c in LOG1P_SERIES[1:]:
+            acc = e.node("Add", [e.const(np.array(c, np.float32), "c"), e.node("Mul", [z2, acc])])
+        log1p = e.node("Mul", [z, acc])
+        e.node("Add", [e.node("Relu", [x]), log1p], node.output[0])
+        replace(model, node, e.nodes)
+        count += 1
+    return count
