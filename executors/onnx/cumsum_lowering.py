@@ -18,11 +18,10 @@ from onnx import helper
 
 from executors.onnx.graph_edit import (
     Emitter,
-    constants,
     drop_unread_initializers,
     elem_types,
     replace,
-    static_shapes,
+    with_constant_second,
 )
 
 FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
@@ -44,12 +43,8 @@ def _shifted(e: Emitter, x: str, by: int, axis: int, dims: list[int], reverse: b
 
 def lower_cumsums(model: onnx.ModelProto) -> int:
     """Every float CumSum with a constant axis over a static shape -> Slices, Pads and Adds."""
-    consts = constants(model)
+    consts, found, known = with_constant_second(model, "CumSum")
     types = elem_types(model)
-    found = [n for n in model.graph.node if n.op_type == "CumSum" and n.input[1] in consts]
-    if not found:
-        return 0
-    known = static_shapes(model, [n.input[0] for n in found])
     count = 0
     for node in found:
         dims = known.get(node.input[0])

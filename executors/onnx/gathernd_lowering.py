@@ -17,10 +17,9 @@ import onnx
 
 from executors.onnx.graph_edit import (
     Emitter,
-    constants,
     drop_unread_initializers,
     replace,
-    static_shapes,
+    with_constant_second,
 )
 
 
@@ -37,14 +36,11 @@ def rows(indices: np.ndarray, dims: list[int]) -> np.ndarray:
 
 def lower_gathernds(model: onnx.ModelProto) -> int:
     """Every GatherND with constant indices, batch_dims 0 and static data -> Reshape, Gather."""
-    consts = constants(model)
-    found = [n for n in model.graph.node if n.op_type == "GatherND" and n.input[1] in consts
-             and not any(a.name == "batch_dims" and a.i for a in n.attribute)]
-    if not found:
-        return 0
-    known = static_shapes(model, [n.input[0] for n in found])
+    consts, found, known = with_constant_second(model, "GatherND")
     count = 0
     for node in found:
+        if any(a.name == "batch_dims" and a.i for a in node.attribute):
+            continue
         dims = known.get(node.input[0])
         indices = np.asarray(consts[node.input[1]])
         if not dims or None in dims or indices.ndim < 1 or indices.shape[-1] > len(dims):

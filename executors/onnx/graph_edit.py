@@ -99,6 +99,17 @@ def static_shapes(model: onnx.ModelProto, names: list[str]) -> dict[str, list[in
     return shapes(model)
 
 
+def with_constant_second(model: onnx.ModelProto, op_type: str) -> tuple[
+        Constants, list[onnx.NodeProto], dict[str, list[int | None]]]:
+    """The graph's constants, its `op_type` nodes whose second input is one of them (a
+    lowering's candidates: CumSum's axis, GatherND's indices), and the shapes the graph
+    declares for their first inputs (inferred where an earlier rewrite left them unsaid)."""
+    consts = constants(model)
+    found = [n for n in model.graph.node if n.op_type == op_type and n.input[1] in consts]
+    known = static_shapes(model, [n.input[0] for n in found]) if found else {}
+    return consts, found, known
+
+
 def drop_dead(model: onnx.ModelProto) -> None:
     """Remove nodes whose outputs nothing reads (and that are not graph outputs)."""
     while True:
