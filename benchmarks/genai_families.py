@@ -91,8 +91,10 @@ def main() -> None:
         check = steps.get("verify_generation", {}).get("metrics", {})
         staged = check.get("genai_stages", {})
         folder = Path(record["published"]["bundle.json"]).parent
-        theirs = genai_tokens(folder, args.clients) if "genai_stages" in steps else "no stages"
-        mine = stage_tokens(folder) if "genai_stages" in steps else []
+        # a step that made no stages (graphs with recurrent states) says so in its metrics
+        made = steps.get("genai_stages", {}).get("metrics", {}).get("stages")
+        theirs = genai_tokens(folder, args.clients) if made else "no stages"
+        mine = stage_tokens(folder) if made else []
         same += theirs == mine
         print(f"{model_type}: {time.perf_counter() - start:.0f} s; pair agreement "
               f"{check.get('token_agreement', 0):.3f} cosine {check.get('cosine_mean', 0):.4f}; "

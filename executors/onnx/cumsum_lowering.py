@@ -60,11 +60,11 @@ def lower_cumsums(model: onnx.ModelProto) -> int:
         for i, by in enumerate(steps):
             y = e.node("Add", [y, _shifted(e, y, by, axis, dims, reverse)],
                        node.output[0] if i == len(steps) - 1 else None)
-        if not steps:  # one position: the sum is the input (or zero, exclusive)
-            e.node("Mul" if attrs.get("exclusive") else "Identity",
-                   [y, e.const(np.zeros((), helper.tensor_dtype_to_np_dtype(
-                       types[node.input[0]])), "zero")] if attrs.get("exclusive") else [y],
-                   node.output[0])
+        if not steps and attrs.get("exclusive"):  # one position: zero (x * 0; NaN stays NaN)
+            zero = np.zeros((), helper.tensor_dtype_to_np_dtype(types[node.input[0]]))
+            e.node("Mul", [y, e.const(zero, "zero")], node.output[0])
+        elif not steps:  # one position: the sum is the input
+            e.node("Identity", [y], node.output[0])
         replace(model, node, e.nodes)
         drop_unread_initializers(model, [node.input[1]])
         count += 1

@@ -41,10 +41,6 @@ def reciprocals_as_divs(model: onnx.ModelProto) -> int:
 LOG1P_SERIES = (2 / 9, 2 / 7, 2 / 5, 2 / 3, 2.0)
 
 
-# log1p(u) = 2 atanh(z), z = u / (2 + u): 2 (z + z^3/3 + ... + z^9/9), within 1.1e-6 for u <= 1
-LOG1P_SERIES = (2 / 9, 2 / 7, 2 / 5, 2 / 3, 2.0)
-
-
 def softplus_composed(model: onnx.ModelProto) -> int:
     """Softplus(x) -> Relu(x) + log1p(Exp(-|x|)), the log1p as its odd series in
     z = u / (2 + u): HTP has no Softplus (the state-space layers of Mamba and its hybrids take
@@ -52,15 +48,17 @@ def softplus_composed(model: onnx.ModelProto) -> int:
     out as the bottom of its range, for every input: measured on Mamba-2, whose step sizes are
     mostly below 0.01: with each Log form tried its recurrent state came out zero or constant)."""
     count = 0
+    types = elem_types(model)
     for node in [n for n in model.graph.node if n.op_type == "Softplus"]:
         e = Emitter(model, node.name or node.output[0])
         x = node.input[0]
+        dtype = helper.tensor_dtype_to_np_dtype(types.get(x, onnx.TensorProto.FLOAT))
         u = e.node("Exp", [e.node("Neg", [e.node("Abs", [x])])])
-        z = e.node("Div", [u, e.node("Add", [e.const(np.array(2, np.float32), "two"), u])])
+        z = e.node("Div", [u, e.node("Add", [e.const(np.array(2, dtype), "two"), u])])
         z2 = e.node("Mul", [z, z])
-        acc = e.const(np.array(LOG1P_SERIES[0], np.float32), "c")
+        acc = e.const(np.array(LOG1P_SERIES[0], dtype), "c")
         for c in LOG1P_SERIES[1:]:
-            acc = e.node("Add", [e.const(np.array(c, np.float32), "c"), e.node("Mul", [z2, acc])])
+            acc = e.node("Add", [e.const(np.array(c, dtype), "c"), e.node("Mul", [z2, acc])])
         log1p = e.node("Mul", [z, acc])
         e.node("Add", [e.node("Relu", [x]), log1p], node.output[0])
         replace(model, node, e.nodes)

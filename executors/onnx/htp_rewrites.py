@@ -1,7 +1,7 @@
 """Graph rewrites for what QNN HTP rejects or computes wrongly, each exact on fp32 (or within
-its rounding) and each measured on the HTP simulator (onnxruntime-qnn 2.7.0, ORT 1.32), and the checks that find what
-is left (the `legal_for` fact's checker): any op outside the QNN EP's HTP table (htp_ops), mask
-sentinels, float Wheres, dilated pooling.
+its rounding) and each measured on the HTP simulator (onnxruntime-qnn 2.7.0, ORT 1.32), and the
+checks that find what is left (the `legal_for` fact's checker): any op outside the QNN EP's HTP
+table (htp_ops), mask sentinels, float Wheres, float CumSums, dilated pooling.
 
 A rewrite takes a model and returns how many places it changed (the Erf GELU fold returns the
 new model too). executors/steps/legalize.py applies them in REWRITES order. The general
@@ -31,7 +31,14 @@ from executors.onnx import (
     htp_pooling,
     index_chains,
 )
-from executors.onnx.graph_edit import constants, drop_dead, elem_types, replace, shapes
+from executors.onnx.graph_edit import (
+    constants,
+    drop_dead,
+    drop_unread_initializers,
+    elem_types,
+    replace,
+    shapes,
+)
 from executors.onnx.htp_ops import fix, lacks, scope
 
 HUGE = -1e30           # a constant at or below this is a mask sentinel (-inf, float-min)
@@ -276,7 +283,7 @@ def unit_muls(model: onnx.ModelProto) -> int:
     the top code of its 16-bit range)."""
     consts = constants(model)
     known = shapes(model)
-    count = 0
+    count, ones = 0, []
     for node in [n for n in model.graph.node if n.op_type == "Mul" and len(n.input) == 2]:
         for c, x in ((0, 1), (1, 0)):
             value = consts.get(node.input[c])
@@ -287,7 +294,11 @@ def unit_muls(model: onnx.ModelProto) -> int:
             replace(model, node, [helper.make_node("Identity", [node.input[x]],
                                                    list(node.output), name=node.name)])
             count += 1
+            ones.append(node.input[c])
             break
+    if count:
+        drop_dead(model)  # a Constant node of ones nothing reads now
+        drop_unread_initializers(model, ones)
     return count
 
 
@@ -343,6 +354,9 @@ def violations(model: onnx.ModelProto) -> list[str]:
     types = elem_types(model)
     found += [f"float Where {n.name!r}" for n in model.graph.node if n.op_type == "Where"
               and types.get(n.input[1], types.get(n.input[2])) == TensorProto.FLOAT]
+    found += [f"float CumSum {n.name!r} (HTP declines it; legalize lowers it on static shapes)"
+              for n in model.graph.node if n.op_type == "CumSum"
+              and types.get(n.input[0]) in cumsum_lowering.FLOATS]
     return found
 
 
@@ -356,6 +370,9 @@ def remedy(model: onnx.ModelProto) -> str:
         if htp_pooling.declined(model):
             return "HTP has no dilated pooling: replace the module's dilation, or set " \
                    "target.cpu_fallback=true to run it on the CPU"
+        if any(n.op_type == "CumSum" for n in model.graph.node):
+            return "a CumSum over a shape the graph does not fix: export with fixed shapes, " \
+                   "or set target.cpu_fallback=true to run it on the CPU"
         return "report this model; legalize does not know this pattern"
     if left.op_type == "Einsum":
         return f"legalize could not lower it: {einsum_lowering.refusal(model, left)}"

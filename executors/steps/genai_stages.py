@@ -18,7 +18,7 @@ from executors.runtime import shared_context
 from executors.store.weights import link_blobs
 from planner.core.targets import of_params
 from planner.models.generation import genai_stages_not
-from planner.models.roles import prompt_and_token
+from planner.models.roles import CACHE, prompt_and_token
 
 
 def run(ctx: StepContext) -> StepResult:
@@ -28,9 +28,13 @@ def run(ctx: StepContext) -> StepResult:
     graphs = prompt_and_token(list(ctx.inputs))
     specs = {g: [s["name"] for s in io_specs(ctx.input_model(g))[0]] for g in graphs}
     why_not = genai_stages_not(None, specs)  # the plan checked the cache's geometry
-    if why_not:  # a layer's recurrent state, which the export found and the plan cannot see
+    if why_not and any(CACHE.is_state(n) for names in specs.values() for n in names):
+        # a layer's recurrent state, which the export found and the plan cannot see
         ctx.progress(f"  no genai stages: {why_not}")
         return StepResult(metrics={"stages": None, "why_not": why_not, "reads": list(graphs)})
+    if why_not:
+        raise ctx.fail(f"genai's pipeline stages: {why_not}", "re-plan the build (modelplan "
+                       "plan): the plan stages only graphs genai's pipeline feeds")
     staged = ctx.out / ".sources"  # each stage graph, the weights beside them
     staged.mkdir()
     token = onnx.load(str(ctx.input_model(graphs[1])), load_external_data=False)

@@ -2,10 +2,10 @@
 its declaration names (for QNN HTP, executors/onnx/htp_rewrites.py: mask constants floored,
 Wheres made arithmetic, the Erf GELU folded, ReduceL2, Reciprocal, Softplus, CumSum, Einsum,
 Col2Im and GatherND on constant indices lowered, pooling forms HTP gets wrong rewritten, empty
-Concat inputs dropped, shared weights unshared, batch-1 constants tiled), then check nothing it
-rejects is left: an op the target has no builder for fails the step naming the node, its
-module and the fix. The fp32
-outputs on real (non-padding) tokens must not change."""
+Concat inputs dropped, shared weights unshared, batch-1 constants tiled, Muls by ones dropped),
+then check nothing it rejects is left: an op the target has no builder for fails the step naming
+the node, its module and the fix. The fp32 outputs on real (non-padding) tokens must not
+change."""
 
 from __future__ import annotations
 

@@ -122,6 +122,8 @@ def _fix(plan: Plan, worst: Step, cap: int, found: list[str]) -> str:
     drop = worst.decl.dropped_by
     if drop and all(COORDINATOR + (s.memory or 0) <= cap for s in running
                     if s.decl.dropped_by != drop):
+        # the checks left out suffice: no more parts with them
+        fixes = [f for f in fixes if drop not in f.partition(" (")[0].split()]
         fixes.append(f"{drop} (which leaves out {worst.id})")
     needed = -(-(COORDINATOR + max(s.memory or 0 for s in running)) // 2**30)
     fixes.append(f"run.max_memory={needed}GB on a machine that has that much free")

@@ -2,7 +2,8 @@
 simulator: Einsum of many equations (XLNet, Funnel), F.fold / F.unfold (MobileViTV2: Col2Im at
 the opset export raises to, and a rank-6 unfold chain), a pooling form the QNN EP declines
 after its NHWC layout transformation (EfficientNet's pooler), a Mul HTP computes wrongly with
-its constant second (PoolFormer's GroupNorm scale)."""
+its constant second (PoolFormer's GroupNorm scale), and LLMs: torch.export's (a GatherND on
+the mask, Reciprocal) and a state-space one's (Softplus, CumSum, no genai stages)."""
 
 from __future__ import annotations
 

@@ -74,6 +74,7 @@ def test_a_mul_by_ones_that_widens_nothing_becomes_an_identity() -> None:
     want = _run(model, x)
     assert unit_muls(model) == 1
     assert [n.op_type for n in model.graph.node] == ["Relu", "Identity"]
+    assert not model.graph.initializer  # the ones went with it
     np.testing.assert_array_equal(_run(model, x), want)
     assert ("unit_muls", unit_muls) in REWRITES
     # not where the ones widen the output, nor for a constant of other values

@@ -209,6 +209,10 @@ def test_parts_that_fit_only_without_the_checks_are_named_with_them(tmp_path: Pa
     with pytest.raises(PlanError) as got:  # below what the rest needs: no parts named
         plan(ckpt, *htp, f"run.max_memory={rest - 2**20}")
     assert "export.parts" not in got.value.lines[0]
+    with pytest.raises(PlanError) as got:  # in parts already: leaving the checks out suffices
+        plan(ckpt, *htp, "export.parts=2", f"run.max_memory={rest}")
+    (line,) = got.value.lines
+    assert "set verify=none (which leaves out " in line and "export.parts" not in line
 
 
 def test_the_limit_is_not_written_into_the_plan(tmp_path: Path, monkeypatch: Any) -> None:

@@ -75,3 +75,14 @@ def test_an_integer_cumsum_is_left_alone():
     model = onnx.shape_inference.infer_shapes(
         helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     assert lower_cumsums(model) == 0
+
+
+def test_a_float_cumsum_over_a_free_axis_is_left_and_named():
+    model = _model(helper.make_node("CumSum", ["x", "axis"], ["y"], name="/m/CumSum"),
+                   ["n", 3], [numpy_helper.from_array(np.array(0, np.int64), "axis")])
+    assert lower_cumsums(model) == 0
+    (left,) = violations(model)
+    assert left.startswith("float CumSum '/m/CumSum'")
+    from executors.onnx.htp_rewrites import remedy
+
+    assert "export with fixed shapes" in remedy(model)
