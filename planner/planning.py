@@ -91,15 +91,12 @@ def _parts_that_fit(config: dict[str, Any], symbolic: bool, now: int, cap: int) 
 
 def _parts_without_checks(plan: Plan, count: int, cap: int) -> list[str]:
     """`export.parts=count` with the overrides that leave out the checks over `cap`, if every
-    step over it is such a check and the rest fit (the setting names the peak left)."""
-    running = [s for s in plan.live() if s.action == "run" and s.memory is not None]
-    over = [s for s in running if memory.COORDINATOR + s.memory > cap]
-    drops = sorted({s.decl.dropped_by for s in over})
-    if not over or not all(drops):
+    step over it is such a check (the setting names the peak left)."""
+    left = memory.checks_over(plan, cap)
+    if left is None:
         return []
-    rest = max((s.memory for s in running if s.decl.dropped_by not in drops), default=0)
-    peak = human_bytes(memory.COORDINATOR + rest)
-    return [f"export.parts={count} {' '.join(drops)} (its peak ~{peak})"]
+    drops, peak = left
+    return [f"export.parts={count} {' '.join(drops)} (its peak ~{human_bytes(peak)})"]
 
 
 def mark_actions(plan: Plan, root: Path) -> None:

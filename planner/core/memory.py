@@ -113,6 +113,19 @@ def check(plan: Plan, fitting: Callable[[int], list[str]] | None = None) -> None
                     "nothing was run")
 
 
+def checks_over(plan: Plan, cap: int) -> tuple[list[str], int] | None:
+    """The overrides that leave out every step to run over `cap` (each a check of the
+    deliverable: its op's `dropped_by`), with the run's peak without them; None when no step is
+    over, or one over it is not such a check."""
+    running = [s for s in plan.live() if s.action == "run" and s.memory is not None]
+    over = [s for s in running if COORDINATOR + s.memory > cap]
+    drops = sorted({s.decl.dropped_by for s in over})
+    if not over or not all(drops):
+        return None
+    rest = max((s.memory for s in running if s.decl.dropped_by not in drops), default=0)
+    return drops, COORDINATOR + rest
+
+
 def _fix(plan: Plan, worst: Step, cap: int, found: list[str]) -> str:
     """The setting that brings the run under `cap`: `found` (settings planned again that fit),
     leaving out the checks that need the most (verify=none, eval=none) when every other step
@@ -120,8 +133,8 @@ def _fix(plan: Plan, worst: Step, cap: int, found: list[str]) -> str:
     running = [s for s in plan.live() if s.action == "run"]
     fixes = list(found)
     drop = worst.decl.dropped_by
-    if drop and all(COORDINATOR + (s.memory or 0) <= cap for s in running
-                    if s.decl.dropped_by != drop):
+    left = checks_over(plan, cap)
+    if drop and left is not None and left[0] == [drop]:
         # the checks left out suffice: no more parts with them
         fixes = [f for f in fixes if drop not in f.partition(" (")[0].split()]
         fixes.append(f"{drop} (which leaves out {worst.id})")
