@@ -11,20 +11,27 @@ from onnx import helper, numpy_helper
 from executors.onnx.graph_edit import Emitter, elem_types, replace
 
 
-def reciprocals_as_divs(model: onnx.ModelProto) -> int:
-    """Reciprocal(x) -> Div(1, x): HTP's 16-bit Reciprocal of small inputs is wrong (measured:
-    the rsqrt of torch.export's RMSNorm, Reciprocal(Sqrt), on GLM-4's tiny checkpoint gave
-    1.43 for 58.5, 41x low, and the prompt graph's cosine 0.53); its Div is right, and
-    TorchScript exports rsqrt as that Div. The constant 1 takes the input's type (inferred
-    where an earlier rewrite left it unsaid); a node whose input type stays unknown is left."""
-    count = 0
-    found = [n for n in model.graph.node if n.op_type == "Reciprocal"]
+def _input_types(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> dict[str, int]:
+    """The element type of every tensor the graph says, inferred where one of `nodes`' first
+    inputs has none (an earlier rewrite left it unsaid)."""
     types = elem_types(model)
-    if any(n.input[0] not in types for n in found):
+    if any(n.input[0] not in types for n in nodes):
         try:
             types = elem_types(onnx.shape_inference.infer_shapes(model))
         except ValueError:  # over protobuf's 2 GB: the types the graph says are all there are
             pass
+    return types
+
+
+def reciprocals_as_divs(model: onnx.ModelProto) -> int:
+    """Reciprocal(x) -> Div(1, x): HTP's 16-bit Reciprocal of small inputs is wrong (measured:
+    the rsqrt of torch.export's RMSNorm, Reciprocal(Sqrt), on GLM-4's tiny checkpoint gave
+    1.43 for 58.5, 41x low, and the prompt graph's cosine 0.53); its Div is right, and
+    TorchScript exports rsqrt as that Div. The constant 1 takes the input's type; a node whose
+    input type stays unknown is left."""
+    count = 0
+    found = [n for n in model.graph.node if n.op_type == "Reciprocal"]
+    types = _input_types(model, found)
     for node in found:
         if not types.get(node.input[0]):
             continue
@@ -48,8 +55,9 @@ def softplus_composed(model: onnx.ModelProto) -> int:
     out as the bottom of its range, for every input: measured on Mamba-2, whose step sizes are
     mostly below 0.01: with each Log form tried its recurrent state came out zero or constant)."""
     count = 0
-    types = elem_types(model)
-    for node in [n for n in model.graph.node if n.op_type == "Softplus"]:
+    found = [n for n in model.graph.node if n.op_type == "Softplus"]
+    types = _input_types(model, found)
+    for node in found:
         e = Emitter(model, node.name or node.output[0])
         x = node.input[0]
         dtype = helper.tensor_dtype_to_np_dtype(types.get(x, onnx.TensorProto.FLOAT))
