@@ -289,10 +289,11 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
     # operator fails, from native code: stdout belongs to `--json` output
     # TorchScript's weights are held back and stored one at a time (torch_initializers)
     held_back = contextlib.nullcontext({}) if dynamo else torch_initializers.held_back()
-    # calls the tracer cannot take (complex numbers, bool fill values) traced as equal ones
-    from executors.runtime import torchcalls  # imports torch
+    # calls the tracer cannot take (complex numbers, bool fill values) traced as equal ones;
+    # dynamo's optimizer keeps an Add of 1e-8 (an RMSNorm's eps) it would take for one of zero
+    from executors.runtime import exact_no_ops, torchcalls  # imports torch
 
-    replaced = contextlib.nullcontext() if dynamo else torchcalls.replaced()
+    replaced = exact_no_ops.exact() if dynamo else torchcalls.replaced()
     with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr), fd1_to_stderr(), \
             held_back as held, replaced:
         warnings.simplefilter("ignore")

@@ -49,8 +49,9 @@ def step_peak(s: Step, weights: Weights, wbits: int, cut: int) -> int:
     as_saved = narrower and weights.dtype in AS_SAVED  # export traces these in their dtype
     factor = scale.layerwise if scale.layerwise is not None and layerwise(s, weights) else \
         scale.factor(wbits, as_saved)
-    grows = factor * weights.fp32 + scale.checkpoint * weights.stored \
-        + (scale.upcast * weights.fp32 if narrower else 0)
+    loads = scale.no_checkpoint_with is None or scale.no_checkpoint_with not in s.inputs
+    grows = factor * weights.fp32 + loads * (scale.checkpoint * weights.stored
+                                             + (scale.upcast * weights.fp32 if narrower else 0))
     return RUNTIME + int(grows / (cut if scale.per_part else 1))
 
 

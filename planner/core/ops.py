@@ -104,7 +104,8 @@ class Memory:
     of `weights` when the checkpoint is stored in fewer bits and the step handles it as stored
     (export traces a bf16 checkpoint in bf16), `layerwise` in place of `weights` when the step
     handles the graph layer by layer (quantize: planner/core/memory.py `layerwise`), each per
-    part when `per_part` (a cut graph handled part by part).
+    part when `per_part` (a cut graph handled part by part); no checkpoint at all when the step
+    has the input `no_checkpoint_with` names.
     Calibrated on this machine (benchmarks/REPORT.md: the llm_bench and scale_bench sections)."""
 
     weights: float = 0.0
@@ -114,6 +115,9 @@ class Memory:
     upcast: float = 0.0  # more times the fp32 weights when the checkpoint is stored narrower
     narrow: float | None = None  # times the fp32 weights instead, for a narrower checkpoint
     layerwise: float | None = None  # times the fp32 weights instead, when run layer by layer
+    # the step's input by whose presence it loads no checkpoint (`checkpoint` and `upcast` then
+    # count nothing): lm_bundle scales genai's windowed cache from PyTorch's only without stages
+    no_checkpoint_with: str | None = None
 
     def factor(self, weight_bits: int, as_saved: bool = False) -> float:
         if as_saved and self.narrow is not None:
@@ -206,7 +210,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                 Ensure(N.MODEL_CLASS, Param("model_class"))),
        traits=frozenset({T.SOURCE, T.HEAVY}),
        tools=("torch", "transformers"), unkeyed=("path",), outputs=("source",), memory=Memory(checkpoint=0.1)),
-    Op("export", 6, "export one graph to ONNX and record the module hierarchy",
+    Op("export", 7, "export one graph to ONNX and record the module hierarchy",
        params=("exporter", "opset", "graph", "inputs", "outputs", "hierarchy", "report",
                "torch_modules", "dynamic", "upcast"), optional=("dynamic", "upcast"),
        inputs=("model",),
@@ -338,7 +342,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        requires=(Require(N.FORMAT, "eq", "onnx", role="prefill"),
                  Require(N.FORMAT, "eq", "onnx", role="decode")),
        tools=("onnx", "torch", "transformers"), outputs=("models",), chain_role="decode",
-       delivers=("prefill",), memory=Memory(weights=0.7, checkpoint=1.0, upcast=1.0)),
+       delivers=("prefill",),
+       memory=Memory(weights=0.7, checkpoint=1.0, upcast=1.0, no_checkpoint_with="stages")),
     Op("split", 1, "cut a tagged graph into parts by its repeated block (decoder layers), "
        "each part's weights under what one model may hold",
        params=("parts",), inputs=("model",),

@@ -380,3 +380,19 @@ def test_quantize_layer_by_layer_is_planned_at_its_own_factor(tmp_path: Path) ->
     # a float16 conversion and the repair search handle the whole graph
     fp16 = peaks(plan(ckpt, "quant=fp16"))
     assert fp16["prefill.quantize"] == memory.RUNTIME + int(quantize.weights * fp32)
+
+
+def test_a_bundle_with_genais_stages_is_planned_without_pytorchs_model(tmp_path: Path) -> None:
+    """lm_bundle loads the checkpoint in PyTorch only to scale genai's windowed cache, which a
+    bundle with compiled genai stages does not build (Llama-3.2-1B's shape on qnn_htp: 3.97 GB
+    measured, 11.2 GB planned when the load was counted)."""
+    bf16 = 1024 * MB  # as stored; 2048 MB as fp32
+    ckpt = checkpoint(tmp_path, "lm", bf16, torch_dtype="bfloat16")
+    bundle = OPS["lm_bundle"].memory
+    staged = plan(ckpt, "target=qnn_htp", "quant=w8a16_pc")
+    assert "genai_stages" in {s["op"] for s in staged["steps"]}
+    assert peaks(staged)["bundle"] == memory.RUNTIME + int(bundle.weights * 2 * bf16)
+    windowed = plan(ckpt, "target=qnn_htp", "quant=w8a16_pc", "export.genai_stages=false")
+    assert "genai_stages" not in {s["op"] for s in windowed["steps"]}
+    assert peaks(windowed)["bundle"] == memory.RUNTIME + int(
+        (bundle.weights + bundle.upcast) * 2 * bf16 + bundle.checkpoint * bf16)
