@@ -3,9 +3,12 @@ modelplan's catalogue (planner/models/tasks.py) does not list, saved as local ch
 built with `model=local_hf model.path=DIR` for CPU fp32 and for QNN HTP w8a16_pc, through the
 real CLI. Prints a Markdown table (model type, class, CPU fp32, QNN HTP, cosine vs fp32, what
 kind of failure) to say which unlisted types build from what their config.json says alone.
+`--dtype bfloat16` (or float16) saves the checkpoints in that dtype, as many are downloaded;
+`--cpu-only` leaves the HTP builds out.
 
     python benchmarks/unlisted_bench.py [--only albert,levit] [--ckpt DIR] [--store DIR]
                                         [--htp OVERRIDE ...] [--json FILE] [--from-json FILE]
+                                        [--dtype float32|bfloat16|float16] [--cpu-only]
 """
 
 from __future__ import annotations
@@ -80,10 +83,12 @@ TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json",
 COMMON = ("model=local_hf", "verify.samples=2", "perf=none")
 
 
-def checkpoint(model_type: str, cls_name: str, fields: dict[str, Any], dest: Path) -> Path:
-    """A tiny random-weight `cls_name` saved at `dest` with what it needs to be fed: MiniLM's
-    tokenizer (text), or the type's image processor or feature extractor; BatchNorm statistics
-    settled on photographs, as modelplan's own random-init models are."""
+def checkpoint(model_type: str, cls_name: str, fields: dict[str, Any], dest: Path,
+               dtype: str = "float32") -> Path:
+    """A tiny random-weight `cls_name` saved at `dest` in `dtype` (config.json says it) with
+    what it needs to be fed: MiniLM's tokenizer (text), or the type's image processor or feature
+    extractor; BatchNorm statistics settled on photographs, as modelplan's own random-init
+    models are."""
     if (dest / "config.json").is_file():
         return dest
     import torch
@@ -112,7 +117,7 @@ def checkpoint(model_type: str, cls_name: str, fields: dict[str, Any], dest: Pat
             settle_batchnorm(model, dest)
         except (ValueError, RuntimeError):  # a BatchNorm on one pooled vector (LeViT's head)
             model.eval()
-    model.save_pretrained(str(dest))
+    model.to(getattr(torch, dtype)).save_pretrained(str(dest))
     return dest
 
 
@@ -127,16 +132,18 @@ def kind(status: str) -> str:
 
 
 def row(model_type: str, cls_name: str, path: Path, store: Path, outputs: Path,
-        htp_overrides: tuple[str, ...] = ()) -> dict:
+        htp_overrides: tuple[str, ...] | None = ()) -> dict:
+    """Its CPU fp32 and QNN HTP builds; no HTP build when `htp_overrides` is None."""
     base = [*COMMON, f"model.path={path}"]
     cpu, cpu_err, cpu_s = run([*base, "quant=none", "target=cpu"], store, outputs)
-    htp, htp_err, htp_s = run([*base, "quant.calibration.samples=8", *htp_overrides], store,
-                              outputs)
+    htp, htp_err, htp_s = (None, "-", 0.0) if htp_overrides is None else run(
+        [*base, "quant.calibration.samples=8", *htp_overrides], store, outputs)
     cpu_ok = cpu is not None and cpu["status"] == "ok"
     htp_ok = htp is not None and htp["status"] == "ok"
     return {"model_type": model_type, "class": cls_name,
             "cpu": "ok" if cpu_ok else f"FAIL: {cpu_err or 'no record'}",
-            "htp": "ok" if htp_ok else f"FAIL: {htp_err or 'no record'}",
+            "htp": "-" if htp_overrides is None else "ok" if htp_ok else
+                   f"FAIL: {htp_err or 'no record'}",
             "cosine": metric(htp, "verify", "cosine_mean"),
             "cosine_failed": htp_err if "cosine_mean" in htp_err else "",
             "seconds": round(cpu_s + htp_s, 1)}
@@ -151,7 +158,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             if r["cosine_failed"] else "-")
         fails = kind(r["cpu"]) if r["cpu"] != "ok" else kind(r["htp"])
         lines.append(f"| {r['model_type']} | {r['class']} | {reason(r['cpu'])} | "
-                     f"{reason(r['htp'])} | {cos} | {fails or '-'} |")
+                     f"{reason(r['htp']) if r['htp'] != '-' else '-'} | {cos} | "
+                     f"{fails or '-'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -164,6 +172,9 @@ def main() -> int:
     p.add_argument("--from-json", metavar="FILE", help="render rows measured before")
     p.add_argument("--htp", action="append", default=[], metavar="OVERRIDE",
                    help="an override for the HTP builds (e.g. +target.provider_options.soc_model=60)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                   help="the dtype the checkpoints are saved in (default: float32)")
+    p.add_argument("--cpu-only", action="store_true", help="no HTP builds")
     a = p.parse_args()
     if a.from_json:
         sys.stdout.write(table(json.loads(Path(a.from_json).read_text())))
@@ -173,17 +184,20 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(a.store) if a.store else Path(tmp) / "store"
         ckpts = Path(a.ckpt) if a.ckpt else Path(tmp) / "ckpt"
+        suffix = "" if a.dtype == "float32" else f"-{a.dtype}"  # one checkpoint per dtype
         for model_type, cls_name, fields in CASES:
             if wanted and model_type not in wanted:
                 continue
             try:
-                path = checkpoint(model_type, cls_name, fields, ckpts / model_type)
+                path = checkpoint(model_type, cls_name, fields, ckpts / f"{model_type}{suffix}",
+                                  a.dtype)
             except Exception as e:  # noqa: BLE001 - a type this transformers cannot make
                 r = {"model_type": model_type, "class": cls_name, "cpu": f"FAIL: checkpoint: "
                      f"{type(e).__name__}: {e}".splitlines()[0], "htp": "FAIL: -",
                      "cosine": [], "cosine_failed": "", "seconds": 0}
             else:
-                r = row(model_type, cls_name, path, store, Path(tmp) / "out", tuple(a.htp))
+                r = row(model_type, cls_name, path, store, Path(tmp) / "out",
+                        None if a.cpu_only else tuple(a.htp))
             print(f"{model_type:<20} cpu {r['cpu'][:70]:<70} htp {r['htp'][:110]} "
                   f"{r['cosine']} ({r['seconds']} s)", file=sys.stderr, flush=True)
             rows.append(r)

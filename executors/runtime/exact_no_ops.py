@@ -48,11 +48,26 @@ def _rules() -> tuple[Any, Any, list[Any]]:
     return rewriter, no_op, exact
 
 
+def _found() -> tuple[Any, list[Any], list[Any]] | None:
+    """`_rules()`, or None where onnxscript is laid out otherwise (another version): the
+    export then runs with its optimizer's rules as they are."""
+    try:
+        found = _rules()
+    except (ImportError, AttributeError):
+        return None
+    return found if isinstance(getattr(found[0], "_DEFAULT_REWRITE_RULES", None), tuple) \
+        else None
+
+
 @contextlib.contextmanager
 def exact() -> Iterator[None]:
     """While inside, the default rules onnxscript's optimizer applies (the dynamo exporter's
     `optimize`) match `+ 0`, `- 0`, `* 1` and `/ 1` exactly."""
-    rewriter, no_op, replacements = _rules()
+    found = _found()
+    if found is None:
+        yield
+        return
+    rewriter, no_op, replacements = found
     before = rewriter._DEFAULT_REWRITE_RULES
     kept = tuple(r for r in before if not any(r is n for n in no_op))
     rewriter._DEFAULT_REWRITE_RULES = (*replacements, *kept)

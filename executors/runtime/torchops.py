@@ -25,6 +25,7 @@ def register() -> None:
         torch.onnx.register_custom_op_symbolic(f"aten::__{name}_", function, OPSET)
         torch.onnx.register_custom_op_symbolic(f"aten::bitwise_{name}", function, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::copy", _copy, OPSET)
+    torch.onnx.register_custom_op_symbolic("aten::diff", _diff, OPSET)
 
 
 def _copy(g: Any, x: Any, src: Any, non_blocking: Any = None) -> Any:
@@ -32,6 +33,28 @@ def _copy(g: Any, x: Any, src: Any, non_blocking: Any = None) -> Any:
     exporter leaves of an in-place copy into a tensor made in the traced forward (a recurrent
     layer's state, zeros until transformers' cache copies the prompt's into it)."""
     return g.op("Expand", g.op("CastLike", src, x), g.op("Shape", x))
+
+
+def _diff(g: Any, x: Any, n: Any, dim: Any, prepend: Any = None, append: Any = None) -> Any:
+    """Differences of neighbours along `dim`, `n` times, after `prepend` and before `append`
+    (transformers' check of position ids for packed sequences, in a decoder traced without a
+    mask: Cohere ASR's); of booleans, whether neighbours differ, as torch has it."""
+    import torch
+    from torch.onnx import symbolic_helper as sh
+    from torch.onnx._internal.torchscript_exporter import _type_utils
+
+    axis = sh._get_const(dim, "i", "dim")
+    joined = [t for t in (prepend, x, append) if t is not None and not sh._is_none(t)]
+    out = g.op("Concat", *joined, axis_i=axis) if len(joined) > 1 else x
+    boolean = sh._try_get_scalar_type(x) == _type_utils.JitScalarType.BOOL
+
+    def cut(start: int, end: int) -> Any:
+        return g.op("Slice", out, *(g.op("Constant", value_t=torch.tensor([v]))
+                                    for v in (start, end, axis)))
+
+    for _ in range(sh._get_const(n, "i", "n")):
+        out = g.op("Xor" if boolean else "Sub", cut(1, 2**62), cut(0, -1))
+    return out
 
 
 def _expm1(g: Any, x: Any) -> Any:

@@ -76,8 +76,11 @@ def _feature_extractor(model_type: str, config: Any, rate: int) -> Any:
         return cls(feature_size=config.num_mel_bins, sampling_rate=rate,
                    chunk_length=max(1, frames * 160 // rate), hop_length=160)
     # a spectrogram or filter-bank model: the extractor makes its frames, as wide as the
-    # config's features (Speech2Text calls them input_feat_per_channel)
-    mels = getattr(config, "num_mel_bins", None) or getattr(config, "input_feat_per_channel", None)
+    # config's features (Speech2Text calls them input_feat_per_channel; Cohere ASR's are its
+    # encoder_config's)
+    mels = getattr(config, "num_mel_bins", None) or \
+        getattr(getattr(config, "encoder_config", None), "num_mel_bins", None) or \
+        getattr(config, "input_feat_per_channel", None)
     if mels:
         import inspect
 

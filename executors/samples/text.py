@@ -73,7 +73,7 @@ def speech_for(model: Any, name: str, speech: list[np.ndarray], positions: int,
 def _positions_counter(model: Any, name: str, width: int | None) -> Any:
     """steps -> the positions a speech encoder gives of that many samples or frames: the
     model's own count of what its convolutions make of a length where it has one, else the
-    encoder's output on silence."""
+    encoder's output on silence (none for a length shorter than a kernel)."""
     import torch
 
     from executors.runtime.torchmodel import encoder_of
@@ -85,7 +85,10 @@ def _positions_counter(model: Any, name: str, width: int | None) -> Any:
     def run(steps: int) -> int:
         blank = torch.zeros(1, steps) if width is None else torch.zeros(1, steps, width)
         with torch.no_grad():
-            out = encoder_of(model)(**{name: blank}, return_dict=True)
+            try:
+                out = encoder_of(model)(**{name: blank}, return_dict=True)
+            except RuntimeError:  # too short for its convolutions' kernels: no position yet
+                return 0
         return int(out.last_hidden_state.shape[1])
 
     return run

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from typing import Any
 
 from planner.models import automap
 
@@ -91,3 +92,30 @@ def _fields(name: str, local: dict[str, ast.ClassDef],
         if base != _LEAF and (inherited := _fields(base, local, shared)) is not None:
             fields |= inherited
     return fields
+
+
+# what an encoder-decoder's forward reads first, and the modality that makes it
+ENCODER_DECODER_MODALITIES = {"input_ids": "text2text", "pixel_values": "image2text",
+                              "input_features": "speech2text", "input_values": "speech2text"}
+
+
+@functools.cache
+def main_input(model_type: str, cls: str) -> str | None:
+    """The first parameter of `cls`'s forward (`input_features` for Whisper's and Cohere ASR's,
+    `input_values` for SpeechT5's speech-to-text, `input_ids` for BART's): what its encoder
+    reads. None when its source does not say."""
+    local = _classes(automap.source(automap.modeling_file(model_type)))
+    forward = _method(local, cls, "forward")
+    if forward is None:
+        return None
+    names = [a.arg for a in (*forward.args.posonlyargs, *forward.args.args)]
+    return names[1] if len(names) > 1 and names[0] == "self" else None
+
+
+def encoder_reads(info: dict[str, Any]) -> str | None:
+    """What the checkpoint's class reads first: its config.json's first architecture, or
+    where it names none (a random-init config) the class transformers' sequence-to-sequence
+    Auto classes load for its model type."""
+    model_type = str(info.get("model_type", ""))
+    arch = (info.get("architectures") or [None])[0] or automap.seq2seq_class(model_type)
+    return main_input(model_type, arch) if isinstance(arch, str) else None

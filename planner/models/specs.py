@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from planner.errors import ConfigError
+from planner.models import forwards
 from planner.models import tasks as T
 
 DEFAULT_SEQUENCE = 128
@@ -198,10 +199,11 @@ def speech_inputs(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType
     rate = preproc.get("sampling_rate") or DEFAULT_RATE
     asked = shapes.get("audio_samples")
     convs = encoder_convs(info, mt)
+    reads = forwards.encoder_reads(info)  # its forward's first input, where its source says
     waveform = 1 if mt is not None and mt.audio_convs else None
-    if preproc.get("feature_size", waveform) == 1:
+    if reads == "input_values" or preproc.get("feature_size", waveform) == 1:
         samples = asked or SPEECH_SECONDS * rate
-        name = (preproc.get("model_input_names") or ["input_values"])[0]
+        name = reads or (preproc.get("model_input_names") or ["input_values"])[0]
         return ([_spec(name, "float32", [batch, samples], -1.0, 1.0, "waveform")],
                 positions_of(info, convs, samples))
     if "num_mel_bins" in info:
@@ -212,7 +214,8 @@ def speech_inputs(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType
     per_position = math.prod(stride for _, stride, _ in convs)
     if asked is None and isinstance(limit, int):
         frames = min(frames, limit * per_position)
-    width = preproc.get("feature_size") or info.get("input_feat_per_channel") or 80
+    width = (info.get("encoder_config") or {}).get("num_mel_bins") or \
+        info.get("input_feat_per_channel") or preproc.get("feature_size") or 80
     positions = positions_of(info, convs, frames)
     if isinstance(limit, int) and positions > limit:
         raise ConfigError(f"export.shapes.audio_samples: {asked} samples make {positions} "
@@ -224,8 +227,21 @@ def speech_inputs(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType
 
 def encoder_convs(info: dict[str, Any], mt: T.ModelType | None) -> tuple[tuple[int, int, int],
                                                                           ...]:
-    """(kernel, stride, padding) of a speech encoder's convolutions over time: its model
-    type's, or config.json's `conv_kernel_sizes` at its model type's stride."""
+    """(kernel, stride, padding) of a speech encoder's convolutions over time: a Conformer's
+    subsampling (`subsampling_factor`, `subsampling_conv_kernel_size` and `_stride`, in
+    config.json or its encoder_config), config.json's `conv_kernel` and `conv_stride` lists,
+    else its model type's, or config.json's `conv_kernel_sizes` at its model type's stride."""
+    sub = info.get("encoder_config") or info
+    factor, kernel, stride = (sub.get(f"subsampling_{k}") for k in
+                              ("factor", "conv_kernel_size", "conv_stride"))
+    if all(isinstance(v, int) and v > 1 for v in (factor, kernel, stride)) and \
+            stride ** round(math.log(factor, stride)) == factor:
+        # a Conformer's subsampling (Parakeet's): strided convolutions, half a kernel padded
+        return ((kernel, stride, (kernel - 1) // 2),) * round(math.log(factor, stride))
+    kernels, strides = info.get("conv_kernel"), info.get("conv_stride")
+    if isinstance(kernels, list) and isinstance(strides, list) and len(kernels) == len(strides):
+        # wav2vec 2.0's feature encoder (SpeechT5's speech prenet): unpadded, as listed
+        return tuple((int(k), int(st), 0) for k, st in zip(kernels, strides, strict=True))
     if mt is None:
         return ()
     kernels = info.get("conv_kernel_sizes")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import ConfigError
-from planner.models import automap
+from planner.models import automap, forwards
 
 # Modalities: what a graph takes. text2text, image2text and speech2text (Whisper: log-mel
 # features) models export an encoder and a decoder graph; a causal language model (decoder-only, "causal") a prefill and a decode graph
@@ -253,6 +253,9 @@ def guess_modality(info: dict[str, Any]) -> str | None:
     if "vision_config" in info and "text_config" in info:
         return TEXT_IMAGE
     if info.get("is_encoder_decoder") or ("encoder" in info and "decoder" in info):
+        read = forwards.ENCODER_DECODER_MODALITIES.get(forwards.encoder_reads(info) or "")
+        if read:  # what its forward reads: token ids, pixels, speech (its source says)
+            return read
         if "num_mel_bins" in info:  # log-mel features in, text out (Whisper-like)
             return SPEECH2TEXT
         return IMAGE2TEXT if "image_size" in (info.get("encoder") or {}) else TEXT2TEXT

@@ -186,3 +186,49 @@ def test_speech2text_transcribes_filter_bank_frames_as_transformers_does(
     eos = model.config.eos_token_id
     assert len(set(tokens)) > 2 and tokens == (want[:-1] if want[-1:] == [eos] else want), \
         (tokens, want)
+
+
+# speech encoder-decoders no catalogue entry names, fed by the name their forward takes
+# (config fields beyond tests/checkpoints.py's TINY: each part 2 layers, 2 heads, narrow)
+UNLISTED_SPEECH = {
+    # the waveform (`input_values`) through wav2vec 2.0's convolutions, though its config.json
+    # counts mel bins (for its speech output)
+    "speecht5": ("SpeechT5ForSpeechToText", {
+        **{f"{part}_{field}": value for part in ("encoder", "decoder")
+           for field, value in (("layers", 2), ("attention_heads", 2), ("ffn_dim", 128))},
+        "conv_dim": [32] * 7, "num_conv_pos_embeddings": 16, "num_mel_bins": 16}),
+    # filter-bank frames (`input_features`) through a Conformer's subsampling; nothing in its
+    # config.json says speech but its forward; its decoder traced without a mask checks the
+    # positions for packed sequences with torch.diff
+    "cohere_asr": ("CohereAsrForConditionalGeneration", {"encoder_config": {
+        "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "num_key_value_heads": 2, "intermediate_size": 128, "num_mel_bins": 16,
+        "subsampling_conv_channels": 16}}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", list(UNLISTED_SPEECH))
+def test_an_unlisted_speech_model_reads_what_its_forward_takes(tmp_path: Path,
+                                                               model_type: str) -> None:
+    import transformers
+
+    from executors.samples.preprocessors import write_preprocessor
+
+    cls, fields = UNLISTED_SPEECH[model_type]
+    ckpt = text_checkpoint(tmp_path / "ckpt", cls=cls, model_type=model_type,
+                           **{**fields, "pad_token_id": 0, "bos_token_id": 101,
+                              "eos_token_id": 102, "decoder_start_token_id": 101})
+    write_preprocessor(model_type, transformers.AutoConfig.from_pretrained(ckpt), ckpt, {})
+    code, record, err = run_json("model=local_hf", f"model.path={ckpt}", "target=cpu",
+                                 "quant=none", "perf=none", "verify.samples=1",
+                                 "export.shapes.audio_samples=16000",
+                                 store=tmp_path / "store", outputs=tmp_path / "out")
+    assert code == 0, err
+    (name, shape), = onnx_inputs(step(record, "encoder.export")["outputs"]["model.onnx"])
+    assert (name, len(shape)) == (("input_values", 2) if model_type == "speecht5" else
+                                  ("input_features", 3))
+    assert step(record, "encoder.verify")["metrics"]["data"] == \
+        "speech via the model's feature extractor"
+    gen = step(record, "verify_generation")["metrics"]
+    assert gen["token_agreement"] == 1.0 and gen["cosine_min"] > 0.9999, gen
