@@ -8,7 +8,13 @@ replaced while an export traces the model by calls that compute the same values:
 * a Python bool written into a tensor as a fill value (`mask.scatter(-1, index, False)`: the
   sparse-attention indexers'): the tracer records it as a bool where the operator's schema
   wants a number and stops on an internal assert; the operator casts its value to its own
-  dtype, so the int the bool equals writes the same element.
+  dtype, so the int the bool equals writes the same element;
+* an element repeated along one axis (`x.repeat_interleave(2, dim=-1)`: the interleaved rotary
+  tables of Helium, GLM and Cohere): the exporter's composition leaves the result's rank
+  wrong in its own shape inference, so a later product with a flattened tensor (their
+  `rotate_half`) comes out a rank higher, and the cache's `cat` stops the export ("All tensors
+  must have the same rank"); the same values are traced as an unsqueeze, an expand and a
+  reshape.
 
 Only calls that meet these are changed; every other call runs as the model makes it, and the
 export's own check compares ONNX Runtime's output with the unchanged model's."""
@@ -40,6 +46,8 @@ class _Replacing(TorchFunctionMode):
         kwargs = kwargs or {}
         if func in _MAKERS:
             return _MAKERS[func](*args, **kwargs)
+        if func in _REPEATS:
+            return _repeat_interleave(func, *args, **kwargs)
         if func in _FILL_VALUE:
             args, kwargs = _int_fill(_FILL_VALUE[func], args, kwargs)
         return func(*args, **kwargs)
@@ -57,6 +65,21 @@ _FILL_VALUE: dict[Callable, tuple[int, str]] = {
     torch.full_like: (1, "fill_value"),
     torch.Tensor.new_full: (2, "fill_value"),
 }
+
+
+_REPEATS = (torch.Tensor.repeat_interleave, torch.repeat_interleave)
+
+
+def _repeat_interleave(func: Callable, x: Any, repeats: Any = None, dim: Any = None,
+                       **kwargs: Any) -> Any:
+    """Each element of `x` `repeats` times along `dim`, as an unsqueeze, an expand and a
+    reshape; a call of another form (repeats a tensor, no dim) as it was."""
+    if not isinstance(x, torch.Tensor) or type(repeats) is not int or type(dim) is not int:
+        return func(x, repeats, dim, **kwargs)
+    d = dim % x.dim()
+    shape = list(x.shape)
+    spread = x.unsqueeze(d + 1).expand(*shape[:d + 1], repeats, *shape[d + 1:])
+    return spread.reshape(*shape[:d], shape[d] * repeats, *shape[d + 1:])
 
 
 def _int_fill(where: tuple[int, str], args: tuple, kwargs: dict) -> tuple[tuple, dict]:

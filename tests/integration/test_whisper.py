@@ -81,7 +81,7 @@ SAMPLES = 32000  # 2 s at 16 kHz: 82 encoder positions
 @pytest.mark.slow  # 26-50 s on the shared 2-core machine
 def test_moonshine_transcribes_a_waveform_as_transformers_does(tmp_path: Path) -> None:
     """A tiny Moonshine with its feature extractor (a waveform, feature_size 1) builds for the
-    CPU in fp32 (with export=dynamo: TorchScript's exporter fails on its rotary embedding):
+    CPU in fp32 (with export=dynamo, which builds it as TorchScript does):
     the encoder takes `input_values` [1, samples]; verify, verify_generation and eval feed it
     synthesized speech; `modelplan generate --audio` transcribes a WAV file into the tokens
     transformers' own `generate` gives for the same samples."""

@@ -77,3 +77,33 @@ def test_bool_fill_values_trace_and_match_torch() -> None:
     for g, want in zip(got, _BoolFills()(scores, top), strict=True):
         assert g.dtype == want.numpy().dtype
         np.testing.assert_array_equal(g, want.numpy())
+
+
+class _InterleavedRotary(torch.nn.Module):
+    """Helium's rotary embedding (GLM's and Cohere's are alike): tables repeated element by
+    element, `rotate_half` stacking and flattening, the keys appended to a cache."""
+
+    def forward(self, k: torch.Tensor, cos: torch.Tensor, past: torch.Tensor) -> torch.Tensor:
+        cos = cos.unsqueeze(1)
+        cos = cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)
+        x1, x2 = k[..., 0::2], k[..., 1::2]
+        rotated = torch.stack((-x2, x1), dim=-1).flatten(-2)
+        return torch.cat([past, k * cos + rotated * torch.repeat_interleave(cos, 1, dim=3)],
+                         dim=-2)
+
+
+def test_an_interleaved_rotary_table_exports_and_matches_torch() -> None:
+    """The exporter's own repeat_interleave leaves its shape inference a rank too high, and the
+    cache's cat stopped the export ("All tensors must have the same rank")."""
+    args = (torch.randn(1, 2, 8, 32), torch.randn(1, 8, 32), torch.randn(1, 2, 4, 32))
+    module = _InterleavedRotary()
+    with pytest.raises(Exception, match="same rank"):
+        torch.onnx.export(module.eval(), args, io.BytesIO(), dynamo=False, opset_version=17)
+    (got,) = _run(module, args)
+    np.testing.assert_allclose(got, module(*args).numpy(), rtol=1e-6, atol=1e-6)
+    # other forms are left to the model: repeats given per element, or no dim (flattened)
+    x = torch.arange(6.0).reshape(2, 3)
+    with torchcalls.replaced():
+        assert torch.equal(x.repeat_interleave(torch.tensor([1, 2]), dim=0),
+                           torch.tensor([[0.0, 1, 2], [3, 4, 5], [3, 4, 5]]))
+        assert torch.equal(x.repeat_interleave(2), torch.arange(6.0).repeat_interleave(2))
