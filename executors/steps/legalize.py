@@ -20,6 +20,9 @@ from executors.run.step_api import StepContext, StepResult
 from executors.runtime.adapters import host_providers
 from executors.samples import batches, valid_positions
 
+# how far legalization may move an output on real tokens: of its peak where that is over 1
+# (fused ops reorder float arithmetic: a tiny Moonshine encoder's outputs peak at 4.1 and moved
+# by 1.7e-4 through its fused GELUs)
 TOLERANCE = 1e-4
 
 
@@ -56,7 +59,7 @@ def _outputs_unchanged(ctx: StepContext, before: Any) -> float:
     import onnxruntime as ort
 
     specs, _ = io_specs(before)
-    worst = 0.0
+    worst, peak = 0.0, 0.0
     so = ort.SessionOptions()
     so.log_severity_level = 3
     # numerics only: the input is at the basic fixed point, and ORT 1.32's extended level
@@ -73,11 +76,14 @@ def _outputs_unchanged(ctx: StepContext, before: Any) -> float:
     for feed, want in zip(feeds, expected, strict=True):
         valid = valid_positions(feed)
         for a, b in zip(want, new.run(None, feed), strict=True):
-            diff = np.abs(a - b)
+            diff, size = np.abs(a - b), np.abs(a)
             if valid is not None and diff.ndim >= 2 and diff.shape[:2] == valid.shape:
-                diff = diff[valid]
+                diff, size = diff[valid], size[valid]
             worst = max(worst, float(diff.max(initial=0.0)))
-    if worst > TOLERANCE:
+            peak = max(peak, float(size.max(initial=0.0)))
+    allowed = TOLERANCE * max(1.0, peak)
+    if worst > allowed:
         raise ctx.fail(f"legalization changed outputs on real tokens by {worst:.3g} "
-                       f"(tolerance {TOLERANCE})", "report this model")
+                       f"(tolerance {allowed:.3g}: {TOLERANCE} of the outputs' peak "
+                       f"{peak:.3g}, at least {TOLERANCE})", "report this model")
     return worst
