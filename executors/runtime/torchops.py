@@ -26,6 +26,8 @@ def register() -> None:
         torch.onnx.register_custom_op_symbolic(f"aten::bitwise_{name}", function, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::copy", _copy, OPSET)
     torch.onnx.register_custom_op_symbolic("aten::diff", _diff, OPSET)
+    torch.onnx.register_custom_op_symbolic("aten::linalg_solve_triangular", _solve_triangular,
+                                           OPSET)
 
 
 def _copy(g: Any, x: Any, src: Any, non_blocking: Any = None) -> Any:
@@ -55,6 +57,69 @@ def _diff(g: Any, x: Any, n: Any, dim: Any, prepend: Any = None, append: Any = N
     for _ in range(sh._get_const(n, "i", "n")):
         out = g.op("Xor" if boolean else "Sub", cut(1, 2**62), cut(0, -1))
     return out
+
+
+def _solve_triangular(g: Any, a: Any, b: Any, upper: Any, left: Any = None,
+                      unitriangular: Any = None) -> Any:
+    """X with A X = B (X A = B where not `left`) for a triangular A of a size the trace fixes
+    (the chunked delta rule of Qwen3-Next's and Qwen3.5's linear attention, OLMo hybrid's):
+    A = D (I + M) with D its diagonal and M strictly triangular, so M^n = 0 and
+    (I + M)^-1 = (I - M)(I + M^2)(I + M^4)..., as many factors as doublings reach n; X is those
+    factors applied to D^-1 B, each one MatMul and one more to square the power."""
+    import torch
+    from torch.onnx import errors
+    from torch.onnx import symbolic_helper as sh
+
+    sizes = sh._get_tensor_sizes(a) or []
+    n = _last_size(a, sizes)
+    if n is None:
+        raise errors.SymbolicValueError("linalg_solve_triangular of a matrix whose size the "
+                                        "trace does not fix", a)
+    is_upper = bool(sh._get_const(upper, "b", "upper"))
+    if left is not None and not sh._is_none(left) and not sh._get_const(left, "b", "left"):
+        # X A = B  <=>  A^T X^T = B^T, A^T triangular the other way
+        flip = _last_two_swapped(g, len(sizes))
+        t = _solve_triangular(g, g.op("Transpose", a, perm_i=flip),
+                              g.op("Transpose", b, perm_i=flip),
+                              g.op("Constant", value_t=torch.tensor(not is_upper)), None,
+                              unitriangular)
+        return g.op("Transpose", t, perm_i=flip)
+
+    def const(value: torch.Tensor) -> Any:
+        return g.op("CastLike", g.op("Constant", value_t=value), a)
+
+    eye = const(torch.eye(n))
+    strict = const(torch.ones(n, n).triu(1) if is_upper else torch.ones(n, n).tril(-1))
+    unit = unitriangular is not None and not sh._is_none(unitriangular) and \
+        bool(sh._get_const(unitriangular, "b", "unitriangular"))
+    minus_m = g.op("Neg", g.op("Mul", a, strict))
+    x = b
+    if not unit:  # rows divided by the diagonal: A = D (I + D^-1 N)
+        diag = g.op("ReduceSum", g.op("Mul", a, eye),
+                    g.op("Constant", value_t=torch.tensor([-1])), keepdims_i=1)
+        minus_m, x = g.op("Div", minus_m, diag), g.op("Div", b, diag)
+    power = minus_m
+    for step in range(max(1, (n - 1).bit_length())):
+        x = g.op("Add", x, g.op("MatMul", power, x))
+        if step + 1 < (n - 1).bit_length():
+            power = g.op("MatMul", power, power)
+    return x
+
+
+def _last_size(x: Any, sizes: list[Any]) -> int | None:
+    """The size of x's last axis as traced: its type's, or where the exporter's shape inference
+    left it open, its row stride (a contiguous tensor's rows are that long)."""
+    if sizes and isinstance(sizes[-1], int):
+        return sizes[-1]
+    typed = x.type()
+    strides = typed.strides() if hasattr(typed, "strides") else None
+    if strides and len(strides) >= 2 and strides[-1] == 1 and isinstance(strides[-2], int):
+        return strides[-2]
+    return None
+
+
+def _last_two_swapped(g: Any, rank: int) -> list[int]:
+    return [*range(rank - 2), rank - 1, rank - 2]
 
 
 def _expm1(g: Any, x: Any) -> Any:

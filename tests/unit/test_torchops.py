@@ -153,3 +153,29 @@ def test_a_permute_by_negative_dims_exports_as_a_valid_transpose(tmp_path: Any) 
                                    providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(session.run(None, {"x": x.numpy()})[0],
                                   (x.permute(0, 2, 3, 1) * 2).numpy())
+
+
+class _Solve(torch.nn.Module):
+    def __init__(self, **how: Any) -> None:
+        super().__init__()
+        self.how = how
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.solve_triangular(a, b, **self.how)
+
+
+@pytest.mark.parametrize("n", [1, 5, 64])  # 64: the chunked delta rule's chunk
+@pytest.mark.parametrize("how", [
+    {"upper": False, "unitriangular": True},  # Qwen3-Next's, Qwen3.5's, OLMo hybrid's
+    {"upper": False}, {"upper": True}, {"upper": True, "unitriangular": True},
+    {"upper": False, "left": False}])
+def test_a_triangular_solve_exports_and_matches_torch(n: int, how: dict[str, Any]) -> None:
+    """X with A X = B (or X A = B) from a triangular A's inverse as products of powers of its
+    strictly triangular part (nilpotent), which TorchScript's exporter has no symbolic for."""
+    torch.manual_seed(n)
+    a = torch.randn(2, 3, n, n) * 0.3 + 2 * torch.eye(n)
+    b = torch.randn(2, 3, n, 7) if how.get("left", True) else torch.randn(2, 3, 7, n)
+    module = _Solve(**how)
+    (got,) = _run(module, (a, b), 17)
+    want = module(a, b).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
