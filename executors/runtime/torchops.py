@@ -89,10 +89,11 @@ def _solve_triangular(g: Any, a: Any, b: Any, upper: Any, left: Any = None,
         return g.op("CastLike", g.op("Constant", value_t=value), a)
 
     eye = const(torch.eye(n))
-    strict = const(torch.ones(n, n).triu(1) if is_upper else torch.ones(n, n).tril(-1))
+    # -1 on the strict triangle: -M in one Mul (HTP rejects a Neg there)
+    minus = const(-(torch.ones(n, n).triu(1) if is_upper else torch.ones(n, n).tril(-1)))
     unit = unitriangular is not None and not sh._is_none(unitriangular) and \
         bool(sh._get_const(unitriangular, "b", "unitriangular"))
-    minus_m = g.op("Neg", g.op("Mul", a, strict))
+    minus_m = g.op("Mul", a, minus)
     x = b
     if not unit:  # rows divided by the diagonal: A = D (I + D^-1 N)
         diag = g.op("ReduceSum", g.op("Mul", a, eye),
