@@ -47,7 +47,7 @@ class _Replacing(TorchFunctionMode):
         if func in _MAKERS:
             return _MAKERS[func](*args, **kwargs)
         if func in _REPEATS:
-            return _repeat_interleave(func, *args, **kwargs)
+            return _repeat_interleave(func, args, kwargs)
         if func in _FILL_VALUE:
             args, kwargs = _int_fill(_FILL_VALUE[func], args, kwargs)
         return func(*args, **kwargs)
@@ -70,12 +70,17 @@ _FILL_VALUE: dict[Callable, tuple[int, str]] = {
 _REPEATS = (torch.Tensor.repeat_interleave, torch.repeat_interleave)
 
 
-def _repeat_interleave(func: Callable, x: Any, repeats: Any = None, dim: Any = None,
-                       **kwargs: Any) -> Any:
-    """Each element of `x` `repeats` times along `dim`, as an unsqueeze, an expand and a
-    reshape; a call of another form (repeats a tensor, no dim) as it was."""
-    if not isinstance(x, torch.Tensor) or type(repeats) is not int or type(dim) is not int:
-        return func(x, repeats, dim, **kwargs)
+def _repeat_interleave(func: Callable, args: tuple, kwargs: dict) -> Any:
+    """Each element of a tensor an int count of times along one of its axes, as an unsqueeze,
+    an expand and a reshape; any other call (counts per element, no axis, an axis out of
+    range) as it was made."""
+    names = ("input", "repeats", "dim")
+    given = {**dict(zip(names, args, strict=False)), **kwargs}
+    x, repeats, dim = given.get("input"), given.get("repeats"), given.get("dim")
+    if len(args) > 3 or set(given) - set(names) - {"output_size"} or \
+            not isinstance(x, torch.Tensor) or x.dim() == 0 or type(repeats) is not int or \
+            type(dim) is not int or not -x.dim() <= dim < x.dim():
+        return func(*args, **kwargs)
     d = dim % x.dim()
     shape = list(x.shape)
     spread = x.unsqueeze(d + 1).expand(*shape[:d + 1], repeats, *shape[d + 1:])

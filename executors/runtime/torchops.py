@@ -63,63 +63,74 @@ def _solve_triangular(g: Any, a: Any, b: Any, upper: Any, left: Any = None,
                       unitriangular: Any = None) -> Any:
     """X with A X = B (X A = B where not `left`) for a triangular A of a size the trace fixes
     (the chunked delta rule of Qwen3-Next's and Qwen3.5's linear attention, OLMo hybrid's):
-    A = D (I + M) with D its diagonal and M strictly triangular, so M^n = 0 and
-    (I + M)^-1 = (I - M)(I + M^2)(I + M^4)..., as many factors as doublings reach n; X is those
-    factors applied to D^-1 B, each one MatMul and one more to square the power."""
+    A = D U with D its diagonal and U unit triangular, X = U^-1 D^-1 B, and U^-1 built by
+    doubling blocks: P, the inverse of U's diagonal blocks of size s, becomes that of size 2s
+    as P - P C P, C the part of U joining each pair ([[A, 0], [C, B]]^-1 has -B^-1 C A^-1
+    there). Every P is a true inverse's block, so nothing grows and cancels (a Neumann product
+    of powers of U - I does, in float32)."""
     import torch
     from torch.onnx import errors
     from torch.onnx import symbolic_helper as sh
 
     sizes = sh._get_tensor_sizes(a) or []
-    n = _last_size(a, sizes)
-    if n is None:
-        raise errors.SymbolicValueError("linalg_solve_triangular of a matrix whose size the "
-                                        "trace does not fix", a)
+    n = _square_size(a, sizes)
     is_upper = bool(sh._get_const(upper, "b", "upper"))
     if left is not None and not sh._is_none(left) and not sh._get_const(left, "b", "left"):
         # X A = B  <=>  A^T X^T = B^T, A^T triangular the other way
-        flip = _last_two_swapped(g, len(sizes))
-        t = _solve_triangular(g, g.op("Transpose", a, perm_i=flip),
-                              g.op("Transpose", b, perm_i=flip),
+        ranks = [sh._get_tensor_rank(t) for t in (a, b)]
+        if None in ranks:
+            raise errors.SymbolicValueError("linalg_solve_triangular(left=False) of tensors "
+                                            "whose ranks the trace does not fix", b)
+        t = _solve_triangular(g, g.op("Transpose", a, perm_i=_last_two_swapped(ranks[0])),
+                              g.op("Transpose", b, perm_i=_last_two_swapped(ranks[1])),
                               g.op("Constant", value_t=torch.tensor(not is_upper)), None,
                               unitriangular)
-        return g.op("Transpose", t, perm_i=flip)
+        out_rank = max(ranks)
+        return g.op("Transpose", t, perm_i=_last_two_swapped(out_rank))
 
     def const(value: torch.Tensor) -> Any:
         return g.op("CastLike", g.op("Constant", value_t=value), a)
 
-    eye = const(torch.eye(n))
-    # -1 on the strict triangle: -M in one Mul (HTP rejects a Neg there)
-    minus = const(-(torch.ones(n, n).triu(1) if is_upper else torch.ones(n, n).tril(-1)))
     unit = unitriangular is not None and not sh._is_none(unitriangular) and \
         bool(sh._get_const(unitriangular, "b", "unitriangular"))
-    minus_m = g.op("Mul", a, minus)
-    x = b
-    if not unit:  # rows divided by the diagonal: A = D (I + D^-1 N)
-        diag = g.op("ReduceSum", g.op("Mul", a, eye),
+    u, x = a, b
+    if not unit:  # rows divided by the diagonal: A = D U
+        diag = g.op("ReduceSum", g.op("Mul", a, const(torch.eye(n))),
                     g.op("Constant", value_t=torch.tensor([-1])), keepdims_i=1)
-        minus_m, x = g.op("Div", minus_m, diag), g.op("Div", b, diag)
-    power = minus_m
-    for step in range(max(1, (n - 1).bit_length())):
-        x = g.op("Add", x, g.op("MatMul", power, x))
-        if step + 1 < (n - 1).bit_length():
-            power = g.op("MatMul", power, power)
-    return x
+        u, x = g.op("Div", a, diag), g.op("Div", b, diag)
+    inverse = const(torch.eye(n))
+    rows = torch.arange(n)[:, None].expand(n, n)
+    size = 1
+    while size < n:
+        # the entries joining each pair of blocks of `size` within a block of twice it
+        pair = (rows // (2 * size)) == (rows.T // (2 * size))
+        lower = ((rows // size) % 2 == 1) & ((rows.T // size) % 2 == 0)
+        joins = pair & (lower.T if is_upper else lower)
+        c = g.op("Mul", u, const(joins.to(torch.float32)))
+        inverse = g.op("Sub", inverse, g.op("MatMul", inverse, g.op("MatMul", c, inverse)))
+        size *= 2
+    return g.op("MatMul", inverse, x)
 
 
-def _last_size(x: Any, sizes: list[Any]) -> int | None:
-    """The size of x's last axis as traced: its type's, or where the exporter's shape inference
-    left it open, its row stride (a contiguous tensor's rows are that long)."""
-    if sizes and isinstance(sizes[-1], int):
-        return sizes[-1]
-    typed = x.type()
+def _square_size(a: Any, sizes: list[Any]) -> int:
+    """The size of the square matrix `a` as traced: either of its last two axes its type
+    fixes, or where the exporter's shape inference left both open, its row stride when its
+    strides are a contiguous square's."""
+    from torch.onnx import errors
+
+    for size in (sizes[-1:] + sizes[-2:-1]) if sizes else ():
+        if isinstance(size, int):
+            return size
+    typed = a.type()
     strides = typed.strides() if hasattr(typed, "strides") else None
-    if strides and len(strides) >= 2 and strides[-1] == 1 and isinstance(strides[-2], int):
+    if strides and len(strides) >= 3 and strides[-1] == 1 and isinstance(strides[-2], int) \
+            and strides[-3] == strides[-2] ** 2:
         return strides[-2]
-    return None
+    raise errors.SymbolicValueError("linalg_solve_triangular of a matrix whose size the trace "
+                                    "does not fix", a)
 
 
-def _last_two_swapped(g: Any, rank: int) -> list[int]:
+def _last_two_swapped(rank: int) -> list[int]:
     return [*range(rank - 2), rank - 1, rank - 2]
 
 

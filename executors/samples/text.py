@@ -87,7 +87,9 @@ def _positions_counter(model: Any, name: str, width: int | None) -> Any:
         with torch.no_grad():
             try:
                 out = encoder_of(model)(**{name: blank}, return_dict=True)
-            except RuntimeError:  # too short for its convolutions' kernels: no position yet
+            except RuntimeError as exc:  # too short for a convolution's kernel: no position yet
+                if "Kernel size" not in str(exc):
+                    raise
                 return 0
         return int(out.last_hidden_state.shape[1])
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 
 
 class _Norm:
@@ -63,3 +64,9 @@ def test_exact_zeros_and_ones_are_still_removed_and_the_rules_restored(tmp_path:
     export_graph(NoOps().eval(), (torch.randn(2, 3),), ["x"], ["y"], path, "dynamo", 18)
     assert _ops(path) == ["Relu"]
     assert rewriter._DEFAULT_REWRITE_RULES is before  # outside the export, as onnxscript has it
+    from executors.runtime import exact_no_ops
+
+    with pytest.raises(RuntimeError), exact_no_ops.exact():  # an export that fails inside
+        assert rewriter._DEFAULT_REWRITE_RULES is not before
+        raise RuntimeError("the export failed")
+    assert rewriter._DEFAULT_REWRITE_RULES is before
