@@ -1,6 +1,7 @@
 """Element-wise functions HTP lacks or computes wrongly, composed of operators it computes
 right (each measured on the HTP simulator, onnxruntime-qnn 2.7.0; executors/onnx/htp_rewrites.py
-applies them in its REWRITES order): Reciprocal as a Div, Softplus without a Log near 1."""
+applies them in its REWRITES order): Reciprocal as a Div, Softplus without a Log near 1, an
+outer product written as a broadcast Mul as a MatMul."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from executors.onnx.graph_edit import Emitter, elem_types, replace
+from executors.onnx.graph_edit import Emitter, constants, elem_types, replace, static_shapes
+from executors.onnx.graph_edit import shapes as graph_shapes
 
 
 def _input_types(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> dict[str, int]:
@@ -70,5 +72,37 @@ def softplus_composed(model: onnx.ModelProto) -> int:
         log1p = e.node("Mul", [z, acc])
         e.node("Add", [e.node("Relu", [x]), log1p], node.output[0])
         replace(model, node, e.nodes)
+        count += 1
+    return count
+
+
+def outer_products_as_matmuls(model: onnx.ModelProto) -> int:
+    """Mul(a[..., m, 1], b[..., 1, n]) -> MatMul(a, b), exact (each element one product): HTP
+    computed the sum that followed such a Mul wrongly or crashed on it (measured: the delta
+    rule's state update in Qwen3.5's decode graph, k[..., :, None] * delta[..., None, :] over
+    32 heads of 128 x 128, its new state at cosine 0.06 against the CPU's on the same QDQ
+    graph; as a MatMul 0.99999). Both inputs computed, their shapes known, m and n above 1."""
+    fixed = constants(model)
+    found = [n for n in model.graph.node if n.op_type == "Mul"
+             and not any(i in fixed for i in n.input)]
+    if not found:
+        return 0
+    try:
+        shapes = static_shapes(model, [i for n in found for i in n.input])
+    except ValueError:  # over protobuf's 2 GB: the shapes the graph says are all there are
+        shapes = graph_shapes(model)
+    count = 0
+    for node in found:
+        a, b = (shapes.get(i) for i in node.input)
+        if not a or not b or len(a) != len(b) or len(a) < 2 or None in (*a[-2:], *b[-2:]):
+            continue
+        if a[-1] == 1 and b[-2] == 1 and a[-2] > 1 and b[-1] > 1:
+            ordered = list(node.input)
+        elif b[-1] == 1 and a[-2] == 1 and b[-2] > 1 and a[-1] > 1:
+            ordered = [node.input[1], node.input[0]]
+        else:
+            continue
+        replace(model, node, [helper.make_node("MatMul", ordered, list(node.output),
+                                               name=f"{node.name or node.output[0]}/as_MatMul")])
         count += 1
     return count

@@ -98,18 +98,18 @@ def _solve_triangular(g: Any, a: Any, b: Any, upper: Any, left: Any = None,
         diag = g.op("ReduceSum", g.op("Mul", a, const(torch.eye(n))),
                     g.op("Constant", value_t=torch.tensor([-1])), keepdims_i=1)
         u, x = g.op("Div", a, diag), g.op("Div", b, diag)
-    inverse = const(torch.eye(n))
     rows = torch.arange(n)[:, None].expand(n, n)
-    size = 1
+    inverse, size = None, 1  # blocks of one row: U's diagonal, 1, its own inverse
     while size < n:
         # the entries joining each pair of blocks of `size` within a block of twice it
         pair = (rows // (2 * size)) == (rows.T // (2 * size))
         lower = ((rows // size) % 2 == 1) & ((rows.T // size) % 2 == 0)
-        joins = pair & (lower.T if is_upper else lower)
-        c = g.op("Mul", u, const(joins.to(torch.float32)))
-        inverse = g.op("Sub", inverse, g.op("MatMul", inverse, g.op("MatMul", c, inverse)))
+        c = g.op("Mul", u, const((pair & (lower.T if is_upper else lower)).to(torch.float32)))
+        # from the identity, I - C (no MatMul reads a constant: HTP rejects one that does)
+        inverse = g.op("Sub", const(torch.eye(n)), c) if inverse is None else g.op(
+            "Sub", inverse, g.op("MatMul", inverse, g.op("MatMul", c, inverse)))
         size *= 2
-    return g.op("MatMul", inverse, x)
+    return x if inverse is None else g.op("MatMul", inverse, x)
 
 
 def _square_size(a: Any, sizes: list[Any]) -> int:

@@ -160,3 +160,26 @@ def test_a_state_space_llm_builds_for_htp(tmp_path, tmp_path_factory):
     staged = step(record, "genai_stages")["metrics"]
     assert staged["stages"] is None and "past_key_values.0.conv.0" in staged["why_not"]
     assert step(record, "verify_generation")["metrics"]["cosine_mean"] >= 0.99
+
+
+@pytest.mark.slow
+def test_a_gated_delta_rule_llm_builds_for_htp(tmp_path, tmp_path_factory):
+    # Qwen3.5 from bf16 with the default exporter: its chunked delta rule's triangular solve is
+    # composed for TorchScript (no MatMul reading a constant, no Neg: HTP rejects both there),
+    # and its decode graph's state update, an outer product as a broadcast Mul, is a MatMul on
+    # HTP (the new state came out at cosine 0.06 against the CPU's on the same QDQ graph)
+    ckpt = text_checkpoint(
+        shared_dir(tmp_path_factory) / "ckpt-qwen3_5-bf16", "Qwen3_5ForCausalLM",
+        "qwen3_5_text", dtype="bfloat16", layer_types=["linear_attention", "full_attention"],
+        linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=32,
+        linear_value_head_dim=32, head_dim=32, num_key_value_heads=2, pad_token_id=0,
+        bos_token_id=101, eos_token_id=102)
+    code, record, err = run_json(
+        "model=local_hf", f"model.path={ckpt}", "target=qnn_htp", "quant=w8a16_pc",
+        "verify.samples=2", "perf=none", "export.shapes.prefill_length=8",
+        "export.shapes.context_length=32", store=tmp_path / "store", outputs=tmp_path / "out")
+    assert code == 0, err
+    assert step(record, "decode.legalize")["metrics"]["rewrites"]["outer_products"] >= 1
+    for graph in ("prefill", "decode"):
+        assert step(record, f"{graph}.verify")["metrics"]["cosine_mean"] >= 0.99
+    assert step(record, "verify_generation")["metrics"]["cosine_mean"] >= 0.99
