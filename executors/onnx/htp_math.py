@@ -76,17 +76,28 @@ def softplus_composed(model: onnx.ModelProto) -> int:
     return count
 
 
+FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+
+
 def outer_products_as_matmuls(model: onnx.ModelProto) -> int:
     """Mul(a[..., m, 1], b[..., 1, n]) -> MatMul(a, b), exact (each element one product): HTP
     computed the sum that followed such a Mul wrongly or crashed on it (measured: the delta
     rule's state update in Qwen3.5's decode graph, k[..., :, None] * delta[..., None, :] over
     32 heads of 128 x 128, its new state at cosine 0.06 against the CPU's on the same QDQ
-    graph; as a MatMul 0.99999). Both inputs computed, their shapes known, m and n above 1."""
+    graph; as a MatMul 0.99999). Both inputs computed and float, their shapes known, m and n
+    above 1 (a mask's outer product, DeBERTa's, is integer: HTP has no integer MatMul)."""
     fixed = constants(model)
     found = [n for n in model.graph.node if n.op_type == "Mul"
              and not any(i in fixed for i in n.input)]
     if not found:
         return 0
+    types = elem_types(model)
+    if any(i not in types for n in found for i in n.input):
+        try:
+            types = elem_types(onnx.shape_inference.infer_shapes(model))
+        except ValueError:  # over protobuf's 2 GB: the types the graph says are all there are
+            pass
+    found = [n for n in found if all(types.get(i) in FLOATS for i in n.input)]
     try:
         shapes = static_shapes(model, [i for n in found for i in n.input])
     except ValueError:  # over protobuf's 2 GB: the shapes the graph says are all there are

@@ -60,3 +60,13 @@ def test_other_muls_are_left(a_shape: list[int], b_shape: list[int], constant_b:
     model = _mul(a_shape, b_shape, constant_b)
     assert outer_products_as_matmuls(model) == 0
     assert [n.op_type for n in model.graph.node] == ["Mul", "Add"]
+
+
+def test_an_integer_outer_product_is_left() -> None:
+    """DeBERTa's mask times its transpose: HTP has no integer MatMul."""
+    a = helper.make_tensor_value_info("a", TensorProto.INT64, [1, 1, 8, 1])
+    b = helper.make_tensor_value_info("b", TensorProto.INT64, [1, 1, 1, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, None)
+    graph = helper.make_graph([helper.make_node("Mul", ["a", "b"], ["y"])], "g", [a, b], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert outer_products_as_matmuls(model) == 0
