@@ -13,11 +13,11 @@ from executors.onnx.graph_edit import Emitter, constants, elem_types, replace, s
 from executors.onnx.graph_edit import shapes as graph_shapes
 
 
-def _input_types(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> dict[str, int]:
-    """The element type of every tensor the graph says, inferred where one of `nodes`' first
-    inputs has none (an earlier rewrite left it unsaid)."""
+def _input_types(model: onnx.ModelProto, names: list[str]) -> dict[str, int]:
+    """The element type of every tensor the graph says, inferred where one of `names` has none
+    (an earlier rewrite left it unsaid)."""
     types = elem_types(model)
-    if any(n.input[0] not in types for n in nodes):
+    if any(name not in types for name in names):
         try:
             types = elem_types(onnx.shape_inference.infer_shapes(model))
         except ValueError:  # over protobuf's 2 GB: the types the graph says are all there are
@@ -33,7 +33,7 @@ def reciprocals_as_divs(model: onnx.ModelProto) -> int:
     input type stays unknown is left."""
     count = 0
     found = [n for n in model.graph.node if n.op_type == "Reciprocal"]
-    types = _input_types(model, found)
+    types = _input_types(model, [n.input[0] for n in found])
     for node in found:
         if not types.get(node.input[0]):
             continue
@@ -58,7 +58,7 @@ def softplus_composed(model: onnx.ModelProto) -> int:
     mostly below 0.01: with each Log form tried its recurrent state came out zero or constant)."""
     count = 0
     found = [n for n in model.graph.node if n.op_type == "Softplus"]
-    types = _input_types(model, found)
+    types = _input_types(model, [n.input[0] for n in found])
     for node in found:
         e = Emitter(model, node.name or node.output[0])
         x = node.input[0]
@@ -91,12 +91,7 @@ def outer_products_as_matmuls(model: onnx.ModelProto) -> int:
              and not any(i in fixed for i in n.input)]
     if not found:
         return 0
-    types = elem_types(model)
-    if any(i not in types for n in found for i in n.input):
-        try:
-            types = elem_types(onnx.shape_inference.infer_shapes(model))
-        except ValueError:  # over protobuf's 2 GB: the types the graph says are all there are
-            pass
+    types = _input_types(model, [i for n in found for i in n.input])
     found = [n for n in found if all(types.get(i) in FLOATS for i in n.input)]
     try:
         shapes = static_shapes(model, [i for n in found for i in n.input])

@@ -200,7 +200,8 @@ def speech_inputs(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType
     asked = shapes.get("audio_samples")
     convs = encoder_convs(info, mt)
     reads = forwards.encoder_reads(info)  # its forward's first input, where its source says
-    reads = reads if reads in ("input_values", "input_features") else None
+    if forwards.ENCODER_DECODER_MODALITIES.get(reads or "") != T.SPEECH2TEXT:
+        reads = None  # not a speech input (SpeechEncoderDecoderModel's generic `inputs`)
     waveform = 1 if mt is not None and mt.audio_convs else None
     if reads == "input_values" or preproc.get("feature_size", waveform) == 1:
         samples = asked or SPEECH_SECONDS * rate
