@@ -72,6 +72,10 @@ NEEDS: dict[str, dict[str, Any]] = {
     # section, whose default sizes (8 + 8) exceed the tiny layer count: one layer each
     "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_output_layers": 1,
              "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
+    # the composites' decoder reads the encoder's states as its checkpoints' do
+    # (EncoderDecoderConfig.from_encoder_decoder_configs sets both)
+    "encoder-decoder": {"decoder": {"is_decoder": True, "add_cross_attention": True}},
+    "speech-encoder-decoder": {"decoder": {"is_decoder": True, "add_cross_attention": True}},
     # Reformer's axial position embeddings: dims that sum to hidden_size, a shape of 128 slots
     "reformer": {"axial_pos_embds_dim": [32, 32], "axial_pos_shape": [8, 16],
                  "attn_layers": ["local", "lsh"]},
@@ -192,13 +196,17 @@ def checkpoint(model_type: str, cls_name: str, kind: str, dest: Path,
     subs = getattr(config_cls, "sub_configs", {}) or {}
     config = config_cls(**tiny_config_fields(
         config_cls, vocab, {k: v for k, v in needs.items() if k not in subs}))
-    if kind == "causal":
-        config.is_decoder = True
+    tiny_subs = {}
     for name in subs:  # text_config, audio_config, encoder...
         sub = getattr(config, name, None)
         if isinstance(sub, transformers.PretrainedConfig):
-            setattr(config, name, type(sub)(**tiny_config_fields(type(sub), vocab,
-                                                                  needs.get(name, {}))))
+            tiny_subs[name] = type(sub)(**tiny_config_fields(type(sub), vocab,
+                                                             needs.get(name, {})))
+    if tiny_subs:  # made again around its tiny parts: what its __post_init__ derives from them
+        config = config_cls(**tiny_config_fields(
+            config_cls, vocab, {k: v for k, v in needs.items() if k not in subs}), **tiny_subs)
+    if kind == "causal":
+        config.is_decoder = True
     with torch.device("meta"):  # counted before any memory is spent on it
         params = sum(p.numel() for p in cls(config).parameters())
     if params > MAX_PARAMS:

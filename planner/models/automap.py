@@ -18,6 +18,7 @@ from typing import Any
 CAUSAL_LM = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
 SEQ2SEQ_LM = "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"
 SPEECH_SEQ2SEQ = "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES"
+BASE_MODEL = "MODEL_MAPPING_NAMES"  # model type -> its headless model class (BertModel)
 MODULE_NAMES = "SPECIAL_MODEL_TYPE_TO_MODULE_NAME"  # model types whose module is named otherwise
 CONFIG_NAMES = "CONFIG_MAPPING_NAMES"  # model type -> its config class
 MODELING_AUTO = "models/auto/modeling_auto.py"
@@ -65,6 +66,11 @@ def causal_lm_class(model_type: str) -> str | None:
 def seq2seq_class(model_type: str) -> str | None:
     """The class a text or speech sequence-to-sequence Auto class loads for `model_type`."""
     return mapping(SEQ2SEQ_LM).get(model_type) or mapping(SPEECH_SEQ2SEQ).get(model_type)
+
+
+def base_class(model_type: str) -> str | None:
+    """The class AutoModel loads for `model_type`: its model without a head."""
+    return mapping(BASE_MODEL).get(model_type)
 
 
 def modeling_file(model_type: str, kind: str = "modeling") -> str:

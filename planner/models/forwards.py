@@ -115,7 +115,16 @@ def main_input(model_type: str, cls: str) -> str | None:
 def encoder_reads(info: dict[str, Any]) -> str | None:
     """What the checkpoint's class reads first: its config.json's first architecture, or
     where it names none (a random-init config) the class transformers' sequence-to-sequence
-    Auto classes load for its model type."""
+    Auto classes load for its model type; for a composite whose forward names no input of
+    its own, what its `encoder` part's model reads."""
     model_type = str(info.get("model_type", ""))
     arch = (info.get("architectures") or [None])[0] or automap.seq2seq_class(model_type)
-    return main_input(model_type, arch) if isinstance(arch, str) else None
+    reads = main_input(model_type, arch) if isinstance(arch, str) else None
+    encoder = info.get("encoder")
+    if reads not in ENCODER_DECODER_MODALITIES and isinstance(encoder, dict):
+        # a composite of any encoder and decoder (SpeechEncoderDecoderModel's generic
+        # `inputs`): what its encoder part's own model reads
+        part = str(encoder.get("model_type", ""))
+        base = automap.base_class(part)
+        return main_input(part, base) if base else None
+    return reads

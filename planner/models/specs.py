@@ -231,16 +231,18 @@ def encoder_convs(info: dict[str, Any], mt: T.ModelType | None) -> tuple[tuple[i
                                                                           ...]:
     """(kernel, stride, padding) of a speech encoder's convolutions over time: a Conformer's
     subsampling (`subsampling_factor`, `subsampling_conv_kernel_size` and `_stride`, in
-    config.json or its encoder_config), config.json's `conv_kernel` and `conv_stride` lists,
+    config.json or its encoder_config or encoder part), the `conv_kernel` and `conv_stride`
+    lists (wav2vec 2.0's, a SpeechEncoderDecoderModel's encoder part's),
     else its model type's, or config.json's `conv_kernel_sizes` at its model type's stride."""
-    sub = info.get("encoder_config") or info
+    sub = next((part for part in (info.get("encoder_config"), info.get("encoder"))
+                if isinstance(part, dict)), info)
     factor, kernel, stride = (sub.get(f"subsampling_{k}") for k in
                               ("factor", "conv_kernel_size", "conv_stride"))
     if all(isinstance(v, int) and v > 1 for v in (factor, kernel, stride)) and \
             stride ** round(math.log(factor, stride)) == factor:
         # a Conformer's subsampling (Parakeet's): strided convolutions, half a kernel padded
         return ((kernel, stride, (kernel - 1) // 2),) * round(math.log(factor, stride))
-    kernels, strides = info.get("conv_kernel"), info.get("conv_stride")
+    kernels, strides = (sub.get(k, info.get(k)) for k in ("conv_kernel", "conv_stride"))
     if isinstance(kernels, list) and isinstance(strides, list) and len(kernels) == len(strides):
         # wav2vec 2.0's feature encoder (SpeechT5's speech prenet): unpadded, as listed
         return tuple((int(k), int(st), 0) for k, st in zip(kernels, strides, strict=True))
@@ -270,6 +272,15 @@ def positions_of(info: dict[str, Any], convs: tuple[tuple[int, int, int], ...],
     return positions
 
 
+def encoder_config(info: dict[str, Any]) -> dict[str, Any]:
+    """The fields a text encoder's inputs and width are read from: the top level's, over those of
+    its `encoder` part where a composite config keeps them there (T5Gemma; transformers'
+    EncoderDecoderModel, whose parts are any two models)."""
+    part = info.get("encoder")
+    return {**part, **{k: v for k, v in info.items() if v is not None and k != "encoder"}} \
+        if isinstance(part, dict) else info
+
+
 def _encoder_decoder(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType | None,
                      modality: str, shapes: dict[str, Any], batch: int,
                      outputs: list[str]) -> dict[str, dict[str, Any]]:
@@ -280,12 +291,14 @@ def _encoder_decoder(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelT
     dec_seq = sequence_length(shapes, limit, "decoder_sequence_length", DEFAULT_DECODER_SEQUENCE)
     if modality == T.SPEECH2TEXT:
         encoder, enc_seq = speech_inputs(info, preproc, mt, shapes, batch)
-        width, cross = info.get("d_model") or info.get("hidden_size"), []
+        enc_info = encoder_config(info)
+        width, cross = enc_info.get("d_model") or enc_info.get("hidden_size"), []
     elif modality == T.TEXT2TEXT:
-        enc_seq = sequence_length(shapes, position_limit(info, mt))
-        encoder = text_inputs({**info, "vocab_size": info.get("vocab_size")
-                               or info.get("src_vocab_size")}, None, batch, enc_seq)
-        width = info.get("d_model") or info.get("hidden_size")
+        enc_info = encoder_config(info)
+        enc_seq = sequence_length(shapes, position_limit(enc_info, mt))
+        encoder = text_inputs({**enc_info, "vocab_size": enc_info.get("vocab_size")
+                               or enc_info.get("src_vocab_size")}, None, batch, enc_seq)
+        width = enc_info.get("d_model") or enc_info.get("hidden_size")
         cross = [_spec("encoder_attention_mask", "int64", [batch, enc_seq], 0, 1,
                        "encoder_attention_mask")]
     else:
