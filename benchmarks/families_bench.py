@@ -175,6 +175,21 @@ def tiny_config_fields(config_cls: Any, vocab: int, needs: dict[str, Any]) -> di
     return {**fields, **needs}
 
 
+def tiny_config(config_cls: Any, vocab: int, needs: dict[str, Any]) -> Any:
+    """A tiny `config_cls`, made around tiny parts where it is a composite (its text_config,
+    audio_config, encoder..., and theirs: T5Gemma 2's encoder keeps a text and a vision part),
+    so that what its __post_init__ derives from its parts is derived from the tiny ones."""
+    import transformers
+
+    subs = getattr(config_cls, "sub_configs", {}) or {}
+    own = {k: v for k, v in needs.items() if k not in subs}
+    config = config_cls(**tiny_config_fields(config_cls, vocab, own))
+    parts = {name: tiny_config(type(sub), vocab, needs.get(name, {}))
+             for name in subs if isinstance(sub := getattr(config, name, None),
+                                             transformers.PretrainedConfig)}
+    return config_cls(**tiny_config_fields(config_cls, vocab, own), **parts) if parts else config
+
+
 def checkpoint(model_type: str, cls_name: str, kind: str, dest: Path,
                dtype: str) -> tuple[Path, int]:
     """A tiny random-weight `cls_name` saved at `dest` in `dtype`, with MiniLM's tokenizer (and
@@ -193,18 +208,7 @@ def checkpoint(model_type: str, cls_name: str, kind: str, dest: Path,
     if own in (getattr(config_cls, "sub_configs", None) or {}).values():
         config_cls = own  # the class takes a part of a composite config (Emu3's text model)
     needs = NEEDS.get(model_type, {})
-    subs = getattr(config_cls, "sub_configs", {}) or {}
-    config = config_cls(**tiny_config_fields(
-        config_cls, vocab, {k: v for k, v in needs.items() if k not in subs}))
-    tiny_subs = {}
-    for name in subs:  # text_config, audio_config, encoder...
-        sub = getattr(config, name, None)
-        if isinstance(sub, transformers.PretrainedConfig):
-            tiny_subs[name] = type(sub)(**tiny_config_fields(type(sub), vocab,
-                                                             needs.get(name, {})))
-    if tiny_subs:  # made again around its tiny parts: what its __post_init__ derives from them
-        config = config_cls(**tiny_config_fields(
-            config_cls, vocab, {k: v for k, v in needs.items() if k not in subs}), **tiny_subs)
+    config = tiny_config(config_cls, vocab, needs)
     if kind == "causal":
         config.is_decoder = True
     with torch.device("meta"):  # counted before any memory is spent on it

@@ -14,8 +14,8 @@ from executors.generation.modules import graph_module
 from executors.onnx import hierarchy
 from executors.onnx.free_axes import free_axes
 from executors.runtime import torchmodel
+from executors.runtime.torch_onnx import export_graph
 from executors.samples import Samples
-from executors.steps.export import export_graph
 from planner.models.roles import role_of
 
 

@@ -5,15 +5,10 @@ writes no node metadata; its output is checked against torch on a real sample.""
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import gc
 import itertools
 import json
-import re
 import shutil
-import sys
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,13 +32,16 @@ from executors.onnx.artifacts import (
 )
 from executors.onnx.free_axes import free_axes, past_axes
 from executors.run.step_api import StepContext, StepResult
-from executors.runtime import narrow, torch_initializers, torchmodel, torchops
+from executors.runtime import narrow, torchmodel
 from executors.runtime.adapters import host_providers
-from executors.runtime.nativelog import fd1_to_stderr
+from executors.runtime.torch_onnx import ExportFailed, Opset, export_graph
 from executors.samples import Samples
+from planner.errors import StepError
 from planner.models.roles import Trace, role_of
 from planner.support.suggest import did_you_mean
 
+EXPORTER_FIX = "try another exporter (export=dynamo or export=torchscript) or export.opset"
+FALLBACK_OPSET = 18  # the dynamo exporter's lowest (export.fallback exports at it or newer)
 TOLERANCE = 1e-4  # of each output's peak magnitude
 # a checkpoint traced in bf16 or fp16: the constants the model makes in its own dtype (a scale,
 # an epsilon, a mask's fill) are rounded to it, and move the output by up to ~3e-4 of its peak
@@ -56,23 +54,47 @@ COLLECT_BYTES = 256 * 2**20  # weights from which export collects garbage to fre
 def run(ctx: StepContext) -> StepResult:
     """A checkpoint saved in 16 bits is traced as saved (runtime/narrow.py: no fp32 copy of its
     weights); one whose code or constants the narrow trace changes is exported from an fp32
-    copy, as every other checkpoint is."""
-    saved = ctx.params.get("upcast") if ctx.params["exporter"] != "dynamo" else None
+    copy, as every other checkpoint is. Where the exporter itself fails on the fp32 copy (it
+    raises, or its graph differs from torch), export.fallback's exporter is tried."""
+    p = ctx.params
+    saved = p.get("upcast") if p["exporter"] != "dynamo" else None
     if saved in narrow.NARROW:  # bfloat16, float16 (another dtype is loaded as fp32)
         try:
-            return _run(ctx, saved)
+            return _run(ctx, saved, p["exporter"])
         except Exception as exc:  # noqa: BLE001 - whatever failed, the fp32 export decides
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             if first.startswith(f"step {ctx.id} "):  # the cause, without where and the fix
                 first = first.split(": ", 1)[-1].rsplit("; ", 1)[0]
             ctx.progress(f"  traced in {saved}: {first[:240]}; exporting an fp32 copy")
-            for leftover in ctx.out.iterdir():
-                shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
-            gc.collect()
-    return _run(ctx, "float32")
+            _clear(ctx.out)
+    try:
+        return _run(ctx, "float32", p["exporter"])
+    except ExporterFault as exc:
+        other = p.get("fallback")
+        if not other or other == p["exporter"]:
+            raise
+        first = exc
+    ctx.progress(f"  {p['exporter']} cannot export it ({first.cause[:240]}); exporting with "
+                 f"{other} (export.fallback)")
+    _clear(ctx.out)
+    try:
+        result = _run(ctx, "float32", other)
+    except ExporterFault as exc:
+        raise ctx.fail(f"{p['exporter']}: {first.cause[:300]}; {other} (export.fallback): "
+                       f"{exc.cause[:300]}", "export.opset, or report the model type with its "
+                       "config.json", where=exc.where) from None
+    result.metrics.update(exporter_used=other, exporter_why=first.cause[:400])
+    return result
 
 
-def _run(ctx: StepContext, dtype: str) -> StepResult:
+def _clear(out: Path) -> None:
+    """What a failed attempt left in the step's output folder, and its torch objects."""
+    for leftover in out.iterdir():
+        shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+    gc.collect()
+
+
+def _run(ctx: StepContext, dtype: str, exporter: str) -> StepResult:
     import torch
 
     p = ctx.params
@@ -101,11 +123,9 @@ def _run(ctx: StepContext, dtype: str) -> StepResult:
             scopes, folded = {}, []
         expected = ran[0] if ran else module(*traced)
     path = ctx.out / MODEL
-    what = f" the {p['graph']}" if p["graph"] else ""
-    ctx.progress(f"exporting{what} with {p['exporter']}, opset {p['opset']}")
     axes = None if not p.get("dynamic") else past_axes(names, outputs) if free_past \
         else free_axes(args, names, expected, outputs)
-    used = _export(ctx, module, traced, names, outputs, path, axes, kind)
+    used = _export(ctx, module, traced, names, outputs, path, axes, kind, exporter)
     if kind is not None:  # the reference: the same weights in fp32, one tensor at a time
         model.float()
         with torch.no_grad():
@@ -208,133 +228,37 @@ def _kept_classes(ctx: StepContext, model: Any) -> frozenset[str]:
 
 def _export(ctx: StepContext, module: Any, args: tuple, names: list[str],
             outputs: list[str], path: Path, axes: dict[str, dict[int, str]] | None,
-            narrow_type: int | None) -> Opset:
+            narrow_type: int | None, exporter: str) -> Opset:
+    """The export by `exporter`: the configured one at export.opset, the fallback at its
+    lowest opset or export.opset if newer."""
+    p = ctx.params
+    opset = p["opset"] if exporter == p["exporter"] else max(p["opset"], FALLBACK_OPSET)
+    ctx.progress(f"exporting{f' the {g}' if (g := p['graph']) else ''} with {exporter}, "
+                 f"opset {opset}")
     try:
-        used = export_graph(module, args, names, outputs, path, ctx.params["exporter"],
-                            ctx.params["opset"], axes, narrow_type)
+        used = export_graph(module, args, names, outputs, path, exporter, opset, axes,
+                            narrow_type)
     except ExportFailed as exc:
-        raise ctx.fail(str(exc), "try another exporter (export=dynamo or export=torchscript) "
-                       "or export.opset") from exc.__cause__
-    if used.opset != ctx.params["opset"]:
-        ctx.progress(f"  opset {ctx.params['opset']} cannot express {used.why}: exported at "
+        raise ExporterFault.of(ctx, str(exc)) from exc.__cause__
+    if used.opset != opset:
+        ctx.progress(f"  opset {opset} cannot express {used.why}: exported at "
                      f"opset {used.opset}")
+    if used.opset != p["opset"] and not used.why:
+        return Opset(used.opset, f"the {exporter} exporter's lowest opset (export.fallback)")
     return used
 
 
-class ExportFailed(Exception):
-    """torch.onnx.export raised; the message is its first line."""
+class ExporterFault(StepError):
+    """The exporter's own failure: torch.onnx.export raised, or its graph differs from torch
+    on the traced sample (what another exporter may not do). `cause`: what failed."""
 
+    def __init__(self, message: str, cause: str, where: str | None) -> None:
+        super().__init__(message)
+        self.cause, self.where = cause, where
 
-@dataclass(frozen=True)
-class Opset:
-    """The opset an export was written at, and why when it is not the configured one."""
-
-    opset: int
-    why: str = ""
-
-
-NEWEST_OPSET = 21  # what the planner lets export.opset be (planner/recipes/export.py: 14 to 21)
-# torch: "Exporting the operator 'aten::col2im' to ONNX opset version 17 is not supported.
-# Support for this operator was added in version 18, try exporting with this version."
-_TOO_OLD = re.compile(r"operator '([^']+)' to ONNX opset version (\d+) is not supported")
-_ADDED_IN = re.compile(r"added in version (\d+)")
-# torch's tracer, on an operator called with an argument its schemas do not take:
-# "... We don't have an op for aten::where but it isn't a special case.  Argument types: ..."
-_NO_SCHEMA = re.compile(r"We don't have an op for (\S+) but it isn't a special case\.\s+"
-                        r"Argument types: (.*)$")
-
-
-def export_graph(module: Any, args: tuple, names: list[str], outputs: list[str], path: Path,
-                 exporter: str, opset: int, axes: dict[str, dict[int, str]] | None = None,
-                 narrow_type: int | None = None) -> Opset:
-    """torch -> ONNX at `path` (TorchScript tracing, or dynamo with TorchScript-style names), at
-    `opset` or, when an operator needs a newer one, at the lowest newer one that expresses
-    every operator (the one torch names, else the next, up to the exporter's newest and
-    NEWEST_OPSET): the same model and configured opset always give the same graph. `axes`:
-    the axes left free (name -> axis -> label); none: every shape fixed as traced. A module
-    traced in bf16 or fp16 (`narrow_type`) gives its graph widened to fp32."""
-    from torch.onnx import _constants
-
-    newest = min(NEWEST_OPSET, _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
-                 if exporter != "dynamo" else _constants.ONNX_MAX_OPSET)
-    at, why = opset, ""
-    while True:
-        try:
-            _export_once(module, args, names, outputs, path, exporter, at, axes, narrow_type)
-            return Opset(at, why)
-        except ExportFailed as exc:
-            too_old = _TOO_OLD.search(str(exc))
-            if too_old is None or at >= newest:
-                raise
-            added = _ADDED_IN.search(str(exc))
-            nxt = max(at + 1, int(added.group(1))) if added else at + 1
-            if nxt > newest:
-                raise
-            why = f"{too_old.group(1)} (added in opset {nxt})" if added else \
-                f"{too_old.group(1)} (not in opset {at})"
-            at = nxt
-
-
-def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str], path: Path,
-                 exporter: str, opset: int, axes: dict[str, dict[int, str]] | None,
-                 narrow_type: int | None) -> None:
-    import torch
-
-    dynamo = exporter == "dynamo"
-    if not dynamo and opset >= torchops.COL2IM_OPSET:
-        torchops.register_col2im()
-    if not dynamo and opset >= torchops.OPSET:
-        torchops.register()
-    # the dynamo exporter reports progress on stdout, and the TorchScript one its graph when an
-    # operator fails, from native code: stdout belongs to `--json` output
-    # TorchScript's weights are held back and stored one at a time (torch_initializers)
-    held_back = contextlib.nullcontext({}) if dynamo else torch_initializers.held_back()
-    # calls the tracer cannot take (complex numbers, bool fill values) traced as equal ones;
-    # dynamo's optimizer keeps an Add of 1e-8 (an RMSNorm's eps) it would take for one of zero
-    from executors.runtime import exact_no_ops, torchcalls  # imports torch
-
-    replaced = exact_no_ops.exact() if dynamo else torchcalls.replaced()
-    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr), fd1_to_stderr(), \
-            held_back as held, replaced:
-        warnings.simplefilter("ignore")
-        try:
-            torch.onnx.export(module, args, str(path), input_names=names, output_names=outputs,
-                              opset_version=opset, dynamo=dynamo, do_constant_folding=True,
-                              external_data=True, dynamic_axes=axes)  # dynamo: no 2 GB limit
-        except Exception as exc:
-            text = str(exc).strip()
-            first = text.splitlines()[0] if text else ""
-            no_schema = _NO_SCHEMA.search(first)
-            if no_schema:  # the tracer's internal assert, said as what the model passed
-                first = (f"the TorchScript tracer has no {no_schema.group(1)} taking "
-                         f"({no_schema.group(2).strip(' ,')}): the model passes a Python "
-                         "value of a type the operator's schema does not take")
-            raise ExportFailed(f"torch.onnx.export raised {type(exc).__name__}: {first}") \
-                from exc
-    if not dynamo:
-        graph = onnx.load(str(path), load_external_data=False)
-        if narrow_type is not None:  # before store: each weight is written as fp32
-            narrow.widen(graph, narrow_type)
-        changed = torchops.positive_perms(graph) > 0 or bool(held) or narrow_type is not None
-        if held:  # (store empties held)
-            torch_initializers.store(graph, held, path.parent)
-        if changed:
-            onnx.save_model(graph, str(path))
-    if dynamo:
-        _rename_dynamo_nodes(path)
-
-
-def _rename_dynamo_nodes(path: Path) -> None:
-    """Give dynamo-exported nodes TorchScript-style scoped names from their name scopes
-    (`['', 'model', 'model.encoder', ..., 'op']`: the deepest module path, then the op)."""
-    model = load(path)
-    for i, node in enumerate(model.graph.node):
-        raw = {p.key: p.value for p in node.metadata_props}.get("pkg.torch.onnx.name_scopes")
-        modules = [s for s in ast.literal_eval(raw)[:-1] if s] if raw else []
-        module = modules[-1] if modules else ""
-        node.name = "/" + "/".join([*module.split("."), f"{node.op_type}_{i}"]) if module \
-            else f"{node.op_type}_{i}"
-    save(model, path)
+    @classmethod
+    def of(cls, ctx: StepContext, cause: str, where: str | None = None) -> ExporterFault:
+        return cls(str(ctx.fail(cause, EXPORTER_FIX, where)), cause, where)
 
 
 def _check_against_torch(ctx: StepContext, path: Path, feed: dict, expected: Any,
@@ -350,11 +274,9 @@ def _check_against_torch(ctx: StepContext, path: Path, feed: dict, expected: Any
     found = differences(got, [w.numpy() for w in want], share)
     for out, d in zip(session.get_outputs(), found, strict=True):
         if not d.within:
-            raise ctx.fail(f"ONNX Runtime's {out.name} differs from torch by {d.max_abs:.3g} "
-                           f"(tolerance {d.tolerance:.3g}: {share:g} of its peak "
-                           f"{d.peak:.3g})",
-                           "try another exporter (export=dynamo or export=torchscript) or opset",
-                           where=str(path))
+            raise ExporterFault.of(ctx, f"ONNX Runtime's {out.name} differs from torch by "
+                                   f"{d.max_abs:.3g} (tolerance {d.tolerance:.3g}: {share:g} "
+                                   f"of its peak {d.peak:.3g})", str(path))
     return max(d.max_abs for d in found)
 
 

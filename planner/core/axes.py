@@ -31,8 +31,8 @@ def _dynamic(config: dict[str, Any], modality: str, graphs: dict[str, Any]) -> b
         return free_here and not dynamo
     if wanted and dynamo:
         raise ConfigError("export.shapes.dynamic=true: free axes are exported with the "
-                          "TorchScript exporter (the dynamo exporter wants torch.export's "
-                          "dynamic shapes, which are not built); use export=torchscript")
+                          "TorchScript exporter (by dynamo only where TorchScript fails: "
+                          "export.fallback); use export=torchscript")
     if wanted and target.compiles:
         raise ConfigError(f"export.shapes.dynamic=true: target {target.name} compiles graphs "
                           "of fixed shapes; set export.shapes.dynamic=null or false")

@@ -149,7 +149,8 @@ def _chain(config: dict[str, Any], graph: str,
             "outputs": spec["outputs"], "hierarchy": ex["hierarchy"], "report": ex["report"],
             "torch_modules": sorted(ex["torch_modules"]),
             **({"dynamic": True} if spec.get("dynamic") else {}),
-            **({"upcast": spec["upcast"]} if spec.get("upcast") else {})},
+            **({"upcast": spec["upcast"]} if spec.get("upcast") else {}),
+            **({"fallback": ex["fallback"]} if ex.get("fallback") else {})},
             {"model": "resolve"}))
         chain = sid("export")
         if ex["hierarchy"]:

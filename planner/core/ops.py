@@ -175,8 +175,7 @@ def precision(params: dict[str, Any]) -> str:
     if params["kind"] == "fp16":
         return "fp16"
     base = f"w{bits(params['weight_type'])}a{bits(params['activation_type'])}"
-    # mixed: modules at other types (quant.overrides, quant.search); the checker then asks for
-    # the base precision or more
+    # mixed: modules at other types (overrides, search); the checker asks for the base or more
     return f"{base}+mixed" if params.get("overrides") or params.get("search") else base
 
 
@@ -212,7 +211,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("torch", "transformers"), unkeyed=("path",), outputs=("source",), memory=Memory(checkpoint=0.1)),
     Op("export", 7, "export one graph to ONNX and record the module hierarchy",
        params=("exporter", "opset", "graph", "inputs", "outputs", "hierarchy", "report",
-               "torch_modules", "dynamic", "upcast"), optional=("dynamic", "upcast"),
+               "torch_modules", "dynamic", "upcast", "fallback"), optional=("dynamic", "upcast",
+                                                                           "fallback"),
        inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "torch", config_path="model",
                          fix="export needs a torch model; an ONNX file is used as it is"),),

@@ -275,10 +275,15 @@ def positions_of(info: dict[str, Any], convs: tuple[tuple[int, int, int], ...],
 def encoder_config(info: dict[str, Any]) -> dict[str, Any]:
     """The fields a text encoder's inputs and width are read from: the top level's, over those of
     its `encoder` part where a composite config keeps them there (T5Gemma; transformers'
-    EncoderDecoderModel, whose parts are any two models)."""
+    EncoderDecoderModel, whose parts are any two models), over those of that part's text
+    part (T5Gemma 2's encoder reads text and images)."""
     part = info.get("encoder")
-    return {**part, **{k: v for k, v in info.items() if v is not None and k != "encoder"}} \
-        if isinstance(part, dict) else info
+    if not isinstance(part, dict):
+        return info
+    text = part.get("text_config")  # an encoder of text and images (T5Gemma 2's)
+    return {**(text if isinstance(text, dict) else {}),
+            **{k: v for k, v in part.items() if v is not None and k != "text_config"},
+            **{k: v for k, v in info.items() if v is not None and k != "encoder"}}
 
 
 def _encoder_decoder(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType | None,

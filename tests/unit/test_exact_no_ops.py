@@ -35,7 +35,7 @@ def test_a_norms_epsilon_of_1e_8_survives_the_dynamo_export(tmp_path: Path) -> N
     import onnxruntime as ort
     import torch
 
-    from executors.steps.export import export_graph
+    from executors.runtime.torch_onnx import export_graph
 
     path = tmp_path / "norm.onnx"
     export_graph(_Norm.module(1e-8), (torch.randn(1, 4, 8),), ["x"], ["y"], path, "dynamo", 18)
@@ -53,7 +53,7 @@ def test_exact_zeros_and_ones_are_still_removed_and_the_rules_restored(tmp_path:
     import torch
     from onnxscript import rewriter
 
-    from executors.steps.export import export_graph
+    from executors.runtime.torch_onnx import export_graph
 
     class NoOps(torch.nn.Module):
         def forward(self, x):

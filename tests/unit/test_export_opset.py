@@ -12,7 +12,7 @@ import pytest
 
 from executors.onnx.artifacts import OPSET_RAISED_KEY, set_meta
 from executors.run.checkers import Artifact, check
-from executors.steps.export import Opset, export_graph
+from executors.runtime.torch_onnx import Opset, export_graph
 from planner.core.ops import FactName
 
 
@@ -118,7 +118,7 @@ def test_bitwise_or_of_integers_is_exported_at_opset_18(tmp_path: Path):
 def test_a_value_no_schema_takes_is_one_line_naming_the_operator(tmp_path: Path):
     import torch
 
-    from executors.steps.export import ExportFailed
+    from executors.runtime.torch_onnx import ExportFailed
 
     class AddsABool(torch.nn.Module):
         def forward(self, x):

@@ -58,7 +58,7 @@ def test_validate_hook_names_the_file_and_the_dotted_path(team: Path) -> None:
         ("modelplan: error: conf/model/our_vit.yaml: model.random_init.seed: 'x' is not an "
         "integer"),
         ("modelplan: error: conf/experiment/typo.yaml: export.opst: unknown key (did you mean "
-        "'export.opset'?); allowed here: exporter, genai_stages, generate_loop, hierarchy, "
+        "'export.opset'?); allowed here: exporter, fallback, genai_stages, generate_loop, hierarchy, "
         "inputs, on_host, opset, outputs, parts, report, shapes, torch_modules")]
 
 

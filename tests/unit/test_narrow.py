@@ -16,8 +16,8 @@ import torch
 from onnx import TensorProto, helper
 
 from executors.runtime import narrow
+from executors.runtime.torch_onnx import export_graph
 from executors.steps import export
-from executors.steps.export import export_graph
 
 
 class Block(torch.nn.Module):
@@ -141,7 +141,7 @@ def test_a_failed_narrow_trace_exports_an_fp32_copy(tmp_path: Path, raised: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     tried = []
 
-    def attempt(ctx: _Ctx, dtype: str) -> str:
+    def attempt(ctx: _Ctx, dtype: str, exporter: str) -> str:
         tried.append(dtype)
         if dtype == "bfloat16":
             (ctx.out / "half-written.onnx").write_bytes(b"x")

@@ -142,7 +142,7 @@ def test_a_permute_by_negative_dims_exports_as_a_valid_transpose(tmp_path: Any) 
     those dims as the Transpose's perm, which ONNX takes from zero up."""
     import onnxruntime as ort
 
-    from executors.steps.export import export_graph
+    from executors.runtime.torch_onnx import export_graph
 
     class Scan(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
