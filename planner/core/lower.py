@@ -150,7 +150,7 @@ def _chain(config: dict[str, Any], graph: str,
             "torch_modules": sorted(ex["torch_modules"]),
             **({"dynamic": True} if spec.get("dynamic") else {}),
             **({"upcast": spec["upcast"]} if spec.get("upcast") else {}),
-            **({"fallback": ex["fallback"]} if ex.get("fallback") else {})},
+            **({"fallback": f} if (f := ex.get("fallback")) not in (None, ex["exporter"]) else {})},
             {"model": "resolve"}))
         chain = sid("export")
         if ex["hierarchy"]:

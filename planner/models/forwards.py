@@ -128,3 +128,21 @@ def encoder_reads(info: dict[str, Any]) -> str | None:
         base = automap.base_class(part)
         return main_input(part, base) if base else None
     return reads
+
+
+def is_encoder_decoder(info: dict[str, Any]) -> bool:
+    """config.json's `is_encoder_decoder`, else its config class's default (a random-init config
+    names only the fields it sets, and SpeechT5's and Cohere ASR's classes set the flag)."""
+    flag = info.get("is_encoder_decoder")
+    if flag is None:
+        flag = automap.config_defaults(str(info.get("model_type", ""))).get("is_encoder_decoder")
+    return bool(flag)
+
+
+def seq2seq_class(info: dict[str, Any]) -> str | None:
+    """The class an encoder-decoder whose config.json names none (a random-init one) loads as:
+    the one transformers' sequence-to-sequence Auto classes load for its model type (not the
+    task's Auto class: automatic speech recognition's is CTC's)."""
+    if info.get("architectures") or not is_encoder_decoder(info):
+        return None
+    return automap.seq2seq_class(str(info.get("model_type", "")))

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from planner.errors import ConfigError
-from planner.models import forwards
+from planner.models import automap, forwards
 from planner.models import tasks as T
 
 DEFAULT_SEQUENCE = 128
@@ -234,6 +234,8 @@ def encoder_convs(info: dict[str, Any], mt: T.ModelType | None) -> tuple[tuple[i
     config.json or its encoder_config or encoder part), the `conv_kernel` and `conv_stride`
     lists (wav2vec 2.0's, a SpeechEncoderDecoderModel's encoder part's),
     else its model type's, or config.json's `conv_kernel_sizes` at its model type's stride."""
+    # a random-init config names only the fields it sets: its class's defaults under them
+    info = {**automap.config_defaults(str(info.get("model_type", ""))), **info}
     sub = next((part for part in (info.get("encoder_config"), info.get("encoder"))
                 if isinstance(part, dict)), info)
     factor, kernel, stride = (sub.get(f"subsampling_{k}") for k in
@@ -243,7 +245,8 @@ def encoder_convs(info: dict[str, Any], mt: T.ModelType | None) -> tuple[tuple[i
         # a Conformer's subsampling (Parakeet's): strided convolutions, half a kernel padded
         return ((kernel, stride, (kernel - 1) // 2),) * round(math.log(factor, stride))
     kernels, strides = (sub.get(k, info.get(k)) for k in ("conv_kernel", "conv_stride"))
-    if isinstance(kernels, list) and isinstance(strides, list) and len(kernels) == len(strides):
+    if isinstance(kernels, list | tuple) and isinstance(strides, list | tuple) and \
+            len(kernels) == len(strides):
         # wav2vec 2.0's feature encoder (SpeechT5's speech prenet): unpadded, as listed
         return tuple((int(k), int(st), 0) for k, st in zip(kernels, strides, strict=True))
     if mt is None:

@@ -15,8 +15,7 @@ from planner.errors import ConfigError
 from planner.models import automap, forwards
 
 # Modalities: what a graph takes. text2text, image2text and speech2text (Whisper: log-mel
-# features) models export an encoder and a decoder graph; a causal language model (decoder-only, "causal") a prefill and a decode graph
-# over a static key/value cache.
+# features) models export an encoder and a decoder graph; a causal LM a prefill and a decode graph
 TEXT, IMAGE, AUDIO, TEXT_IMAGE, TEXT2TEXT, IMAGE2TEXT, CAUSAL, SPEECH2TEXT = (
     "text", "image", "audio", "text+image", "text2text", "image2text", "causal", "speech2text")
 
@@ -252,7 +251,7 @@ def guess_modality(info: dict[str, Any]) -> str | None:
         return CAUSAL
     if "vision_config" in info and "text_config" in info:
         return TEXT_IMAGE
-    if info.get("is_encoder_decoder") or ("encoder" in info and "decoder" in info):
+    if forwards.is_encoder_decoder(info) or ("encoder" in info and "decoder" in info):
         read = forwards.ENCODER_DECODER_MODALITIES.get(forwards.encoder_reads(info) or "")
         if read:  # what its forward reads: token ids, pixels, speech (its source says)
             return read
@@ -377,7 +376,8 @@ def class_for(task: str, cls: str | None, mt: ModelType | None,
     if cls and task == "sentence-similarity" and cls.endswith("Model") \
             and not cls.endswith(CAUSAL_LM):
         return cls
-    return mt.classes.get(task) if mt else None
+    return (mt.classes.get(task) if mt else None) or (forwards.seq2seq_class(info) if any(
+        m in TASKS[task].modalities for m in (TEXT2TEXT, IMAGE2TEXT, SPEECH2TEXT)) else None)
 
 
 _NLI_PARENT = {"zero-shot-classification": "text-classification",

@@ -119,3 +119,25 @@ def test_a_waveform_too_short_for_a_kernel_gives_no_position(kernel: int) -> Non
 
     count = _positions_counter(Convolves(), "input_values", None)
     assert count(kernel - 1) == 0 and count(kernel) == 1 and count(kernel + 5) == 2
+
+
+def test_a_random_init_speecht5_is_an_encoder_decoder_by_its_class_defaults() -> None:
+    """A random-init config names only the fields it sets: no architectures, no
+    `is_encoder_decoder` (SpeechT5's config class sets it), no convolution lists. Its class's
+    defaults say it is an encoder-decoder reading the waveform through wav2vec 2.0's
+    convolutions, loaded as the class transformers' speech sequence-to-sequence Auto class
+    makes (not automatic speech recognition's Auto class, CTC's)."""
+    info = {"model_type": "speecht5", "hidden_size": 64, "vocab_size": 1000,
+            "num_mel_bins": 16}
+    assert forwards.is_encoder_decoder(info)
+    assert not forwards.is_encoder_decoder({**info, "is_encoder_decoder": False})
+    assert T.guess_modality(info) == T.SPEECH2TEXT
+    assert T.detect({"task": "automatic-speech-recognition", "model_class": None}, info) == \
+        ("automatic-speech-recognition", "SpeechT5ForSpeechToText")
+    assert forwards.seq2seq_class({**info, "architectures": ["X"]}) is None
+    (spec,) = encoder(info, RATE)["encoder"]["inputs"]
+    assert (spec["name"], spec["shape"]) == ("input_values", [1, 160000])
+    assert encoder(info, RATE)["decoder"]["inputs"][1]["shape"] == [1, 499, 64]
+    # an encoder-only type keeps the task's own Auto class
+    assert T.detect({"task": "automatic-speech-recognition", "model_class": None},
+                    {"model_type": "wav2vec2", "vocab_size": 32})[1] is None
