@@ -106,7 +106,8 @@ def test_apply_runs_a_saved_plan_and_refuses_a_tampered_one(cpu_run: dict[str, A
     refused = run_cli("apply", str(bad), "--store", store)
     assert refused.returncode == 2
     assert "step export (export) has params ['_target_', 'dynamic', 'exporter'" in refused.stderr
-    assert "but export declares ['dynamic', 'exporter', 'graph', 'hierarchy'" in refused.stderr
+    assert "but export declares ['dynamic', 'exporter', 'fallback', 'graph', 'hierarchy'" \
+        in refused.stderr
 
 
 def test_apply_rejects_non_plans(tmp_path: Path) -> None:
