@@ -1,7 +1,7 @@
 """Element-wise functions HTP lacks or computes wrongly, composed of operators it computes
 right (each measured on the HTP simulator, onnxruntime-qnn 2.7.0; executors/onnx/htp_rewrites.py
-applies them in its REWRITES order): Reciprocal as a Div, Softplus without a Log near 1, an
-outer product written as a broadcast Mul as a MatMul."""
+applies them in its REWRITES order): Reciprocal as a Div, Softplus without a Log near 1,
+ReduceLogSumExp about its maximum, an outer product written as a broadcast Mul as a MatMul."""
 
 from __future__ import annotations
 
@@ -74,6 +74,46 @@ def softplus_composed(model: onnx.ModelProto) -> int:
         replace(model, node, e.nodes)
         count += 1
     return count
+
+
+def logsumexps_composed(model: onnx.ModelProto) -> int:
+    """ReduceLogSumExp(x) -> m + Log(ReduceSum(Exp(x - m))), m = ReduceMax(x) with the reduced
+    axes kept: HTP has no ReduceLogSumExp (Inkling's MoE gate normalizes its router's scores
+    with torch.logsumexp). No Exp overflows, and the Log's input is at least 1 (what it adds
+    to m is under log n for n reduced values). The axes as an input (opset 18) or an
+    attribute; a node that reduces nothing (noop_with_empty_axes) is left."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 18)
+    found = [n for n in model.graph.node if n.op_type == "ReduceLogSumExp"]
+    return sum(_logsumexp_composed(model, node, opset) for node in found)
+
+
+def _logsumexp_composed(model: onnx.ModelProto, node: onnx.NodeProto, opset: int) -> bool:
+    attrs = {a.name: a for a in node.attribute}
+    if "noop_with_empty_axes" in attrs and attrs["noop_with_empty_axes"].i:
+        return False
+    e = Emitter(model, node.name or node.output[0])
+    listed = list(attrs["axes"].ints) if "axes" in attrs else None
+    axes = node.input[1] if len(node.input) > 1 and node.input[1] else \
+        e.const(np.array(listed, np.int64), "axes") if listed is not None else None
+
+    def reduced(op: str, x: str) -> str:
+        if axes is None:
+            return e.node(op, [x], keepdims=1)
+        if op == "ReduceSum" or opset >= 18:  # the axes as an input
+            return e.node(op, [x, axes], keepdims=1)
+        return e.node(op, [x], keepdims=1, axes=listed)
+
+    x = node.input[0]
+    peak = reduced("ReduceMax", x)
+    total = reduced("ReduceSum", e.node("Exp", [e.node("Sub", [x, peak])]))
+    if attrs["keepdims"].i if "keepdims" in attrs else 1:
+        e.node("Add", [e.node("Log", [total]), peak], node.output[0])
+    else:
+        kept = e.node("Add", [e.node("Log", [total]), peak])
+        e.node("Squeeze", [kept, axes], node.output[0]) if axes is not None else \
+            e.node("Reshape", [kept, e.const(np.array([], np.int64), "scalar")], node.output[0])
+    replace(model, node, e.nodes)
+    return True
 
 
 FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
