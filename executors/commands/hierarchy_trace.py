@@ -14,7 +14,7 @@ from executors.generation.modules import graph_module
 from executors.onnx import hierarchy
 from executors.onnx.free_axes import free_axes
 from executors.runtime import torchmodel
-from executors.runtime.torch_onnx import export_graph
+from executors.runtime.torch_onnx import FALLBACK_OPSET, ExportFailed, export_graph
 from executors.samples import Samples
 from planner.models.roles import role_of
 
@@ -35,13 +35,18 @@ def _random_model(described: dict[str, Any], model: dict[str, Any]) -> Any:
     cls = torchmodel.model_class({"model_class": described["model_class"],
                                   "task": described["task"]})
     torch.manual_seed(0)
-    try:  # the attention the export loads with
-        built = cls.from_config(config, attn_implementation="eager") \
-            if cls.__name__.startswith("Auto") else cls._from_config(config,
-                                                                     attn_implementation="eager")
+    # the attention and the experts the export loads with
+    chosen = {"attn_implementation": "eager"}
+    if torchmodel.chooses_experts(cls):
+        chosen["experts_implementation"] = torchmodel.TRACEABLE_EXPERTS
+    try:
+        built = cls.from_config(config, **chosen) if cls.__name__.startswith("Auto") else \
+            cls._from_config(config, **chosen)
     except (TypeError, ValueError):
         built = cls.from_config(config) if cls.__name__.startswith("Auto") else cls(config)
-    return built.eval()
+    # a checkpoint saved in bf16 or fp16 makes its random model in that dtype; the module tree
+    # is the same in fp32, which takes the fp32 example inputs
+    return built.float().eval()
 
 
 def _traced(model: Any, graph: str, spec: dict[str, Any],
@@ -92,8 +97,14 @@ def hierarchy_counts(described: dict[str, Any], config: dict[str, Any]) -> dict[
 
                 with torch.no_grad():
                     axes = free_axes(args, names, module(*args), spec["outputs"])
-            export_graph(module, args, names, spec["outputs"], path, ex["exporter"], ex["opset"],
-                         axes)
+            try:
+                export_graph(module, args, names, spec["outputs"], path, ex["exporter"],
+                             ex["opset"], axes)
+            except ExportFailed:  # the export step's fallback, as the build takes it
+                if ex.get("fallback") in (None, ex["exporter"]):
+                    raise
+                export_graph(module, args, names, spec["outputs"], path, ex["fallback"],
+                             max(ex["opset"], FALLBACK_OPSET), axes)
             import onnx
 
             nodes = [n.name for n in onnx.load(str(path), load_external_data=False).graph.node]

@@ -96,12 +96,12 @@ def _logsumexp_composed(model: onnx.ModelProto, node: onnx.NodeProto, opset: int
     axes = node.input[1] if len(node.input) > 1 and node.input[1] else \
         e.const(np.array(listed, np.int64), "axes") if listed is not None else None
 
-    def reduced(op: str, x: str) -> str:
+    def reduced(reduce: str, x: str) -> str:
         if axes is None:
-            return e.node(op, [x], keepdims=1)
-        if op == "ReduceSum" or opset >= 18:  # the axes as an input
-            return e.node(op, [x, axes], keepdims=1)
-        return e.node(op, [x], keepdims=1, axes=listed)
+            return e.node(reduce, [x], keepdims=1)
+        if reduce == "ReduceSum" or opset >= 18:  # the axes as an input
+            return e.node(reduce, [x, axes], keepdims=1)
+        return e.node(reduce, [x], keepdims=1, axes=listed)
 
     x = node.input[0]
     peak = reduced("ReduceMax", x)

@@ -33,11 +33,13 @@ class Opset:
     why: str = ""
 
 
+FALLBACK_OPSET = 18  # the dynamo exporter's lowest (export.fallback exports at it or newer)
 NEWEST_OPSET = 21  # what the planner lets export.opset be (planner/recipes/export.py: 14 to 21)
 # torch: "Exporting the operator 'aten::col2im' to ONNX opset version 17 is not supported.
 # Support for this operator was added in version 18, try exporting with this version."
 _TOO_OLD = re.compile(r"operator '([^']+)' to ONNX opset version (\d+) is not supported")
 _ADDED_IN = re.compile(r"added in version (\d+)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # torch's tracer, on an operator called with an argument its schemas do not take:
 # "... We don't have an op for aten::where but it isn't a special case.  Argument types: ..."
 _NO_SCHEMA = re.compile(r"We don't have an op for (\S+) but it isn't a special case\.\s+"
@@ -102,15 +104,20 @@ def _export_once(module: Any, args: tuple, names: list[str], outputs: list[str],
                               opset_version=opset, dynamo=dynamo, do_constant_folding=True,
                               external_data=True,  # dynamo: no 2 GB limit
                               **_free(names, axes, dynamo))
+        except (MemoryError, OSError):  # the machine's, not the exporter's: no other is tried
+            raise
         except Exception as exc:
-            text = str(exc).strip()
+            # dynamo's own error opens with boilerplate (in ANSI colours): the cause is the
+            # error torch.export raised
+            cause = exc.__cause__ if dynamo and exc.__cause__ is not None else exc
+            text = _ANSI.sub("", str(cause)).strip()
             first = text.splitlines()[0] if text else ""
             no_schema = _NO_SCHEMA.search(first)
             if no_schema:  # the tracer's internal assert, said as what the model passed
                 first = (f"the TorchScript tracer has no {no_schema.group(1)} taking "
                          f"({no_schema.group(2).strip(' ,')}): the model passes a Python "
                          "value of a type the operator's schema does not take")
-            raise ExportFailed(f"torch.onnx.export raised {type(exc).__name__}: {first}") \
+            raise ExportFailed(f"torch.onnx.export raised {type(cause).__name__}: {first}") \
                 from exc
     if not dynamo:
         graph = onnx.load(str(path), load_external_data=False)

@@ -46,7 +46,7 @@ def load(source: Path, dtype: str = "float32") -> tuple[Any, dict[str, Any]]:
     cls = model_class(info)
     kwargs = {"local_files_only": True, "trust_remote_code": bool(info.get("trust_remote_code")),
               "dtype": getattr(torch, dtype)}
-    if _chooses_experts(cls):
+    if chooses_experts(cls):
         kwargs["experts_implementation"] = TRACEABLE_EXPERTS
     try:
         model = cls.from_pretrained(str(info["checkpoint_dir"]), attn_implementation="eager",
@@ -96,7 +96,7 @@ def default_language(model: Any) -> None:
 TRACEABLE_EXPERTS = "batched_mm"
 
 
-def _chooses_experts(cls: Any) -> bool:
+def chooses_experts(cls: Any) -> bool:
     """Whether the class's experts blocks take `experts_implementation` (transformers 5)."""
     can = getattr(cls, "_can_set_experts_implementation", None)
     return bool(can()) if callable(can) else False

@@ -34,14 +34,13 @@ from executors.onnx.free_axes import free_axes, past_axes
 from executors.run.step_api import StepContext, StepResult
 from executors.runtime import narrow, torchmodel
 from executors.runtime.adapters import host_providers
-from executors.runtime.torch_onnx import ExportFailed, Opset, export_graph
+from executors.runtime.torch_onnx import FALLBACK_OPSET, ExportFailed, Opset, export_graph
 from executors.samples import Samples
 from planner.errors import StepError
 from planner.models.roles import Trace, role_of
 from planner.support.suggest import did_you_mean
 
 EXPORTER_FIX = "try another exporter (export=dynamo or export=torchscript) or export.opset"
-FALLBACK_OPSET = 18  # the dynamo exporter's lowest (export.fallback exports at it or newer)
 TOLERANCE = 1e-4  # of each output's peak magnitude
 # a checkpoint traced in bf16 or fp16: the constants the model makes in its own dtype (a scale,
 # an epsilon, a mask's fill) are rounded to it, and move the output by up to ~3e-4 of its peak
@@ -62,29 +61,39 @@ def run(ctx: StepContext) -> StepResult:
         try:
             return _run(ctx, saved, p["exporter"])
         except Exception as exc:  # noqa: BLE001 - whatever failed, the fp32 export decides
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            if first.startswith(f"step {ctx.id} "):  # the cause, without where and the fix
-                first = first.split(": ", 1)[-1].rsplit("; ", 1)[0]
-            ctx.progress(f"  traced in {saved}: {first[:240]}; exporting an fp32 copy")
-            _clear(ctx.out)
+            said = _cause(ctx, exc)
+        # outside the handler: the failed attempt's frames (its model) go with the exception
+        ctx.progress(f"  traced in {saved}: {said[:240]}; exporting an fp32 copy")
+        _clear(ctx.out)
+    other = p.get("fallback")
     try:
         return _run(ctx, "float32", p["exporter"])
     except ExporterFault as exc:
-        other = p.get("fallback")
         if not other or other == p["exporter"]:
             raise
-        first = exc
-    ctx.progress(f"  {p['exporter']} cannot export it ({first.cause[:240]}); exporting with "
+        first = exc.cause
+    ctx.progress(f"  {p['exporter']} cannot export it ({first[:240]}); exporting with "
                  f"{other} (export.fallback)")
     _clear(ctx.out)
     try:
         result = _run(ctx, "float32", other)
-    except ExporterFault as exc:
-        raise ctx.fail(f"{p['exporter']}: {first.cause[:300]}; {other} (export.fallback): "
-                       f"{exc.cause[:300]}", "export.opset, or report the model type with its "
-                       "config.json", where=exc.where) from None
-    result.metrics.update(exporter_used=other, exporter_why=first.cause[:400])
+    except Exception as exc:  # noqa: BLE001 - said with the first exporter's cause
+        raise ctx.fail(f"{p['exporter']}: {first[:300]}; {other} (export.fallback): "
+                       f"{_cause(ctx, exc)[:300]}", "export.opset, or report the model type "
+                       "with its config.json", where=getattr(exc, "where", None)) from None
+    result.metrics.update(exporter_used=other, exporter_why=first[:400])
     return result
+
+
+def _cause(ctx: StepContext, exc: Exception) -> str:
+    """What failed, in one line: an ExporterFault's cause, a step error without where and
+    its fix, else the exception's first line."""
+    if isinstance(exc, ExporterFault):
+        return exc.cause
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if first.startswith(f"step {ctx.id} "):  # the cause, without where and the fix
+        first = first.split(": ", 1)[-1].rsplit("; ", 1)[0]
+    return first
 
 
 def _clear(out: Path) -> None:
@@ -268,8 +277,13 @@ def _check_against_torch(ctx: StepContext, path: Path, feed: dict, expected: Any
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.add_session_config_entry("session.disable_prepacking", "1")  # no packed weight copies
-    session = ort.InferenceSession(str(path), so, providers=host_providers())
-    got = session.run(None, feed)
+    try:
+        session = ort.InferenceSession(str(path), so, providers=host_providers())
+        got = session.run(None, feed)
+    except Exception as exc:  # noqa: BLE001 - the exporter's graph: another exporter may do
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ExporterFault.of(ctx, f"ONNX Runtime cannot run the exported graph ({first})",
+                               str(path)) from None
     want = expected if isinstance(expected, tuple) else (expected,)
     found = differences(got, [w.numpy() for w in want], share)
     for out, d in zip(session.get_outputs(), found, strict=True):

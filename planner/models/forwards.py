@@ -131,11 +131,14 @@ def encoder_reads(info: dict[str, Any]) -> str | None:
 
 
 def is_encoder_decoder(info: dict[str, Any]) -> bool:
-    """config.json's `is_encoder_decoder`, else its config class's default (a random-init config
-    names only the fields it sets, and SpeechT5's and Cohere ASR's classes set the flag)."""
+    """config.json's `is_encoder_decoder`, else its config class's default where transformers'
+    sequence-to-sequence Auto classes load its type (a random-init config names only the
+    fields it sets, and SpeechT5's and Cohere ASR's classes set the flag; DETR's and
+    FastSpeech 2's set it too, and generate no text)."""
     flag = info.get("is_encoder_decoder")
-    if flag is None:
-        flag = automap.config_defaults(str(info.get("model_type", ""))).get("is_encoder_decoder")
+    model_type = str(info.get("model_type", ""))
+    if flag is None and automap.seq2seq_class(model_type) is not None:
+        flag = automap.config_defaults(model_type).get("is_encoder_decoder")
     return bool(flag)
 
 

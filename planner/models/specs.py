@@ -276,17 +276,18 @@ def positions_of(info: dict[str, Any], convs: tuple[tuple[int, int, int], ...],
 
 
 def encoder_config(info: dict[str, Any]) -> dict[str, Any]:
-    """The fields a text encoder's inputs and width are read from: the top level's, over those of
-    its `encoder` part where a composite config keeps them there (T5Gemma; transformers'
-    EncoderDecoderModel, whose parts are any two models), over those of that part's text
-    part (T5Gemma 2's encoder reads text and images)."""
+    """The fields a text encoder's inputs and width are read from: those of its `encoder` part
+    where a composite config keeps one (T5Gemma; transformers' EncoderDecoderModel, whose parts
+    are any two models and whose top level may repeat the decoder's vocabulary), that part's
+    text part's over them (T5Gemma 2's encoder reads text and images), the top level's where
+    the parts say nothing; the model type stays the composite's."""
     part = info.get("encoder")
     if not isinstance(part, dict):
         return info
     text = part.get("text_config")  # an encoder of text and images (T5Gemma 2's)
-    return {**(text if isinstance(text, dict) else {}),
+    return {**{k: v for k, v in info.items() if v is not None and k != "encoder"},
             **{k: v for k, v in part.items() if v is not None and k != "text_config"},
-            **{k: v for k, v in info.items() if v is not None and k != "encoder"}}
+            **(text if isinstance(text, dict) else {}), "model_type": info.get("model_type")}
 
 
 def _encoder_decoder(info: dict[str, Any], preproc: dict[str, Any], mt: T.ModelType | None,

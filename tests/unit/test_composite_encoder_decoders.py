@@ -64,9 +64,17 @@ def test_a_text_pairs_encoder_inputs_and_width_come_from_its_encoder_part() -> N
     assert got["encoder"]["inputs"][0]["max"] == 255
 
 
-def test_a_top_level_field_stays_over_the_encoder_parts() -> None:
-    merged = specs.encoder_config({**TEXT_PAIR, "vocab_size": 1000, "hidden_size": None})
-    assert merged["vocab_size"] == 1000 and merged["hidden_size"] == 64
+def test_the_encoder_parts_fields_stay_over_the_top_levels() -> None:
+    # transformers' own example sets the composite's vocab_size to the decoder's
+    info = {**TEXT_PAIR, "vocab_size": 300, "encoder": {**BERT, "vocab_size": 100},
+            "max_position_embeddings": 64}
+    merged = specs.encoder_config(info)
+    assert merged["vocab_size"] == 100 and merged["hidden_size"] == 64
+    assert merged["max_position_embeddings"] == 512  # the encoder's own table
+    assert merged["model_type"] == "encoder-decoder"
+    got = graphs(info, "text2text-generation")
+    ids = next(s for s in got["encoder"]["inputs"] if s["name"] == "input_ids")
+    assert ids["max"] == 99
     assert specs.encoder_config(BERT) is BERT  # a config without parts is read as it is
 
 

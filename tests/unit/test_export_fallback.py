@@ -143,3 +143,60 @@ def test_dynamo_leaves_the_free_axes_free_under_their_labels(tmp_path: Path) -> 
     new, past = np.ones((1, 1, 4), np.float32), np.zeros((1, 7, 4), np.float32)
     (got,) = ort.InferenceSession(str(path)).run(None, {"new": new, "past": past})
     assert got.shape == (1, 8, 4) and got[0, -1].tolist() == [2.0] * 4
+
+
+def test_dynamos_failure_is_said_by_its_cause_without_colours(tmp_path: Path) -> None:
+    """torch.onnx's dynamo error opens with boilerplate in ANSI colours ("Failed to export
+    the model with torch.export. This is step 1/3 ..."): the line kept is torch.export's."""
+    import torch
+
+    from executors.runtime.torch_onnx import ExportFailed, export_graph
+
+    class Branches(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return x * 2 if bool(x.sum() > 0) else x - 1  # on a value: torch.export refuses
+
+    with pytest.raises(ExportFailed) as info:
+        export_graph(Branches().eval(), (torch.randn(3),), ["x"], ["y"],
+                     tmp_path / "model.onnx", "dynamo", 18)
+    said = str(info.value)
+    assert said.startswith("torch.onnx.export raised ") and "\x1b" not in said
+    assert "Failed to export the model with torch.export" not in said and len(said) > 40
+
+
+def test_the_first_attempts_model_is_freed_before_the_fallback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first exporter's failure is kept as its words only: its frames (the fp32 model
+    they hold) are gone before the fallback loads its own."""
+    import gc
+    import weakref
+
+    class Model:
+        pass
+
+    held: list[weakref.ref] = []
+    alive: list[bool] = []
+    ctx = _Ctx(tmp_path)
+
+    def attempt(ctx: _Ctx, dtype: str, exporter: str) -> StepResult:
+        if exporter == "torchscript":
+            model = Model()
+            held.append(weakref.ref(model))
+            raise fault(ctx, "raised A")
+        gc.collect()
+        alive.append(held[0]() is not None)
+        return StepResult(metrics={})
+
+    monkeypatch.setattr(export, "_run", attempt)
+    export.run(ctx)
+    assert alive == [False]
+
+
+def test_a_fallback_that_fails_otherwise_still_names_both_causes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _Ctx(tmp_path)
+    attempts(monkeypatch, {("float32", "torchscript"): fault(ctx, "raised A"),
+                           ("float32", "dynamo"): ValueError("inputs_embeds cannot be None")})
+    with pytest.raises(StepError, match=r"torchscript: raised A; dynamo \(export.fallback\): "
+                                        r"inputs_embeds cannot be None"):
+        export.run(ctx)
