@@ -1,9 +1,11 @@
 """Element-wise functions HTP lacks or computes wrongly, composed of operators it computes
 right (each measured on the HTP simulator, onnxruntime-qnn 2.7.0; executors/onnx/htp_rewrites.py
-applies them in its REWRITES order): Reciprocal as a Div, Softplus without a Log near 1,
-ReduceLogSumExp about its maximum, an outer product written as a broadcast Mul as a MatMul."""
+applies them in its REWRITES order): Reciprocal as a Div, Softplus and log-sigmoid without a
+Log, ReduceLogSumExp about its maximum, an outer product written as a broadcast Mul as a MatMul."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import onnx
@@ -56,24 +58,48 @@ def softplus_composed(model: onnx.ModelProto) -> int:
     their step size through it), and its 16-bit Log of inputs near 1 is wrong (log(0.998) came
     out as the bottom of its range, for every input: measured on Mamba-2, whose step sizes are
     mostly below 0.01: with each Log form tried its recurrent state came out zero or constant)."""
-    count = 0
     found = [n for n in model.graph.node if n.op_type == "Softplus"]
     types = _input_types(model, [n.input[0] for n in found])
     for node in found:
         e = Emitter(model, node.name or node.output[0])
         x = node.input[0]
-        dtype = helper.tensor_dtype_to_np_dtype(types.get(x, onnx.TensorProto.FLOAT))
-        u = e.node("Exp", [e.node("Neg", [e.node("Abs", [x])])])
-        z = e.node("Div", [u, e.node("Add", [e.const(np.array(2, dtype), "two"), u])])
-        z2 = e.node("Mul", [z, z])
-        acc = e.const(np.array(LOG1P_SERIES[0], dtype), "c")
-        for c in LOG1P_SERIES[1:]:
-            acc = e.node("Add", [e.const(np.array(c, dtype), "c"), e.node("Mul", [z2, acc])])
-        log1p = e.node("Mul", [z, acc])
-        e.node("Add", [e.node("Relu", [x]), log1p], node.output[0])
+        _softplus(e, x, helper.tensor_dtype_to_np_dtype(types.get(x, onnx.TensorProto.FLOAT)),
+                  node.output[0])
         replace(model, node, e.nodes)
-        count += 1
-    return count
+    return len(found)
+
+
+def log_sigmoids_composed(model: onnx.ModelProto) -> int:
+    """Log(Sigmoid(x)) (torch's logsigmoid) -> -Softplus(-x), composed as above: HTP's 16-bit
+    Log gave the bottom of its range for every input here too (Inkling's MoE gate: sigmoids
+    over 0.45-0.59, their Log constant at -0.806 on HTP). A Sigmoid nothing else reads goes."""
+    made = {o: n for n in model.graph.node for o in n.output}
+    found = [n for n in model.graph.node if n.op_type == "Log" and n.input[0] in made
+             and made[n.input[0]].op_type == "Sigmoid"]
+    types = _input_types(model, [made[n.input[0]].input[0] for n in found])
+    for node in found:
+        sigmoid = made[node.input[0]]
+        e = Emitter(model, node.name or node.output[0])
+        x = sigmoid.input[0]
+        dtype = helper.tensor_dtype_to_np_dtype(types.get(x, onnx.TensorProto.FLOAT))
+        e.node("Neg", [_softplus(e, e.node("Neg", [x]), dtype)], node.output[0])
+        replace(model, node, e.nodes)
+        if sigmoid in model.graph.node and not any(
+                sigmoid.output[0] in n.input for n in model.graph.node) and \
+                sigmoid.output[0] not in {o.name for o in model.graph.output}:
+            model.graph.node.remove(sigmoid)
+    return len(found)
+
+
+def _softplus(e: Emitter, x: str, dtype: Any, output: str | None = None) -> str:
+    """Relu(x) + log1p(Exp(-|x|)), the log1p as its series (no Log)."""
+    u = e.node("Exp", [e.node("Neg", [e.node("Abs", [x])])])
+    z = e.node("Div", [u, e.node("Add", [e.const(np.array(2, dtype), "two"), u])])
+    z2 = e.node("Mul", [z, z])
+    acc = e.const(np.array(LOG1P_SERIES[0], dtype), "c")
+    for c in LOG1P_SERIES[1:]:
+        acc = e.node("Add", [e.const(np.array(c, dtype), "c"), e.node("Mul", [z2, acc])])
+    return e.node("Add", [e.node("Relu", [x]), e.node("Mul", [z, acc])], output)
 
 
 def logsumexps_composed(model: onnx.ModelProto) -> int:

@@ -329,7 +329,7 @@ REWRITES: tuple[tuple[str, Rewrite], ...] = (
     ("isnan_guards", drop_isnan_guards), ("float_wheres", rewrite_float_wheres),
     ("erf_gelu", fuse_erf_gelu), ("reduce_l2", decompose_reduce_l2),
     ("reciprocals", htp_math.reciprocals_as_divs), ("softplus", htp_math.softplus_composed),
-    ("logsumexp", htp_math.logsumexps_composed),
+    ("log_sigmoids", htp_math.log_sigmoids_composed), ("logsumexp", htp_math.logsumexps_composed),
     ("outer_products", htp_math.outer_products_as_matmuls),
     ("einsum", einsum_to_matmul), ("einsum_general", einsum_lowering.lower_einsums),
     ("col2im", col2im_lowering.lower_col2ims), ("index_chains", index_chains.fold_index_chains),

@@ -62,3 +62,25 @@ def test_a_logsumexp_that_reduces_nothing_is_left() -> None:
     model.graph.node[0].attribute.append(helper.make_attribute("noop_with_empty_axes", 1))
     assert htp_math.logsumexps_composed(model) == 0
     assert [n.op_type for n in model.graph.node] == ["ReduceLogSumExp"]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_log_sigmoid_composed_without_a_log(shared: bool) -> None:
+    """Log(Sigmoid(x)) -> -Softplus(-x) in its Log-free form: torch's logsigmoid to within
+    2e-6 over a wide range of x; the Sigmoid stays only where something else reads it."""
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"], name="/gate/Sigmoid"),
+             helper.make_node("Log", ["s"], ["y"], name="/gate/Log")]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])]
+    if shared:
+        outputs.append(helper.make_tensor_value_info("s", TensorProto.FLOAT, [64]))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [64])], outputs)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.linspace(-30.0, 30.0, 64, dtype=np.float32)
+    assert htp_math.log_sigmoids_composed(model) == 1
+    onnx.checker.check_model(model)
+    ops = [n.op_type for n in model.graph.node]
+    assert "Log" not in ops and ("Sigmoid" in ops) == shared
+    got = run(model, x)
+    want = -np.logaddexp(0.0, -x.astype(np.float64))  # log(sigmoid(x)), exactly
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6)
