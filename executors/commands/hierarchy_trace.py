@@ -14,7 +14,7 @@ from executors.generation.modules import graph_module
 from executors.onnx import hierarchy
 from executors.onnx.free_axes import free_axes
 from executors.runtime import torchmodel
-from executors.runtime.torch_onnx import FALLBACK_OPSET, ExportFailed, export_graph
+from executors.runtime.torch_onnx import ExportFailed, export_graph, start_opset
 from executors.samples import Samples
 from planner.models.roles import role_of
 
@@ -104,7 +104,7 @@ def hierarchy_counts(described: dict[str, Any], config: dict[str, Any]) -> dict[
                 if ex.get("fallback") in (None, ex["exporter"]):
                     raise
                 export_graph(module, args, names, spec["outputs"], path, ex["fallback"],
-                             max(ex["opset"], FALLBACK_OPSET), axes)
+                             start_opset(ex["fallback"], ex["exporter"], ex["opset"]), axes)
             import onnx
 
             nodes = [n.name for n in onnx.load(str(path), load_external_data=False).graph.node]

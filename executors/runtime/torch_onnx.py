@@ -46,6 +46,12 @@ _NO_SCHEMA = re.compile(r"We don't have an op for (\S+) but it isn't a special c
                         r"Argument types: (.*)$")
 
 
+def start_opset(exporter: str, configured: str, opset: int) -> int:
+    """The opset an export by `exporter` starts at: export.opset for the configured exporter;
+    for export.fallback's, its lowest (FALLBACK_OPSET) or export.opset if newer."""
+    return opset if exporter == configured else max(opset, FALLBACK_OPSET)
+
+
 def export_graph(module: Any, args: tuple, names: list[str], outputs: list[str], path: Path,
                  exporter: str, opset: int, axes: dict[str, dict[int, str]] | None = None,
                  narrow_type: int | None = None) -> Opset:

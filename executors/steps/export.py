@@ -34,7 +34,7 @@ from executors.onnx.free_axes import free_axes, past_axes
 from executors.run.step_api import StepContext, StepResult
 from executors.runtime import narrow, torchmodel
 from executors.runtime.adapters import host_providers
-from executors.runtime.torch_onnx import FALLBACK_OPSET, ExportFailed, Opset, export_graph
+from executors.runtime.torch_onnx import ExportFailed, Opset, export_graph, start_opset
 from executors.samples import Samples
 from planner.errors import StepError
 from planner.models.roles import Trace, role_of
@@ -241,7 +241,7 @@ def _export(ctx: StepContext, module: Any, args: tuple, names: list[str],
     """The export by `exporter`: the configured one at export.opset, the fallback at its
     lowest opset or export.opset if newer."""
     p = ctx.params
-    opset = p["opset"] if exporter == p["exporter"] else max(p["opset"], FALLBACK_OPSET)
+    opset = start_opset(exporter, p["exporter"], p["opset"])
     ctx.progress(f"exporting{f' the {g}' if (g := p['graph']) else ''} with {exporter}, "
                  f"opset {opset}")
     try:
@@ -281,9 +281,8 @@ def _check_against_torch(ctx: StepContext, path: Path, feed: dict, expected: Any
         session = ort.InferenceSession(str(path), so, providers=host_providers())
         got = session.run(None, feed)
     except Exception as exc:  # noqa: BLE001 - the exporter's graph: another exporter may do
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ExporterFault.of(ctx, f"ONNX Runtime cannot run the exported graph ({first})",
-                               str(path)) from None
+        raise ExporterFault.of(ctx, "ONNX Runtime cannot run the exported graph "
+                               f"({_cause(ctx, exc)})", str(path)) from None
     want = expected if isinstance(expected, tuple) else (expected,)
     found = differences(got, [w.numpy() for w in want], share)
     for out, d in zip(session.get_outputs(), found, strict=True):
