@@ -77,6 +77,18 @@ def elem_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
+def types_of(model: onnx.ModelProto, names: list[str]) -> dict[str, int]:
+    """The element type of every tensor the graph says, inferred where one of `names` has none
+    (an earlier rewrite left it unsaid)."""
+    types = elem_types(model)
+    if any(name not in types for name in names):
+        try:
+            types = elem_types(onnx.shape_inference.infer_shapes(model))
+        except ValueError:  # over protobuf's 2 GB: the types the graph says are all there are
+            pass
+    return types
+
+
 def shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
     """The shape of every named tensor the graph declares (None: a dimension it does not fix)."""
     out = {v.name: [d.dim_value if d.HasField("dim_value") else None

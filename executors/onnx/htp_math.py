@@ -11,20 +11,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from executors.onnx.graph_edit import Emitter, constants, elem_types, replace, static_shapes
+from executors.onnx.graph_edit import Emitter, constants, replace, static_shapes, types_of
 from executors.onnx.graph_edit import shapes as graph_shapes
-
-
-def _input_types(model: onnx.ModelProto, names: list[str]) -> dict[str, int]:
-    """The element type of every tensor the graph says, inferred where one of `names` has none
-    (an earlier rewrite left it unsaid)."""
-    types = elem_types(model)
-    if any(name not in types for name in names):
-        try:
-            types = elem_types(onnx.shape_inference.infer_shapes(model))
-        except ValueError:  # over protobuf's 2 GB: the types the graph says are all there are
-            pass
-    return types
 
 
 def reciprocals_as_divs(model: onnx.ModelProto) -> int:
@@ -35,7 +23,7 @@ def reciprocals_as_divs(model: onnx.ModelProto) -> int:
     input type stays unknown is left."""
     count = 0
     found = [n for n in model.graph.node if n.op_type == "Reciprocal"]
-    types = _input_types(model, [n.input[0] for n in found])
+    types = types_of(model, [n.input[0] for n in found])
     for node in found:
         if not types.get(node.input[0]):
             continue
@@ -59,7 +47,7 @@ def softplus_composed(model: onnx.ModelProto) -> int:
     out as the bottom of its range, for every input: measured on Mamba-2, whose step sizes are
     mostly below 0.01: with each Log form tried its recurrent state came out zero or constant)."""
     found = [n for n in model.graph.node if n.op_type == "Softplus"]
-    types = _input_types(model, [n.input[0] for n in found])
+    types = types_of(model, [n.input[0] for n in found])
     for node in found:
         e = Emitter(model, node.name or node.output[0])
         x = node.input[0]
@@ -76,7 +64,7 @@ def log_sigmoids_composed(model: onnx.ModelProto) -> int:
     made = {o: n for n in model.graph.node for o in n.output}
     found = [n for n in model.graph.node if n.op_type == "Log" and n.input[0] in made
              and made[n.input[0]].op_type == "Sigmoid"]
-    types = _input_types(model, [made[n.input[0]].input[0] for n in found])
+    types = types_of(model, [made[n.input[0]].input[0] for n in found])
     for node in found:
         sigmoid = made[node.input[0]]
         e = Emitter(model, node.name or node.output[0])
@@ -157,7 +145,7 @@ def outer_products_as_matmuls(model: onnx.ModelProto) -> int:
              and not any(i in fixed for i in n.input)]
     if not found:
         return 0
-    types = _input_types(model, [i for n in found for i in n.input])
+    types = types_of(model, [i for n in found for i in n.input])
     found = [n for n in found if all(types.get(i) in FLOATS for i in n.input)]
     try:
         shapes = static_shapes(model, [i for n in found for i in n.input])

@@ -7,8 +7,8 @@ A rewrite takes a model and returns how many places it changed (the Erf GELU fol
 new model too). executors/steps/legalize.py applies them in REWRITES order. The general
 lowerings live beside it: einsum_lowering (any Einsum), col2im_lowering (F.fold),
 index_chains (F.unfold's rank-6 chain), gathernd_lowering (GatherND on constant indices),
-cumsum_lowering (a float CumSum), htp_pooling (pooling forms HTP gets wrong), htp_math
-(Reciprocal, Softplus).
+cumsum_lowering (a float CumSum), htp_pooling (pooling forms HTP gets wrong), htp_gemm (Gemm
+forms it declines), htp_math (Reciprocal, Softplus).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from executors.onnx import (
     einsum_lowering,
     empty_tensors,
     gathernd_lowering,
+    htp_gemm,
     htp_math,
     htp_pooling,
     index_chains,
@@ -337,6 +338,7 @@ REWRITES: tuple[tuple[str, Rewrite], ...] = (
     ("max_pool_pads", htp_pooling.pad_max_pools),
     ("empty_concat_inputs", empty_tensors.drop_empty_concat_inputs),
     ("covering_average_pools", htp_pooling.global_average_pools),
+    ("gemms", htp_gemm.gemms_htp_takes),
     ("unshare_weights", unshare_weights),
     ("batch_constants", tile_batch_constants), ("unit_muls", unit_muls),
     ("constant_first_muls", constant_first_muls),
