@@ -17,7 +17,7 @@ from typing import Any
 
 import onnx
 
-from executors.onnx import four_bit, layerwise
+from executors.onnx import four_bit, htp_encodings, layerwise
 from executors.onnx import mixed_precision as mp
 from executors.onnx.artifacts import SIDECAR, load, save
 from executors.store.weights import gather
@@ -117,6 +117,9 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
             blocked = four_bit.to_blocks(model, graph_only, staged.path.parent, p, four) \
                 if four else 0
             save(model, out)  # metadata in canonical order, as every artifact
+        if of_params(p).qdq.config == "qnn_qdq_config" \
+                and htp_encodings.gathers_share_encodings(model):
+            save(model, out)
     qdq = sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
     found = {"qdq_nodes": qdq, "nodes": len(model.graph.node), **how,
              **({"weights_4bit": len(four)} if four else {}),
