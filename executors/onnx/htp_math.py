@@ -1,7 +1,8 @@
 """Element-wise functions HTP lacks or computes wrongly, composed of operators it computes
 right (each measured on the HTP simulator, onnxruntime-qnn 2.7.0; executors/onnx/htp_rewrites.py
 applies them in its REWRITES order): Reciprocal as a Div, Softplus and log-sigmoid without a
-Log, ReduceLogSumExp about its maximum, an outer product written as a broadcast Mul as a MatMul."""
+Log, ReduceLogSumExp about its maximum, an outer product written as a broadcast Mul as a MatMul,
+a Mul's broadcast operand first."""
 
 from __future__ import annotations
 
@@ -166,3 +167,51 @@ def outer_products_as_matmuls(model: onnx.ModelProto) -> int:
                                                name=f"{node.name or node.output[0]}/as_MatMul")])
         count += 1
     return count
+
+
+def broadcast_first_muls(model: onnx.ModelProto) -> int:
+    """Mul(x, r) over a computed r that broadcasts to x (fewer elements, each dimension 1 or
+    x's) becomes Mul(r, x) (exact: the product commutes); Div(x, s) over such an s becomes
+    Mul(Div(1, s), x) (within fp32 rounding). HTP computes the 16-bit Mul or Div with the
+    broadcast operand second wrongly where a Mul by a constant follows it, silently: an RMSNorm
+    without weight (x * (1 / sqrt(mean(x^2) + eps)), or x / sqrt(...); r [1, 4, 128, 1]) then a
+    rotary table [1, 1, 128, 32] read cosine 0.03 against the CPU EP on the same QDQ graph
+    (T5Gemma 2's encoder: 0.58 at the query's rotation), 1.0 with the reciprocal first; each
+    node alone is right either way (onnxruntime-qnn 2.7.0). Outer products are MatMuls by now,
+    and a constant operand is constant_first_muls' (htp_rewrites)."""
+    fixed = constants(model)
+    found = [n for n in model.graph.node if n.op_type in ("Mul", "Div") and len(n.input) == 2
+             and not any(i in fixed for i in n.input)]
+    if not found:
+        return 0
+    try:
+        shapes = static_shapes(model, [i for n in found for i in n.input])
+    except ValueError:  # over protobuf's 2 GB: the shapes the graph says are all there are
+        shapes = graph_shapes(model)
+    found = [n for n in found if _broadcasts_second(shapes.get(n.input[0]),
+                                                     shapes.get(n.input[1]))]
+    types = types_of(model, [n.input[1] for n in found if n.op_type == "Div"])
+    count = 0
+    for node in found:
+        if node.op_type == "Mul":
+            node.input[0], node.input[1] = node.input[1], node.input[0]
+        elif types.get(node.input[1]):
+            base = node.name or node.output[0]
+            one = np.array(1, helper.tensor_dtype_to_np_dtype(types[node.input[1]]))
+            model.graph.initializer.append(numpy_helper.from_array(one, f"{base}/one"))
+            replace(model, node, [
+                helper.make_node("Div", [f"{base}/one", node.input[1]], [f"{base}/reciprocal"],
+                                 name=f"{base}/reciprocal"),
+                helper.make_node("Mul", [f"{base}/reciprocal", node.input[0]],
+                                 list(node.output), name=f"{base}/as_Mul")])
+        else:
+            continue
+        count += 1
+    return count
+
+
+def _broadcasts_second(x: list[int | None] | None, r: list[int | None] | None) -> bool:
+    """Whether r, of more than one element, broadcasts to x's larger shape."""
+    if not x or not r or len(x) != len(r) or None in (*x, *r):
+        return False
+    return 1 < np.prod(r) < np.prod(x) and all(b in (1, a) for a, b in zip(x, r, strict=True))

@@ -8,7 +8,8 @@ new model too). executors/steps/legalize.py applies them in REWRITES order. The 
 lowerings live beside it: einsum_lowering (any Einsum), col2im_lowering (F.fold),
 index_chains (F.unfold's rank-6 chain), gathernd_lowering (GatherND on constant indices),
 cumsum_lowering (a float CumSum), htp_pooling (pooling forms HTP gets wrong), htp_gemm (Gemm
-forms it declines), htp_math (Reciprocal, Softplus).
+forms it declines), masked_rows (a boolean-masked row assignment), htp_math (Reciprocal,
+Softplus).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from executors.onnx import (
     htp_math,
     htp_pooling,
     index_chains,
+    masked_rows,
 )
 from executors.onnx.graph_edit import (
     constants,
@@ -327,11 +329,13 @@ Rewrite = Callable[[onnx.ModelProto], Any]
 # quantizer needs (unshared weights), what HTP needs for batches and for a Mul's operands.
 REWRITES: tuple[tuple[str, Rewrite], ...] = (
     ("mask_wheres", rewrite_mask_wheres), ("clamp_constants", clamp_constants),
-    ("isnan_guards", drop_isnan_guards), ("float_wheres", rewrite_float_wheres),
+    ("isnan_guards", drop_isnan_guards), ("masked_rows", masked_rows.masked_rows_as_wheres),
+    ("float_wheres", rewrite_float_wheres),
     ("erf_gelu", fuse_erf_gelu), ("reduce_l2", decompose_reduce_l2),
     ("reciprocals", htp_math.reciprocals_as_divs), ("softplus", htp_math.softplus_composed),
     ("log_sigmoids", htp_math.log_sigmoids_composed), ("logsumexp", htp_math.logsumexps_composed),
     ("outer_products", htp_math.outer_products_as_matmuls),
+    ("broadcast_first_muls", htp_math.broadcast_first_muls),
     ("einsum", einsum_to_matmul), ("einsum_general", einsum_lowering.lower_einsums),
     ("col2im", col2im_lowering.lower_col2ims), ("index_chains", index_chains.fold_index_chains),
     ("gathernd", gathernd_lowering.lower_gathernds), ("cumsum", cumsum_lowering.lower_cumsums),

@@ -243,8 +243,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        prepares=(Ensure(N.NORMALIZED), Ensure(N.FUSED, ("matmul_add",))),
        traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime"), memory=Memory(weights=1.5)),
     Op("legalize", 9, "rewrite what the target rejects (mask constants and Where, Erf GELU, "
-       "Reciprocal, Softplus, outer-product Muls, CumSum, Einsum, Col2Im, GatherND, pooling "
-       "and Gemm forms, Muls by ones) and check no op outside its table is left",
+       "Reciprocal, Softplus, outer-product Muls, CumSum, Einsum, Col2Im, GatherND, masked "
+       "rows, pooling and Gemm forms, Muls by ones) and check no op outside its table is left",
        params=("target",), inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),
        ensures=(Ensure(N.LEGAL_FOR, Param("target")),),

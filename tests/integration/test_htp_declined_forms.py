@@ -5,7 +5,9 @@ fallback off as written, and compiles and agrees with the CPU once rewritten.
 * Gemms (legalize): a computed C, as ONNX Runtime's MatMulAddFusion writes it; alpha other
   than 1.
 * A Gather over an activation whose output the quantizer encoded on its own range (after the
-  quantizer)."""
+  quantizer).
+* Computed wrongly rather than declined: an RMSNorm's `x * r` (r broadcast) followed by a Mul
+  by a table (legalize puts r first)."""
 
 from __future__ import annotations
 
@@ -94,3 +96,18 @@ def test_a_gather_over_an_activation_compiles_with_its_datas_encoding(tmp_path: 
     want = ort.InferenceSession(model.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, x)[0]
     assert cosine(on_htp(tmp_path / "shared", model, x, quantize=False), want) > 0.9999
+
+
+@pytest.mark.parametrize("norm", ["mul", "div"])
+def test_a_norm_without_weight_then_a_table_is_right_once_its_reciprocal_goes_first(
+        tmp_path: Path, norm: str) -> None:
+    # T5Gemma 2's encoder: its query's RMSNorm (a random checkpoint's weight of ones is an
+    # Identity by then) and the rotary table; HTP computes the chain wrongly, silently
+    from executors.onnx.htp_math import broadcast_first_muls
+    from tests.unit import test_broadcast_first_muls as chain
+
+    model = chain.norm_then_table(norm)
+    want = chain.run(model)
+    assert cosine(on_htp(tmp_path / "as_written", model, chain.x()), want) < 0.5
+    assert broadcast_first_muls(model) == 1
+    assert cosine(on_htp(tmp_path / "rewritten", model, chain.x()), want) > 0.999
