@@ -324,7 +324,10 @@ def weight_bytes(info: dict[str, Any], weight_bits: int, table_bits: int) -> int
     heads = _first(text, _HEADS)
     inter = text.get("intermediate_size") or text.get("n_inner") or 4 * width
     gated = 3 if "intermediate_size" in text else 2  # SwiGLU's gate, up and down
-    attention = 2 * width * heads * s.head_dim + 2 * width * s.kv_heads * s.head_dim
+    # an attention-free model (Mamba's) has none: its mixer's projections are sized by its
+    # intermediate width, counted below
+    attention = 2 * width * heads * s.head_dim + 2 * width * s.kv_heads * s.head_dim \
+        if heads and s.head_dim and s.kv_heads else 0
     # one width for every layer, or one per layer (Gemma 3n's list)
     inters = [int(i) for i in inter] if isinstance(inter, list) else [int(inter)] * s.layers
     layers = s.layers * attention + gated * width * sum(inters[:s.layers])

@@ -237,6 +237,23 @@ def test_a_width_per_layer_sizes_each_layers_mlp(tmp_path: Path) -> None:
     assert params(ir, "prefill.export")["inputs"][0]["shape"] == [1, 8]
 
 
+def test_an_attention_free_model_is_planned_for_htp(tmp_path: Path) -> None:
+    """Mamba's config.json names no attention heads: its weights are its mixer's projections
+    (in 2 x inner x width, out inner x width: three intermediate-sized matrices a layer), and
+    an HTP plan, which sizes its parts from them, is made (it raised a TypeError before)."""
+    import transformers
+
+    mamba = transformers.MambaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                     vocab_size=1024, state_size=16,
+                                     architectures=["MambaForCausalLM"]).to_dict()
+    assert lm.weight_bytes(mamba, 8, 8) == 2 * 3 * 64 * 128 + 1024 * 64  # its head tied
+    ir = plan_from_overrides(["model=local_hf", f"model.path={checkpoint(tmp_path, mamba)}",
+                              "target=qnn_htp", "quant=w8a16_pc",
+                              "export.shapes.prefill_length=8",
+                              "export.shapes.context_length=32"]).to_json()
+    assert "prefill.compile" in [s["id"] for s in ir["steps"]]
+
+
 def test_parts_follow_the_weights_and_the_target(tmp_path: Path) -> None:
     """A 7B-shaped model at 16-bit tables and 8-bit weights is ~7 GB: four parts under 1.8 GB
     on HTP (one embedded context binary each), one on the CPU (weights stay in files)."""
