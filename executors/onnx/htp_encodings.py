@@ -25,6 +25,7 @@ def gathers_share_encodings(model: onnx.ModelProto) -> int:
     types = {i.name: i.data_type for i in model.graph.initializer}
     scalars = {i.name for i in model.graph.initializer if not i.dims}
     producer = {o: n for n in model.graph.node for o in n.output}
+    outputs = {o.name for o in model.graph.output}
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
         for name in node.input:
@@ -41,8 +42,9 @@ def gathers_share_encodings(model: onnx.ModelProto) -> int:
         changed = False
         for q in qs:
             if list(q.input[1:3]) == wanted or types.get(q.input[2]) != types.get(wanted[1]) \
-                    or q.input[2] not in types:
-                continue
+                    or q.input[2] not in types or q.output[0] in outputs \
+                    or any(r.op_type != "DequantizeLinear" for r in readers.get(q.output[0], [])):
+                continue  # its codes read by something other than a DQ: left as they are
             dropped.extend(q.input[1:3])
             for reader in [q, *readers.get(q.output[0], [])]:
                 if reader.op_type in ("QuantizeLinear", "DequantizeLinear"):

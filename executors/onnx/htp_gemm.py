@@ -21,7 +21,15 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from executors.onnx.graph_edit import constants, replace, types_of
+from executors.onnx.graph_edit import (
+    constants,
+    drop_dead,
+    drop_unread_initializers,
+    replace,
+    types_of,
+)
+
+FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
 
 
 def _attr(node: onnx.NodeProto, name: str, default: float) -> float:
@@ -38,19 +46,23 @@ def declined(node: onnx.NodeProto, consts: dict) -> bool:
 
 def gemms_htp_takes(model: onnx.ModelProto) -> int:
     """Every Gemm HTP declines -> [Transpose(A)], Gemm(A, B) at alpha 1, [Mul by alpha],
-    [Add(., beta * C)]. A node whose scalars need the element type of an input the graph does
-    not say is left."""
+    [Add(., beta * C)]. A node whose A is not float (or of a type the graph does not say) is
+    left."""
     consts = constants(model)
     found = [n for n in model.graph.node if n.op_type == "Gemm" and declined(n, consts)]
     types = types_of(model, [n.input[0] for n in found])
-    count = 0
+    count, folded = 0, []
     for node in found:
-        if not types.get(node.input[0]):
+        if types.get(node.input[0]) not in FLOATS:  # unsaid, or an integer Gemm (no HTP's)
             continue
         dtype = helper.tensor_dtype_to_np_dtype(types[node.input[0]])
         model.graph.initializer.extend(_scalars(node, dtype, consts))
         replace(model, node, _split(node, consts))
+        folded.extend(node.input[2:3])
         count += 1
+    if count:
+        drop_dead(model)  # a constant C's Constant node, folded into beta * C
+        drop_unread_initializers(model, folded)
     return count
 
 

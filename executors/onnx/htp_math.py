@@ -195,7 +195,7 @@ def broadcast_first_muls(model: onnx.ModelProto) -> int:
     for node in found:
         if node.op_type == "Mul":
             node.input[0], node.input[1] = node.input[1], node.input[0]
-        elif types.get(node.input[1]):
+        elif types.get(node.input[1]) in FLOATS:  # an integer 1 / s would truncate
             base = node.name or node.output[0]
             one = np.array(1, helper.tensor_dtype_to_np_dtype(types[node.input[1]]))
             model.graph.initializer.append(numpy_helper.from_array(one, f"{base}/one"))

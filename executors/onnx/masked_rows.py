@@ -13,9 +13,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from executors.onnx.graph_edit import constants, drop_dead, replace
-
-REPEATS = ("Reshape", "Expand")  # keep the element order, v's row after row
+from executors.onnx.graph_edit import constants, drop_dead, replace, static_shapes, types_of
 
 
 def _scalar_int(consts: dict, name: str) -> int | None:
@@ -24,9 +22,9 @@ def _scalar_int(consts: dict, name: str) -> int | None:
         and np.asarray(value).size == 1 else None
 
 
-def _row_mask(producer: dict, consts: dict, mask: str) -> str | None:
-    """The `rows` input of Expand(Unsqueeze(rows, last axis), shape), or None (the axis given
-    as -1, or as the last of a constant target shape's)."""
+def _row_mask(producer: dict, consts: dict, known: dict, mask: str, rank: int) -> str | None:
+    """The boolean `rows` of Expand(Unsqueeze(rows, its new last axis), shape) where the mask
+    has `rank` (x's) and rows one less, or None."""
     expand = producer.get(mask)
     if expand is None or expand.op_type != "Expand":
         return None
@@ -37,16 +35,19 @@ def _row_mask(producer: dict, consts: dict, mask: str) -> str | None:
     if axes is None and len(unsqueeze.input) > 1:
         axis = _scalar_int(consts, unsqueeze.input[1])
         axes = None if axis is None else [axis]
+    rows = unsqueeze.input[0]
     target = consts.get(expand.input[1])
-    last = np.asarray(target).size - 1 if target is not None else -1
-    return unsqueeze.input[0] if axes is not None and len(axes) == 1 \
-        and axes[0] in (-1, last) else None
+    if len(known.get(rows) or ()) != rank - 1 or axes not in ([-1], [rank - 1]) \
+            or (target is not None and np.asarray(target).size != rank):
+        return None
+    return rows
 
 
-def _repeated_vector(producer: dict, consts: dict, updates: str) -> str | None:
-    """The constant 1-D vector v whose elements U holds in turn (v repeated, or a prefix of v),
-    or None."""
-    name, node = updates, producer.get(updates)
+def _repeated_vector(producer: dict, consts: dict, updates: str, width: int) -> str | None:
+    """The constant vector v of `width` elements that U holds element after element: v itself,
+    a prefix of it (Slice(v, 0, n)), or v repeated (Expand(v, [..., width]), then a Reshape
+    or none), or None."""
+    node = producer.get(updates)
     if node is not None and node.op_type == "Slice":
         given = list(node.input) + [""] * (5 - len(node.input))
         axis = _scalar_int(consts, given[3]) if given[3] else 0
@@ -55,10 +56,13 @@ def _repeated_vector(producer: dict, consts: dict, updates: str) -> str | None:
             return None
         name = node.input[0]
     else:
-        while node is not None and node.op_type in REPEATS:
+        name = updates
+        if node is not None and node.op_type == "Reshape":
             name, node = node.input[0], producer.get(node.input[0])
+        if node is not None and node.op_type == "Expand":
+            name = node.input[0]
     value = consts.get(name)
-    return name if value is not None and np.asarray(value).ndim == 1 else None
+    return name if value is not None and np.asarray(value).shape == (width,) else None
 
 
 def masked_rows_as_wheres(model: onnx.ModelProto) -> int:
@@ -66,8 +70,13 @@ def masked_rows_as_wheres(model: onnx.ModelProto) -> int:
     Where; the NonZero and what made the repeated vector are dropped once nothing reads them."""
     producer = {o: n for n in model.graph.node for o in n.output}
     consts = constants(model)
+    found = [n for n in model.graph.node if n.op_type == "ScatterND"]
+    if not found:
+        return 0
+    known = static_shapes(model, [i for n in found for i in n.input[:1]])
+    types = types_of(model, [])
     count = 0
-    for node in [n for n in model.graph.node if n.op_type == "ScatterND"]:
+    for node in found:
         if any(a.name == "reduction" and a.s not in (b"", b"none") for a in node.attribute):
             continue
         transpose = producer.get(node.input[1])
@@ -76,9 +85,12 @@ def masked_rows_as_wheres(model: onnx.ModelProto) -> int:
         if nonzero is None or nonzero.op_type != "NonZero" or next(
                 (list(a.ints) for a in transpose.attribute if a.name == "perm"), None) != [1, 0]:
             continue
-        rows, vector = _row_mask(producer, consts, nonzero.input[0]), \
-            _repeated_vector(producer, consts, node.input[2])
-        if rows is None or vector is None:
+        shape = known.get(node.input[0])
+        if not shape or shape[-1] is None:
+            continue
+        rows = _row_mask(producer, consts, known, nonzero.input[0], len(shape))
+        vector = _repeated_vector(producer, consts, node.input[2], shape[-1])
+        if rows is None or vector is None or types.get(rows) != onnx.TensorProto.BOOL:
             continue
         unsqueeze = producer[producer[nonzero.input[0]].input[0]]
         replace(model, node, [helper.make_node(

@@ -71,3 +71,17 @@ def test_the_order_htp_computes_right_and_constants_are_kept():
 def test_legalize_applies_it_after_the_outer_products():
     names = [name for name, _ in REWRITES]
     assert names.index("outer_products") < names.index("broadcast_first_muls")
+
+
+def test_an_integer_div_is_kept():
+    """Div(1, s) of integers truncates to 0: an integer Div is not rewritten (a Mul's operands
+    commute whatever their type)."""
+    graph = helper.make_graph(
+        [helper.make_node("Div", ["x", "s"], ["y"], name="/int/Div")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.INT64, [2, 4]),
+         helper.make_tensor_value_info("s", TensorProto.INT64, [2, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [2, 4])])
+    m = onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert broadcast_first_muls(m) == 0
+    assert [n.op_type for n in m.graph.node] == ["Div"]

@@ -76,6 +76,7 @@ def test_each_declined_gemm_is_rewritten_and_stays_exact():
         assert ("Transpose" in {n.op_type for n in model.graph.node}) == bool(trans_a)
         assert (model.graph.node[-1].op_type == "Add") == bool(c)
         assert model.graph.node[-1].output == ["y"]
+        assert "c" not in {i.name for i in model.graph.initializer}  # folded into beta * C
         onnx.checker.check_model(model, full_check=True)
         np.testing.assert_allclose(run(model, x), want, rtol=1e-5, atol=1e-5)
         assert gemms_htp_takes(model) == 0  # idempotent

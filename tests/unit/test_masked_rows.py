@@ -85,11 +85,46 @@ def test_the_masked_assignment_becomes_a_where_and_stays_exact():
     np.testing.assert_array_equal(got[0, [1, 2]], TABLE[[2, 3]])
 
 
+def nodes(m: onnx.ModelProto) -> list[bytes]:
+    return [n.SerializeToString() for n in m.graph.node]
+
+
 def test_another_scatter_is_kept():
-    m = model("slice_from_1")
-    before = m.SerializeToString()
+    """Not the assignment: a Slice that does not start at 0; a mask whose new axis is not its
+    last (axis 1 of rows [1, 6]); a vector repeated along another axis (Reshape(v, [H, 1])
+    expanded: each row one value); a vector of another width than x's rows."""
+    variants = [model("slice_from_1")]
+    m = model("dynamo")
+    next(i for i in m.graph.initializer if i.name == "last").CopyFrom(
+        numpy_helper.from_array(np.array([1], np.int64), "last"))
+    variants.append(m)
+    m = model("dynamo")
+    tiled = next(n for n in m.graph.node if n.output[0] == "tiled")
+    m.graph.initializer.append(numpy_helper.from_array(np.array([H, 1], np.int64), "column"))
+    m.graph.node.insert(0, helper.make_node("Reshape", ["v", "column"], ["v_column"]))
+    tiled.input[0] = "v_column"
+    variants.append(m)
+    m = model("torchscript")
+    m.graph.initializer.append(numpy_helper.from_array(np.zeros(H + 1, np.float32), "v_wide"))
+    next(n for n in m.graph.node if n.op_type == "Slice").input[0] = "v_wide"
+    variants.append(m)
+    for m in variants:
+        before = nodes(m)
+        assert masked_rows_as_wheres(m) == 0
+        assert nodes(m) == before
+
+
+def test_rows_of_another_rank_than_xs_less_one_are_kept():
+    """Rows [1, 6] against x [1, 6, H, 1]: not rows of x (a mask of lower rank selects whole
+    slices); the structure alone decides, before anything runs."""
+    m = model("dynamo")
+    emb = next(n for n in m.graph.node if n.output[0] == "emb")
+    emb.output[0] = "emb3"
+    m.graph.initializer.append(numpy_helper.from_array(np.array([1, 6, H, 1], np.int64), "r4"))
+    m.graph.node.insert(1, helper.make_node("Reshape", ["emb3", "r4"], ["emb"]))
+    before = nodes(m)
     assert masked_rows_as_wheres(m) == 0
-    assert m.SerializeToString() == before
+    assert nodes(m) == before
 
 
 def test_legalize_applies_it_before_the_wheres_become_arithmetic():
