@@ -5,6 +5,7 @@ what nothing reads, and naming new tensors."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import onnx
@@ -75,6 +76,14 @@ def elem_types(model: onnx.ModelProto) -> dict[str, int]:
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
             types[n.output[0]] = n.attribute[0].t.data_type
     return types
+
+
+def attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
+    """The value of the node's attribute `name`, `default` where it has none."""
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
 
 
 def types_of(model: onnx.ModelProto, names: list[str]) -> dict[str, int]:

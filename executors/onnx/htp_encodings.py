@@ -46,9 +46,8 @@ def gathers_share_encodings(model: onnx.ModelProto) -> int:
                     or any(r.op_type != "DequantizeLinear" for r in readers.get(q.output[0], [])):
                 continue  # its codes read by something other than a DQ: left as they are
             dropped.extend(q.input[1:3])
-            for reader in [q, *readers.get(q.output[0], [])]:
-                if reader.op_type in ("QuantizeLinear", "DequantizeLinear"):
-                    reader.input[1], reader.input[2] = wanted
+            for reader in [q, *readers.get(q.output[0], [])]:  # the Q and its DQs
+                reader.input[1], reader.input[2] = wanted
             changed = True
         count += changed
     drop_unread_initializers(model, dropped)

@@ -22,26 +22,21 @@ import onnx
 from onnx import helper, numpy_helper
 
 from executors.onnx.graph_edit import (
+    attr,
     constants,
     drop_dead,
     drop_unread_initializers,
     replace,
     types_of,
 )
-
-FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
-
-
-def _attr(node: onnx.NodeProto, name: str, default: float) -> float:
-    return next((a.f if a.type == onnx.AttributeProto.FLOAT else a.i
-                 for a in node.attribute if a.name == name), default)
+from executors.onnx.htp_math import FLOATS
 
 
 def declined(node: onnx.NodeProto, consts: dict) -> bool:
     """Whether HTP declines this Gemm as written."""
     c = node.input[2] if len(node.input) > 2 else ""
-    return _attr(node, "alpha", 1.0) != 1.0 or bool(_attr(node, "transA", 0)) \
-        or (bool(c) and (c not in consts or _attr(node, "beta", 1.0) != 1.0))
+    return attr(node, "alpha", 1.0) != 1.0 or bool(attr(node, "transA", 0)) \
+        or (bool(c) and (c not in consts or attr(node, "beta", 1.0) != 1.0))
 
 
 def gemms_htp_takes(model: onnx.ModelProto) -> int:
@@ -70,7 +65,7 @@ def _scalars(node: onnx.NodeProto, dtype: np.dtype, consts: dict) -> list[onnx.T
     """alpha where it is not 1; beta * C where C is a constant (folded), beta alone where C is
     computed and beta is not 1."""
     base, out = node.name or node.output[0], []
-    alpha, beta = _attr(node, "alpha", 1.0), _attr(node, "beta", 1.0)
+    alpha, beta = attr(node, "alpha", 1.0), attr(node, "beta", 1.0)
     c = node.input[2] if len(node.input) > 2 else ""
     if alpha != 1.0:
         out.append(numpy_helper.from_array(np.array(alpha, dtype), f"{base}/alpha"))
@@ -86,18 +81,18 @@ def _split(node: onnx.NodeProto, consts: dict) -> list[onnx.NodeProto]:
     """The nodes that replace `node`: a chain whose last node writes the Gemm's output."""
     base, c = node.name or node.output[0], node.input[2] if len(node.input) > 2 else ""
     nodes, a = [], node.input[0]
-    if _attr(node, "transA", 0):
+    if attr(node, "transA", 0):
         nodes.append(helper.make_node("Transpose", [a], [f"{base}/A_T"], name=f"{base}/A_T",
                                       perm=[1, 0]))
         a = f"{base}/A_T"
-    chain = [("product", "Gemm", [a, node.input[1]], {"transB": int(_attr(node, "transB", 0))})]
-    if _attr(node, "alpha", 1.0) != 1.0:
+    chain = [("product", "Gemm", [a, node.input[1]], {"transB": int(attr(node, "transB", 0))})]
+    if attr(node, "alpha", 1.0) != 1.0:
         chain.append(("times_alpha", "Mul", [f"{base}/alpha"], {}))
     if c:
-        if c not in consts and _attr(node, "beta", 1.0) != 1.0:
+        if c not in consts and attr(node, "beta", 1.0) != 1.0:
             nodes.append(helper.make_node("Mul", [f"{base}/beta", c], [f"{base}/beta_C"],
                                           name=f"{base}/beta_C"))
-        folded = c in consts or _attr(node, "beta", 1.0) != 1.0
+        folded = c in consts or attr(node, "beta", 1.0) != 1.0
         chain.append(("plus_C", "Add", [f"{base}/beta_C" if folded else c], {}))
     previous: list[str] = []
     for i, (name, op, inputs, attrs) in enumerate(chain):

@@ -28,20 +28,13 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from executors.onnx.graph_edit import Emitter, constants, replace, static_shapes
+from executors.onnx.graph_edit import Emitter, attr, constants, replace, static_shapes
 
 NON_NEGATIVE = ("Relu", "Sigmoid", "Softmax", "Abs", "Exp", "Sqrt")
 
 
-def _attr(node: onnx.NodeProto, name: str, default):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
 def _explicit(node: onnx.NodeProto) -> bool:
-    auto = _attr(node, "auto_pad", b"NOTSET")
+    auto = attr(node, "auto_pad", b"NOTSET")
     return (auto.decode() if isinstance(auto, bytes) else auto) in ("NOTSET", "VALID")
 
 
@@ -81,9 +74,9 @@ def pad_max_pools(model: onnx.ModelProto) -> int:
     """MaxPool(pads) over a possibly negative input -> edges repeated + MaxPool (no pads)."""
     count = 0
     for node in [n for n in model.graph.node if n.op_type == "MaxPool"]:
-        pads = list(_attr(node, "pads", []))
+        pads = list(attr(node, "pads", []))
         if not any(pads) or not _explicit(node) or len(node.output) > 1 and node.output[1] \
-                or any(d > 1 for d in _attr(node, "dilations", [])) \
+                or any(d > 1 for d in attr(node, "dilations", [])) \
                 or _non_negative(model, node.input[0]):
             continue
         em = Emitter(model, node.name or node.output[0])
@@ -99,9 +92,9 @@ def pad_max_pools(model: onnx.ModelProto) -> int:
 
 def _covers_input(node: onnx.NodeProto, spatial: list[int], outs: list[int]) -> bool:
     """Whether every window of the pool holds the whole (unpadded) input."""
-    kernel = list(_attr(node, "kernel_shape", []))
-    strides = list(_attr(node, "strides", [1] * len(kernel)))
-    pads = list(_attr(node, "pads", [0] * 2 * len(kernel)))
+    kernel = list(attr(node, "kernel_shape", []))
+    strides = list(attr(node, "strides", [1] * len(kernel)))
+    pads = list(attr(node, "pads", [0] * 2 * len(kernel)))
     for axis, (n, k, s, m) in enumerate(zip(spatial, kernel, strides, outs, strict=True)):
         starts = [j * s - pads[axis] for j in range(m)]
         if any(start > 0 or start + k < n for start in starts):
@@ -113,9 +106,9 @@ def global_average_pools(model: onnx.ModelProto) -> int:
     """AveragePool (count_include_pad=0, or no pads) whose windows all cover the input ->
     ReduceMean."""
     pools = [n for n in model.graph.node if n.op_type == "AveragePool"
-             and (not _attr(n, "count_include_pad", 0) or not any(_attr(n, "pads", [])))
+             and (not attr(n, "count_include_pad", 0) or not any(attr(n, "pads", [])))
              and _explicit(n)
-             and not any(d > 1 for d in _attr(n, "dilations", []))]
+             and not any(d > 1 for d in attr(n, "dilations", []))]
     if not pools:
         return 0
     known = static_shapes(model, [n for p in pools for n in (p.input[0], p.output[0])])
@@ -142,4 +135,4 @@ def declined(model: onnx.ModelProto) -> list[str]:
     """Pooling nodes in a form HTP declines that no rewrite here takes, one line each."""
     return [f"dilated {n.op_type} node {n.name!r} (HTP declines dilated pooling)"
             for n in model.graph.node if n.op_type in ("AveragePool", "MaxPool")
-            and any(d > 1 for d in _attr(n, "dilations", []))]
+            and any(d > 1 for d in attr(n, "dilations", []))]

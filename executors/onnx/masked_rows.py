@@ -13,7 +13,14 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from executors.onnx.graph_edit import constants, drop_dead, replace, static_shapes, types_of
+from executors.onnx.graph_edit import (
+    attr,
+    constants,
+    drop_dead,
+    replace,
+    static_shapes,
+    types_of,
+)
 
 
 def _scalar_int(consts: dict, name: str) -> int | None:
@@ -31,7 +38,7 @@ def _row_mask(producer: dict, consts: dict, known: dict, mask: str, rank: int) -
     unsqueeze = producer.get(expand.input[0])
     if unsqueeze is None or unsqueeze.op_type != "Unsqueeze":
         return None
-    axes = next((list(a.ints) for a in unsqueeze.attribute if a.name == "axes"), None)
+    axes = attr(unsqueeze, "axes", None)
     if axes is None and len(unsqueeze.input) > 1:
         axis = _scalar_int(consts, unsqueeze.input[1])
         axes = None if axis is None else [axis]
@@ -77,13 +84,13 @@ def masked_rows_as_wheres(model: onnx.ModelProto) -> int:
     types = types_of(model, [])
     count = 0
     for node in found:
-        if any(a.name == "reduction" and a.s not in (b"", b"none") for a in node.attribute):
+        if attr(node, "reduction", b"none") not in (b"", b"none"):
             continue
         transpose = producer.get(node.input[1])
         nonzero = producer.get(transpose.input[0]) if transpose is not None \
             and transpose.op_type == "Transpose" else None
-        if nonzero is None or nonzero.op_type != "NonZero" or next(
-                (list(a.ints) for a in transpose.attribute if a.name == "perm"), None) != [1, 0]:
+        if nonzero is None or nonzero.op_type != "NonZero" \
+                or attr(transpose, "perm", None) != [1, 0]:
             continue
         shape = known.get(node.input[0])
         if not shape or shape[-1] is None:
