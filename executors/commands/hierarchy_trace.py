@@ -13,7 +13,7 @@ from typing import Any
 from executors.generation.modules import graph_module
 from executors.onnx import hierarchy
 from executors.onnx.free_axes import free_axes
-from executors.runtime import torchmodel
+from executors.runtime import dense_experts, torchmodel
 from executors.runtime.torch_onnx import ExportFailed, export_graph, start_opset
 from executors.samples import Samples
 from planner.models.roles import role_of
@@ -46,6 +46,7 @@ def _random_model(described: dict[str, Any], model: dict[str, Any]) -> Any:
         built = cls.from_config(config) if cls.__name__.startswith("Auto") else cls(config)
     # a checkpoint saved in bf16 or fp16 makes its random model in that dtype; the module tree
     # is the same in fp32, which takes the fp32 example inputs
+    dense_experts.densify(built)  # as the export traces it
     return built.float().eval()
 
 

@@ -165,27 +165,39 @@ def fuse_erf_gelu(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     return wrapped.model, before - sum(n.op_type == "Erf" for n in wrapped.model.graph.node)
 
 
+# a norm HTP lacks or gets wrong -> (the op its elements are made with, applied after the sum)
+NORMS = {"ReduceL2": ("Mul", "Sqrt"), "ReduceL1": ("Abs", None),
+         "ReduceSumSquare": ("Mul", None)}
+
+
 def decompose_reduce_l2(model: onnx.ModelProto) -> int:
     """ReduceL2(x) -> Sqrt(ReduceSum(x * x)): a 16-bit ReduceL2 feeding F.normalize's Div fails
-    HTP finalization with MEM_ALLOC (SwinV2 cosine attention, OWL embeddings)."""
+    HTP finalization with MEM_ALLOC (SwinV2 cosine attention, OWL embeddings). HTP has no
+    ReduceL1 (DBRX's router normalizes its experts' weights with a 1-norm) nor ReduceSumSquare:
+    ReduceSum(Abs(x)) and ReduceSum(x * x)."""
     count = 0
-    for node in [n for n in model.graph.node if n.op_type == "ReduceL2"]:
+    for node in [n for n in model.graph.node if n.op_type in NORMS]:
+        element, after = NORMS[node.op_type]
         keep = next((a.i for a in node.attribute if a.name == "keepdims"), 1)
         axes = next((list(a.ints) for a in node.attribute if a.name == "axes"), None)
         base = node.name or node.output[0]
-        inputs = [f"{base}/squares"]
+        inputs = [f"{base}/elements"]
         if len(node.input) > 1 and node.input[1]:
             inputs.append(node.input[1])  # opset 18: axes as an input
         elif axes is not None:
             model.graph.initializer.append(
                 numpy_helper.from_array(np.array(axes, np.int64), f"{base}/axes"))
             inputs.append(f"{base}/axes")
-        replace(model, node, [
-            helper.make_node("Mul", [node.input[0], node.input[0]], [f"{base}/squares"],
-                             name=f"{base}/l2_Mul"),
-            helper.make_node("ReduceSum", inputs, [f"{base}/sum"], name=f"{base}/l2_ReduceSum",
-                             keepdims=keep),
-            helper.make_node("Sqrt", [f"{base}/sum"], list(node.output), name=f"{base}/l2_Sqrt")])
+        x = node.input[0]
+        summed = [f"{base}/sum"] if after else list(node.output)
+        nodes = [helper.make_node(element, [x, x] if element == "Mul" else [x],
+                                  [f"{base}/elements"], name=f"{base}/norm_{element}"),
+                 helper.make_node("ReduceSum", inputs, summed, name=f"{base}/norm_ReduceSum",
+                                  keepdims=keep)]
+        if after:
+            nodes.append(helper.make_node(after, summed, list(node.output),
+                                          name=f"{base}/norm_{after}"))
+        replace(model, node, nodes)
         count += 1
     return count
 

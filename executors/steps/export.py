@@ -32,7 +32,7 @@ from executors.onnx.artifacts import (
 )
 from executors.onnx.free_axes import free_axes, past_axes
 from executors.run.step_api import StepContext, StepResult
-from executors.runtime import narrow, torchmodel
+from executors.runtime import dense_experts, narrow, torchmodel
 from executors.runtime.adapters import host_providers
 from executors.runtime.torch_onnx import ExportFailed, Opset, export_graph, start_opset
 from executors.samples import Samples
@@ -108,6 +108,7 @@ def _run(ctx: StepContext, dtype: str, exporter: str) -> StepResult:
 
     p = ctx.params
     model, _info = torchmodel.load(ctx.inputs["model"], dtype)
+    dense_experts.densify(model)  # an own-loop experts block traced for every input
     kind = narrow.dtype_of(model) if dtype != "float32" else None
     specs, outputs = p["inputs"], p["outputs"]
     role = role_of(p["graph"], [s["name"] for s in specs])

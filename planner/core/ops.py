@@ -209,7 +209,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                 Ensure(N.MODEL_CLASS, Param("model_class"))),
        traits=frozenset({T.SOURCE, T.HEAVY}),
        tools=("torch", "transformers"), unkeyed=("path",), outputs=("source",), memory=Memory(checkpoint=0.1)),
-    Op("export", 7, "export one graph to ONNX and record the module hierarchy",
+    Op("export", 8, "export one graph to ONNX and record the module hierarchy",
        params=("exporter", "opset", "graph", "inputs", "outputs", "hierarchy", "report",
                "torch_modules", "dynamic", "upcast", "fallback"), optional=("dynamic", "upcast",
                                                                            "fallback"),
@@ -242,7 +242,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        ensures=(Ensure(N.NORMALIZED), Ensure(N.FUSED, Param("flags"))),
        prepares=(Ensure(N.NORMALIZED), Ensure(N.FUSED, ("matmul_add",))),
        traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime"), memory=Memory(weights=1.5)),
-    Op("legalize", 9, "rewrite what the target rejects (mask constants and Where, Erf GELU, "
+    Op("legalize", 10, "rewrite what the target rejects (mask constants and Where, Erf GELU, "
        "Reciprocal, Softplus, outer-product Muls, CumSum, Einsum, Col2Im, GatherND, masked "
        "rows, pooling and Gemm forms, Muls by ones) and check no op outside its table is left",
        params=("target",), inputs=("model",),

@@ -23,6 +23,11 @@ MOE = {"num_local_experts": 4, "num_experts_per_tok": 2}
 # (model type, class, dtype saved in, config fields beyond tests/checkpoints.py's TINY)
 CASES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     ("mixtral", "MixtralForCausalLM", "bfloat16", {**MOE, "num_key_value_heads": 1}),
+    # experts looped over in its own forward (runtime/dense_experts.py); a 1-norm router
+    ("dbrx", "DbrxForCausalLM", "bfloat16", {
+        "d_model": 64, "attn_config": {"kv_n_heads": 1, "clip_qkv": 8.0, "rope_theta": 10000.0},
+        "ffn_config": {"moe_num_experts": 4, "moe_top_k": 2, "ffn_hidden_size": 64,
+                       "hidden_size": 64}}),
     ("apertus", "ApertusForCausalLM", "float16", {"num_key_value_heads": 1}),  # xIELU: expm1
     ("bloom", "BloomForCausalLM", "bfloat16", {}),  # no position ids: ALiBi from the mask
     ("bert", "BertLMHeadModel", "float16", {"is_decoder": True}),  # an encoder type's LM
