@@ -14,14 +14,16 @@ from onnx import TensorProto, helper, numpy_helper
 from executors.onnx import htp_math
 
 
-def graph(opset: int, axes: list[int] | None, keepdims: int) -> onnx.ModelProto:
+def graph(opset: int, axes: list[int] | None, keepdims: int,
+          op: str = "ReduceLogSumExp") -> onnx.ModelProto:
+    """One `op` reducing a [2, 3, 5] input over `axes` (all where None)."""
     inputs, inits, attrs = ["x"], [], {"keepdims": keepdims}
     if axes is not None and opset >= 18:
         inits.append(numpy_helper.from_array(np.array(axes, np.int64), "axes"))
         inputs.append("axes")
     elif axes is not None:
         attrs["axes"] = axes
-    node = helper.make_node("ReduceLogSumExp", inputs, ["y"], name="/gate/lse", **attrs)
+    node = helper.make_node(op, inputs, ["y"], name="/gate/reduce", **attrs)
     g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
                                                                       [2, 3, 5])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT,

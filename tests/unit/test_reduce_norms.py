@@ -7,34 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from executors.onnx.htp_rewrites import NORMS, decompose_reduce_l2
-
-SHAPE = (2, 3, 5)
-
-
-def graph(op: str, opset: int, axes: list[int] | None, keepdims: int) -> onnx.ModelProto:
-    inputs, inits, attrs = ["x"], [], {"keepdims": keepdims}
-    if axes is not None and opset >= 18:
-        inits.append(numpy_helper.from_array(np.array(axes, np.int64), "axes"))
-        inputs.append("axes")
-    elif axes is not None:
-        attrs["axes"] = axes
-    node = helper.make_node(op, inputs, ["y"], name="/router/norm", **attrs)
-    reduced = np.zeros(SHAPE).sum(axis=None if axes is None else tuple(axes),
-                                  keepdims=bool(keepdims))
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                      list(SHAPE))],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT,
-                                                         list(np.shape(reduced)))], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
-    return ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+from tests.unit.test_logsumexp import graph, run
 
 
 @pytest.mark.parametrize("op", sorted(NORMS))
@@ -42,8 +18,8 @@ def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize(("axes", "keepdims"), [([-1], 1), ([0, 2], 0), (None, 1)])
 def test_a_norm_is_written_with_ops_htp_takes(op: str, opset: int, axes: list[int] | None,
                                               keepdims: int) -> None:
-    x = np.random.default_rng(0).normal(size=SHAPE).astype(np.float32)
-    model = graph(op, opset, axes, keepdims)
+    x = np.random.default_rng(0).normal(size=(2, 3, 5)).astype(np.float32)
+    model = graph(opset, axes, keepdims, op)
     want = run(model, x)
     assert decompose_reduce_l2(model) == 1
     onnx.checker.check_model(model)
