@@ -26,13 +26,18 @@ COUNTS = ("total_experts", "num_experts", "moe_num_experts", "num_local_experts"
           "n_routed_experts")
 
 
-def densify(model: Any) -> int:
-    """Make every own-loop experts block of `model` dense (above); how many were made so."""
+def densify(model: Any, fixed: bool = False) -> int:
+    """Make every own-loop experts block of `model` dense (above); how many were made so.
+    fixed: the graph traced has fixed shapes, so the routing each expert's pass is given is a
+    constant of the traced shapes, and the block's own index arithmetic over it (its one-hot
+    mask, the tokens it gathers) folds into constants; with free axes it follows the input's
+    shape."""
     made = 0
     for module in model.modules():
         count = _own_loop_experts(module)
         if count:
-            module.forward = types.MethodType(_dense(type(module).forward, count), module)
+            module.forward = types.MethodType(_dense(type(module).forward, count, fixed),
+                                              module)
             made += 1
     return made
 
@@ -53,19 +58,25 @@ def _own_loop_experts(module: Any) -> int:
                  if isinstance(v := getattr(module, k, None), int) and v > 0), 0)
 
 
-def _dense(forward: Any, count: int) -> Any:
+def _dense(forward: Any, count: int, fixed: bool) -> Any:
     def dense(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any,
               *args: Any, **kwargs: Any) -> Any:
         import torch
 
         # every token's first pick is the expert at weight 1, its other picks the same expert
         # at weight 0: the block's own shapes (k picks a token), one expert's output
-        alone = torch.cat([torch.ones_like(top_k_weights[..., :1]),
-                           torch.zeros_like(top_k_weights[..., 1:])], dim=-1)
+        if fixed:  # constants of the traced shape (int() of a traced size is its value)
+            shape = tuple(int(d) for d in top_k_index.shape)
+            alone = torch.zeros(shape, dtype=top_k_weights.dtype)
+            alone[..., 0] = 1
+            index = [torch.full(shape, e, dtype=top_k_index.dtype) for e in range(count)]
+        else:
+            alone = torch.cat([torch.ones_like(top_k_weights[..., :1]),
+                               torch.zeros_like(top_k_weights[..., 1:])], dim=-1)
+            index = [torch.full_like(top_k_index, e) for e in range(count)]
         total = None
         for expert in range(count):
-            routed = forward(self, hidden_states, torch.full_like(top_k_index, expert), alone,
-                             *args, **kwargs)
+            routed = forward(self, hidden_states, index[expert], alone, *args, **kwargs)
             picked = (top_k_index == expert).to(top_k_weights.dtype)
             weight = (top_k_weights * picked).sum(-1).to(routed.dtype)
             term = routed * weight.reshape(*routed.shape[:-1], 1)

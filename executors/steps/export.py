@@ -108,7 +108,8 @@ def _run(ctx: StepContext, dtype: str, exporter: str) -> StepResult:
 
     p = ctx.params
     model, _info = torchmodel.load(ctx.inputs["model"], dtype)
-    dense_experts.densify(model)  # an own-loop experts block traced for every input
+    # an own-loop experts block traced for every input
+    dense_experts.densify(model, fixed=not p.get("dynamic"))
     kind = narrow.dtype_of(model) if dtype != "float32" else None
     specs, outputs = p["inputs"], p["outputs"]
     role = role_of(p["graph"], [s["name"] for s in specs])

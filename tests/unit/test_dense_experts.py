@@ -62,17 +62,23 @@ def test_a_dense_block_gives_what_its_own_loop_does(make: Any) -> None:
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_a_traced_dense_block_serves_routings_the_example_did_not_have() -> None:
+@pytest.mark.parametrize("fixed", [False, True], ids=["free-axes", "fixed-shapes"])
+def test_a_traced_dense_block_serves_routings_the_example_did_not_have(fixed: bool) -> None:
+    """Fixed: the routing of each expert's pass is a constant of the traced shape (its index
+    arithmetic folds for HTP); free: it follows the input's shape, at any token count."""
     torch.manual_seed(0)
     block = experts_of(dbrx())
     x = torch.randn(3, 32)
     example = (x, torch.zeros(3, 2, dtype=torch.long), torch.full((3, 2), 0.5))
-    other = (x, *routing(3, 4, 2, seed=1))
+    others = [(x, *routing(3, 4, 2, seed=1))]
+    if not fixed:
+        others.append((torch.randn(5, 32), *routing(5, 4, 2, seed=2)))
     with torch.no_grad():
-        want = block(*other)
-        dense_experts.densify(block)
+        want = [block(*other) for other in others]
+        dense_experts.densify(block, fixed=fixed)
         traced = torch.jit.trace(block, example, check_trace=False)
-        torch.testing.assert_close(traced(*other), want, rtol=1e-5, atol=1e-6)
+        for other, expected in zip(others, want, strict=True):
+            torch.testing.assert_close(traced(*other), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_an_experts_block_of_transformers_interface_is_left_to_it() -> None:
