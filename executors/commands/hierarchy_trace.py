@@ -46,7 +46,6 @@ def _random_model(described: dict[str, Any], model: dict[str, Any]) -> Any:
         built = cls.from_config(config) if cls.__name__.startswith("Auto") else cls(config)
     # a checkpoint saved in bf16 or fp16 makes its random model in that dtype; the module tree
     # is the same in fp32, which takes the fp32 example inputs
-    dense_experts.densify(built)  # as the export traces it
     return built.float().eval()
 
 
@@ -58,6 +57,7 @@ def _traced(model: Any, graph: str, spec: dict[str, Any],
 
     names = [s["name"] for s in spec["inputs"]]
     role = role_of(graph, names)
+    dense_experts.densify(model, fixed=not spec.get("dynamic"))  # as its export traces it
     module = graph_module(model, role, names, spec["outputs"])
     feed = Samples(spec["inputs"], "verify").feeds(1)[0]
     args = tuple(torch.from_numpy(feed[n]) for n in names)

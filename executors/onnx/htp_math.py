@@ -2,7 +2,7 @@
 right (each measured on the HTP simulator, onnxruntime-qnn 2.7.0; executors/onnx/htp_rewrites.py
 applies them in its REWRITES order): Reciprocal as a Div, Softplus and log-sigmoid without a
 Log, ReduceLogSumExp about its maximum, an outer product written as a broadcast Mul as a MatMul,
-a Mul's broadcast operand first."""
+a Mul's broadcast operand first, the norms ReduceL1, ReduceL2 and ReduceSumSquare as ReduceSum."""
 
 from __future__ import annotations
 
@@ -215,3 +215,43 @@ def _broadcasts_second(x: list[int | None] | None, r: list[int | None] | None) -
     if not x or not r or len(x) != len(r) or None in (*x, *r):
         return False
     return 1 < np.prod(r) < np.prod(x) and all(b in (1, a) for a, b in zip(x, r, strict=True))
+
+
+# a norm HTP lacks or gets wrong -> (the op its elements are made with, applied after the sum)
+NORMS = {"ReduceL2": ("Mul", "Sqrt"), "ReduceL1": ("Abs", None),
+         "ReduceSumSquare": ("Mul", None)}
+
+
+def decompose_norms(model: onnx.ModelProto) -> int:
+    """ReduceL2(x) -> Sqrt(ReduceSum(x * x)): a 16-bit ReduceL2 feeding F.normalize's Div fails
+    HTP finalization with MEM_ALLOC (SwinV2 cosine attention, OWL embeddings). HTP has no
+    ReduceL1 (DBRX's router normalizes its experts' weights with a 1-norm) nor ReduceSumSquare:
+    ReduceSum(Abs(x)) and ReduceSum(x * x)."""
+    count = 0
+    for node in [n for n in model.graph.node if n.op_type in NORMS]:
+        element, after = NORMS[node.op_type]
+        keep = next((a.i for a in node.attribute if a.name == "keepdims"), 1)
+        axes = next((list(a.ints) for a in node.attribute if a.name == "axes"), None)
+        if (len(node.input) < 2 or not node.input[1]) and axes is None and \
+                next((a.i for a in node.attribute if a.name == "noop_with_empty_axes"), 0):
+            continue  # no axes, reduces nothing: a ReduceSum would reduce every axis
+        base = node.name or node.output[0]
+        inputs = [f"{base}/elements"]
+        if len(node.input) > 1 and node.input[1]:
+            inputs.append(node.input[1])  # opset 18: axes as an input
+        elif axes is not None:
+            model.graph.initializer.append(
+                numpy_helper.from_array(np.array(axes, np.int64), f"{base}/axes"))
+            inputs.append(f"{base}/axes")
+        x = node.input[0]
+        summed = [f"{base}/sum"] if after else list(node.output)
+        nodes = [helper.make_node(element, [x, x] if element == "Mul" else [x],
+                                  [f"{base}/elements"], name=f"{base}/norm_{element}"),
+                 helper.make_node("ReduceSum", inputs, summed, name=f"{base}/norm_ReduceSum",
+                                  keepdims=keep)]
+        if after:
+            nodes.append(helper.make_node(after, summed, list(node.output),
+                                          name=f"{base}/norm_{after}"))
+        replace(model, node, nodes)
+        count += 1
+    return count

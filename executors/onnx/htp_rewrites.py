@@ -165,43 +165,6 @@ def fuse_erf_gelu(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     return wrapped.model, before - sum(n.op_type == "Erf" for n in wrapped.model.graph.node)
 
 
-# a norm HTP lacks or gets wrong -> (the op its elements are made with, applied after the sum)
-NORMS = {"ReduceL2": ("Mul", "Sqrt"), "ReduceL1": ("Abs", None),
-         "ReduceSumSquare": ("Mul", None)}
-
-
-def decompose_reduce_l2(model: onnx.ModelProto) -> int:
-    """ReduceL2(x) -> Sqrt(ReduceSum(x * x)): a 16-bit ReduceL2 feeding F.normalize's Div fails
-    HTP finalization with MEM_ALLOC (SwinV2 cosine attention, OWL embeddings). HTP has no
-    ReduceL1 (DBRX's router normalizes its experts' weights with a 1-norm) nor ReduceSumSquare:
-    ReduceSum(Abs(x)) and ReduceSum(x * x)."""
-    count = 0
-    for node in [n for n in model.graph.node if n.op_type in NORMS]:
-        element, after = NORMS[node.op_type]
-        keep = next((a.i for a in node.attribute if a.name == "keepdims"), 1)
-        axes = next((list(a.ints) for a in node.attribute if a.name == "axes"), None)
-        base = node.name or node.output[0]
-        inputs = [f"{base}/elements"]
-        if len(node.input) > 1 and node.input[1]:
-            inputs.append(node.input[1])  # opset 18: axes as an input
-        elif axes is not None:
-            model.graph.initializer.append(
-                numpy_helper.from_array(np.array(axes, np.int64), f"{base}/axes"))
-            inputs.append(f"{base}/axes")
-        x = node.input[0]
-        summed = [f"{base}/sum"] if after else list(node.output)
-        nodes = [helper.make_node(element, [x, x] if element == "Mul" else [x],
-                                  [f"{base}/elements"], name=f"{base}/norm_{element}"),
-                 helper.make_node("ReduceSum", inputs, summed, name=f"{base}/norm_ReduceSum",
-                                  keepdims=keep)]
-        if after:
-            nodes.append(helper.make_node(after, summed, list(node.output),
-                                          name=f"{base}/norm_{after}"))
-        replace(model, node, nodes)
-        count += 1
-    return count
-
-
 def einsum_to_matmul(model: onnx.ModelProto) -> int:
     """A two-operand Einsum that is a batched matrix product ('...ij,...jk->...ik' up to which
     operand is transposed) -> MatMul, with a Transpose of the last two axes where needed
@@ -343,7 +306,7 @@ REWRITES: tuple[tuple[str, Rewrite], ...] = (
     ("mask_wheres", rewrite_mask_wheres), ("clamp_constants", clamp_constants),
     ("isnan_guards", drop_isnan_guards), ("masked_rows", masked_rows.masked_rows_as_wheres),
     ("float_wheres", rewrite_float_wheres),
-    ("erf_gelu", fuse_erf_gelu), ("reduce_l2", decompose_reduce_l2),
+    ("erf_gelu", fuse_erf_gelu), ("norms", htp_math.decompose_norms),
     ("reciprocals", htp_math.reciprocals_as_divs), ("softplus", htp_math.softplus_composed),
     ("log_sigmoids", htp_math.log_sigmoids_composed), ("logsumexp", htp_math.logsumexps_composed),
     ("outer_products", htp_math.outer_products_as_matmuls),

@@ -56,8 +56,13 @@ def test_a_dense_block_gives_what_its_own_loop_does(make: Any) -> None:
     with torch.no_grad():
         want = [block(x, *routing(5, count, 2, seed)) for seed in range(3)]
         assert dense_experts.densify(model) == 1
-        assert dense_experts.densify(model) == 0  # made dense once
+        forward = block.forward.__func__
+        assert dense_experts.densify(model, fixed=True) == 1  # made dense once, then set
+        assert block.forward.__func__ is forward and getattr(block, dense_experts.FIXED)
+        dense_experts.densify(model)
         got = [block(x, *routing(5, count, 2, seed)) for seed in range(3)]
+    # one pick a token where the block's own loop takes one (LongCat-Flash's needs two)
+    assert getattr(block, dense_experts.PICKS) == (2 if make is longcat else 1)
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 

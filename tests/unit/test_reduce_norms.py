@@ -1,4 +1,4 @@
-"""The norms HTP lacks or gets wrong, written with the ops it takes (legalize's `reduce_l2`
+"""The norms HTP lacks or gets wrong, written with the ops it takes (legalize's `norms`
 rewrite): ReduceL2 as Sqrt(ReduceSum(x * x)), ReduceL1 (DBRX's router) as ReduceSum(Abs(x)),
 ReduceSumSquare as ReduceSum(x * x); the same values as ONNX Runtime's own operators, at
 opset 17 (axes an attribute) and 18 (axes an input), kept or dropped, over all axes."""
@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from executors.onnx.htp_rewrites import NORMS, decompose_reduce_l2
+from executors.onnx.htp_math import NORMS, decompose_norms
 from tests.unit.test_logsumexp import graph, run
 
 
@@ -21,7 +21,7 @@ def test_a_norm_is_written_with_ops_htp_takes(op: str, opset: int, axes: list[in
     x = np.random.default_rng(0).normal(size=(2, 3, 5)).astype(np.float32)
     model = graph(opset, axes, keepdims, op)
     want = run(model, x)
-    assert decompose_reduce_l2(model) == 1
+    assert decompose_norms(model) == 1
     onnx.checker.check_model(model)
     onnx.shape_inference.infer_shapes(model, strict_mode=True)
     left = {n.op_type for n in model.graph.node}
@@ -29,3 +29,10 @@ def test_a_norm_is_written_with_ops_htp_takes(op: str, opset: int, axes: list[in
     got = run(model, x)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_norm_that_reduces_nothing_is_left() -> None:
+    model = graph(18, None, 1, "ReduceL1")
+    model.graph.node[0].attribute.append(onnx.helper.make_attribute("noop_with_empty_axes", 1))
+    assert decompose_norms(model) == 0
+    assert [n.op_type for n in model.graph.node] == ["ReduceL1"]
