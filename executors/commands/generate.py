@@ -81,6 +81,7 @@ def _decoder_only(folder: Path, described: dict[str, Any], args: argparse.Namesp
     from executors.generation import bundle, genai, pipeline
     from executors.samples.text import tokenizer
     from planner.core.targets import of_params
+    from planner.models.roles import uncached_graph
 
     if args.new_tokens < 1:
         raise UsageError(f"generate --new-tokens {args.new_tokens}: give 1 or more")
@@ -93,6 +94,10 @@ def _decoder_only(folder: Path, described: dict[str, Any], args: argparse.Namesp
         raise UsageError("generate: the prompt has no text, or its text gives no tokens; give "
                          "a prompt with some text")
     runs_on = described["runs_on"]
+    if args.genai and uncached_graph(described["graphs"]):
+        raise UsageError(f"generate --genai: {folder} is a language model that keeps no "
+                         "key/value cache, which onnxruntime-genai does not run (it has no "
+                         "genai_config.json); drop --genai")
     try:
         runner = (pipeline.genai_graphs if args.genai else bundle.lm_graphs)(
             folder, described, of_params(runs_on), runs_on["provider_options"])

@@ -10,7 +10,8 @@
 * Text generation (causal LMs) as language modelling on the dataset's texts: each text's tokens
   are read as generation reads a prompt (executors/generation/decoder_only.py: the prefill
   graph a window at a time, filling the static cache), and every position's logits predict
-  the next token. Next-token accuracy (argmax = the text's next token) and perplexity (exp of
+  the next token (a model that keeps no cache: its one graph on the text, padded to its
+  length). Next-token accuracy (argmax = the text's next token) and perplexity (exp of
   the mean negative log-likelihood) are the same numbers for PyTorch (through the same traced
   wrappers), the fp32 graphs and the deliverable, so the drop is the deliverable's. Texts
   longer than the cache are cut to it."""
@@ -26,8 +27,8 @@ from executors.evaluation import textscore
 from executors.evaluation.base import Context, EvalDataError, Evaluator, Forward, Prepared
 from executors.evaluation.inputs import modality_feed
 from executors.generation import encoder_decoder
-from executors.generation.decoder_only import LMGraphs
-from planner.models.roles import Runs, roles_of
+from executors.generation.decoder_only import LMGraphs, PrefixGraph
+from planner.models.roles import Runs, roles_of, uncached_graph
 
 
 def decoded_texts(graphs: dict[str, Forward], prepared: Prepared, cx: Context,
@@ -104,10 +105,24 @@ def _token_lists(rows: list[dict[str, Any]], cx: Context, longest: int) -> list[
 
 
 def _lm_graphs(cx: Context) -> tuple[str, str]:
-    """The prompt graph and the token graph of a causal LM."""
+    """The prompt graph and the token graph of a causal LM (its one graph, twice, where it
+    keeps no cache)."""
+    whole = uncached_graph(cx.specs)
+    if whole:
+        return whole, whole
     roles = roles_of(cx.specs)
     return tuple(next(g for g, r in roles.items() if r.runs is runs)  # type: ignore[return-value]
                  for runs in (Runs.PROMPT, Runs.TOKEN))
+
+
+def _runner(graphs: dict[str, Forward], cx: Context) -> LMGraphs | PrefixGraph:
+    """The graphs as the prompt reader generation uses (an uncached graph fed at its planned
+    length: the compiled one's fixed axis, which a free one takes too)."""
+    prompt, token = _lm_graphs(cx)
+    if prompt == token:
+        length = int(next(s for s in cx.specs[prompt] if s["name"] == "input_ids")["shape"][1])
+        return PrefixGraph(graphs[prompt], length, length)
+    return LMGraphs(graphs[prompt], graphs[token], cx.specs[prompt], cx.specs[token])
 
 
 class Causal(Evaluator):
@@ -121,14 +136,15 @@ class Causal(Evaluator):
                                 "host (export.on_host) is not evaluated yet; verify_generation "
                                 "compares it with PyTorch; set eval=none or export.on_host=[]")
         context = int(next(s for s in cx.specs[token]
-                           if s["name"] == "attention_mask")["shape"][1]) - 1
+                           if s["name"] == "attention_mask")["shape"][1]) - 1 \
+            if uncached_graph(cx.specs) is None else \
+            int(next(s for s in cx.specs[token] if s["name"] == "input_ids")["shape"][1])
         ids = _token_lists(rows, cx, context + 1)
         return Prepared([{} for _ in rows], rows, ids)
 
     def predictions(self, graphs: dict[str, Forward], prepared: Prepared, cx: Context,
                     progress: Callable[[int], None]) -> list[Any]:
-        prompt, token = _lm_graphs(cx)
-        runner = LMGraphs(graphs[prompt], graphs[token], cx.specs[prompt], cx.specs[token])
+        runner = _runner(graphs, cx)
         out = []
         for i, ids in enumerate(prepared.extra):
             logits = runner.prompt(ids[:-1]).astype(np.float64)  # row j predicts ids[j + 1]

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from executors.generation.decoder_only import Forward, LMGraphs
+from executors.generation.decoder_only import Forward, LMGraphs, PrefixGraph
 from executors.runtime.adapters import adapter, host_providers
-from planner.models.roles import CACHE, Kind, kind_of, prompt_and_token
+from planner.models.roles import CACHE, Kind, kind_of, prompt_and_token, uncached_graph
 
 BUNDLE = "bundle.json"
 
@@ -44,9 +44,26 @@ def read(folder: Path) -> dict[str, Any]:
                 not (folder / model).is_file():
             raise BundleError(f"{path}: graph {graph!r} names no model file that is in the "
                               f"folder ({model!r}); rebuild the bundle with modelplan run")
-    if kind_of(graphs) is Kind.DECODER_ONLY:
+    if kind_of(graphs) is Kind.DECODER_ONLY and uncached_graph(graphs):
+        _check_context(path, described)
+    elif kind_of(graphs) is Kind.DECODER_ONLY:
         _check_lengths(path, described)
     return described
+
+
+def _check_context(path: Path, described: dict[str, Any]) -> None:
+    """A prefix graph's bundle: a positive context, the graph's own length where it is fixed."""
+    graph = uncached_graph(described["graphs"])
+    ids = next((s for s in described["graphs"][graph]["inputs"]
+                if isinstance(s, dict) and s.get("name") == "input_ids"), None)
+    width = ids["shape"][1] if ids and isinstance(ids.get("shape"), list) and \
+        len(ids["shape"]) == 2 else None
+    context = described.get("context_length")
+    if ids is None or not isinstance(context, int) or isinstance(context, bool) or \
+            context < 1 or (isinstance(width, int) and width != context):
+        raise BundleError(f"{path}: context_length {context!r} is not the {graph} graph's "
+                          f"input_ids length ({width!r}); rebuild the bundle with modelplan "
+                          "run")
 
 
 def _check_lengths(path: Path, described: dict[str, Any]) -> None:
@@ -107,13 +124,32 @@ def forwards(folder: Path, described: dict[str, Any], target: Any,
 
 
 def lm_graphs(folder: Path, described: dict[str, Any], target: Any,
-              provider_options: dict[str, Any], cache_dir: Path | None = None) -> LMGraphs:
-    """A causal LM's bundle as one runner: its prompt graph, its token graph, its host layers."""
+              provider_options: dict[str, Any], cache_dir: Path | None = None
+              ) -> LMGraphs | PrefixGraph:
+    """A causal LM's bundle as one runner: its prompt graph, its token graph, its host layers;
+    or its one graph on the whole prefix (a forward that keeps no cache)."""
     graphs = described["graphs"]
+    whole = uncached_graph(graphs)
+    if whole:
+        opened = forwards(folder, described, target, provider_options, cache_dir, [whole])
+        return PrefixGraph(opened[whole], _token_axis(folder / graphs[whole]["model"]),
+                           described["context_length"])
     prompt, token = prompt_and_token(graphs)
     opened = forwards(folder, described, target, provider_options, cache_dir, [prompt, token])
     return LMGraphs(opened[prompt], opened[token], graphs[prompt]["inputs"],
                     graphs[token]["inputs"], host_forwards(folder, described))
+
+
+def _token_axis(path: Path) -> int | None:
+    """The length a graph's token inputs are fed at: their token axis's where an input fixes
+    it (a forward that ignores its mask leaves the mask's axis as traced), None where all are
+    free (fed unpadded)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    fixed = [d.dim_value for i in graph.input if i.name in ("input_ids", "attention_mask")
+             for d in i.type.tensor_type.shape.dim[1:2] if d.HasField("dim_value")]
+    return max(fixed) if fixed else None
 
 
 def host_forwards(folder: Path, described: dict[str, Any]) -> dict[str, Forward]:

@@ -95,6 +95,79 @@ class LMGraphs(loop.PromptStepper):
 
 
 
+class PrefixGraph(loop.PromptStepper):
+    """A causal LM's one graph on the whole prefix (a forward that keeps no cache): every new
+    token reruns it on all the tokens so far, from position 0, right-padded to the graph's
+    length where that is fixed (the padding masked, and after the tokens a causal model reads),
+    and reads the logits at the last token."""
+
+    def __init__(self, forward: Forward, length: int | None, context: int) -> None:
+        self.forward = forward
+        self.length = length  # the graph's fixed token axis (None: free, fed unpadded)
+        self.context = length or context
+        self.ids: list[int] = []
+
+    @property
+    def full(self) -> bool:
+        return len(self.ids) >= self.context
+
+    def prompt(self, ids: list[int]) -> np.ndarray:
+        """The logits at every prompt position [n, vocab] (row i predicts token i + 1)."""
+        if len(ids) > self.context:
+            raise full_graph(self.context)
+        self.ids = list(ids)
+        return self._logits()
+
+    def step(self, token: int) -> np.ndarray:
+        if self.full:
+            raise full_graph(self.context)
+        self.ids.append(token)
+        return self._logits()[-1]
+
+    def _logits(self) -> np.ndarray:
+        n = len(self.ids)
+        tokens = np.zeros((1, self.length or n), np.int64)
+        tokens[0, :n] = self.ids
+        mask = np.zeros_like(tokens)
+        mask[0, :n] = 1
+        return self.forward({"input_ids": tokens, "attention_mask": mask})["logits"][0, :n]
+
+
+def full_graph(length: int) -> IndexError:
+    """The error the prefix graph's runner raises when a token would not fit its length."""
+    return IndexError(f"the graph's {length} token positions are full")
+
+
+class TorchPrefixLM:
+    """PyTorch's side of a causal LM that keeps no cache: the checkpoint's forward on the whole
+    prefix at each step, as transformers' generate runs such a model."""
+
+    def __init__(self, model: Any) -> None:
+        import inspect
+
+        self.model, self.ids = model, []
+        self.extra = {"use_cache": False} \
+            if "use_cache" in inspect.signature(model.forward).parameters else {}
+
+    def _last(self) -> np.ndarray:
+        import torch
+
+        out = self.model(input_ids=torch.tensor([self.ids]), return_dict=True, **self.extra)
+        return out.logits[0, -1].float().numpy()
+
+    def greedy(self, ids: list[int], new_tokens: int,
+               eos: set[int] | None = None) -> loop.Generated:
+        import torch
+
+        def step(token: int) -> np.ndarray:
+            self.ids.append(token)
+            return self._last()
+
+        self.ids = list(ids)
+        with torch.no_grad():
+            return loop.greedy(self._last, step, new_tokens, eos or set())
+
+
 class NoContinuation(ValueError):
     """PyTorch's own forward does not continue from its cache one token at a time."""
 

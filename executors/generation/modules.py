@@ -54,7 +54,8 @@ def graph_module(model: Any, role: Role, input_names: list[str],
         return positional(model, input_names, lambda held, feed: encoder_and_cross(
             held, feed, output_names[0]))
     held = torchmodel.encoder_of(model) if role.trace is Trace.ENCODER else model
-    run = prefix_decoder if role.trace is Trace.PREFIX_DECODER else None
+    run = prefix_decoder if role.trace is Trace.PREFIX_DECODER else \
+        prefix_lm if role.trace is Trace.PREFIX_LM else None
     return torchmodel.wrapped(held, input_names, output_names, run)
 
 
@@ -285,6 +286,16 @@ def encoder_states() -> type:
             return None
 
     return EncoderStates
+
+
+def prefix_lm(model: Any, feed: dict[str, Any]) -> Any:
+    """A causal LM that keeps no key/value cache, on the whole prefix: its forward told to make
+    no state to hand back where it takes `use_cache` (RWKV's state, Recurrent Gemma's cache)."""
+    import inspect
+
+    takes = inspect.signature(model.forward).parameters
+    extra = {"use_cache": False} if "use_cache" in takes else {}
+    return model(**feed, **extra, return_dict=True)
 
 
 def prefix_decoder(model: Any, feed: dict[str, Any]) -> Any:

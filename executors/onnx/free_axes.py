@@ -3,6 +3,7 @@ a token graph's past and new tokens. Read from the traced example's shapes."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from planner.models.roles import CACHE
@@ -43,3 +44,37 @@ def past_axes(names: list[str], outputs: list[str]) -> dict[str, dict[int, str]]
         axes[name] = {2: "total_sequence_length"} if name.startswith(CACHE.present + ".") \
             else {1: "sequence_length"}
     return axes
+
+
+def shorter(args: tuple, names: list[str], axes: dict[str, dict[int, str]] | None
+            ) -> tuple | None:
+    """The traced inputs cut to a shorter sequence, where the export leaves a text graph's
+    sequence axis free (not a free past's): the second length its free axes are checked at.
+    None where nothing is cut."""
+    if not axes or not args or args[0].dim() != 2 or args[0].shape[1] < 3 or \
+            any(CACHE.is_past(n) for n in names):
+        return None
+    cut = args[0].shape[1] // 2 + 1
+    return tuple(a[:, :cut] if axes.get(n, {}).get(1) == "sequence" else a
+                 for n, a in zip(names, args, strict=True))
+
+
+def fix_axes(path: Path, args: tuple, names: list[str], expected: Any) -> str:
+    """Declare the traced shapes on a graph whose free axes do not hold at another length (its
+    trace unrolled a loop over the tokens): every input and output fixed at the trace's; a
+    compiling target's fix_shapes then changes nothing. What it says in the export's metrics."""
+    from executors.onnx.artifacts import load, save
+
+    model = load(path, external=False)
+    got = expected if isinstance(expected, tuple | list) else (expected,)
+    shapes = {**{n: list(a.shape) for n, a in zip(names, args, strict=True)},
+              **{o.name: list(v.shape) for o, v in zip(model.graph.output, got, strict=False)}}
+    for value in (*model.graph.input, *model.graph.output):
+        if value.name in shapes:
+            dims = value.type.tensor_type.shape.dim
+            for dim, size in zip(dims, shapes[value.name], strict=False):
+                dim.Clear()
+                dim.dim_value = int(size)
+    save(model, path)
+    length = args[0].shape[1]
+    return f"the graph holds at the traced length only: its axes fixed at {length} tokens"

@@ -24,6 +24,13 @@ CLIENT_FILES = (*CHECKPOINT_FILES, "preprocessor_config.json", "source.spm", "ta
 
 
 def run(ctx: StepContext) -> StepResult:
+    return deliver(ctx)
+
+
+def deliver(ctx: StepContext, lengths: dict[str, int] | None = None) -> StepResult:
+    """The graphs, bundle.json and the client files in the step's folder; `lengths` (a causal
+    LM's graph on the whole prefix: its context) are said in bundle.json, and such a bundle
+    gets no genai layout (genai runs decoders over a key/value cache)."""
     described = {}
     for graph in ctx.params["graphs"]:
         src_dir = ctx.inputs[graph]
@@ -36,7 +43,7 @@ def run(ctx: StepContext) -> StepResult:
         described[graph] = {"model": f"{graph}_{MODEL}", "from": ctx.step["inputs"][graph],
                             "inputs": inputs, "outputs": outputs}
     p = ctx.params
-    bundle = {"graphs": described}
+    bundle: dict[str, Any] = {"graphs": described, **(lengths or {})}
     if "ep" in p:  # the EP the graphs were built for: `modelplan generate` opens them there
         bundle["runs_on"] = {k: p[k] for k in ("ep", "backend", "provider_options")}
     ckpt = checkpoint_dir(ctx.inputs.get("source"))
@@ -45,7 +52,7 @@ def run(ctx: StepContext) -> StepResult:
         link_or_copy(ckpt / f, ctx.out / f)
     (ctx.out / "bundle.json").write_text(json.dumps(bundle, indent=2, sort_keys=True))
     metrics = {"graphs": list(described), "client_files": copied}
-    if ckpt is not None and (ckpt / "config.json").is_file():
+    if ckpt is not None and (ckpt / "config.json").is_file() and lengths is None:
         why = genai_speech.write(ctx.out, _json(ckpt / "config.json"), bundle,
                                  _json(ckpt / "preprocessor_config.json"))
         metrics["genai"] = "whisper" if why is None else f"none: {why}"

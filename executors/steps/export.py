@@ -30,7 +30,7 @@ from executors.onnx.artifacts import (
     save,
     set_meta,
 )
-from executors.onnx.free_axes import free_axes, past_axes
+from executors.onnx.free_axes import fix_axes, free_axes, past_axes, shorter
 from executors.run.step_api import StepContext, StepResult
 from executors.runtime import dense_experts, narrow, torchmodel
 from executors.runtime.adapters import host_providers
@@ -137,17 +137,14 @@ def _run(ctx: StepContext, dtype: str, exporter: str) -> StepResult:
     axes = None if not p.get("dynamic") else past_axes(names, outputs) if free_past \
         else free_axes(args, names, expected, outputs)
     used = _export(ctx, module, traced, names, outputs, path, axes, kind, exporter)
-    if kind is not None:  # the reference: the same weights in fp32, one tensor at a time
-        model.float()
-        with torch.no_grad():
-            expected = module(*args)
+    expected, second = _references(model, module, args, names, axes, kind, expected)
     model_name = type(model).__name__
     weight_bytes = sum(t.numel() * t.element_size()
                        for t in itertools.chain(model.parameters(), model.buffers()))
     model = module = None  # the torch weights: from here on, the ONNX copy is the only one
     if weight_bytes >= COLLECT_BYTES:  # a full collection frees them now, at ~0.3 s a time
         gc.collect()
-    onnx_model = _described(path, specs, outputs, args, used, p["opset"])
+    onnx_model = _described(path, specs, outputs, args, used, p["opset"], axes)
     metrics: dict[str, Any] = {"nodes": len(onnx_model.graph.node), "sample": samples.origin,
                                **refit, **({"traced_dtype": dtype} if kind else {})}
     if used.opset != p["opset"]:
@@ -160,18 +157,51 @@ def _run(ctx: StepContext, dtype: str, exporter: str) -> StepResult:
         if p["report"]:
             (ctx.out / REPORT).write_text(hierarchy.report(meta))
         metrics.update(coverage=meta["coverage"], traced_modules=len(meta["traced_modules"]))
-    metrics["max_abs_vs_torch"] = _check_against_torch(
-        ctx, path, feed, expected, NARROW_TOLERANCE if kind else TOLERANCE)
+    metrics["max_abs_vs_torch"], holds = _check_against_torch(
+        ctx, path, feed, expected, NARROW_TOLERANCE if kind else TOLERANCE, second)
+    if not holds:  # axes free in name only
+        metrics["axes_fixed"] = fix_axes(path, args, names, expected)
     return StepResult(metrics=metrics)
 
 
+def _references(model: Any, module: Any, args: tuple, names: list[str],
+                axes: dict[str, dict[int, str]] | None, kind: Any,
+                expected: Any) -> tuple[Any, tuple[dict[str, Any], Any] | None]:
+    """Torch's outputs the graph is checked against: the traced forward's, or for a narrow
+    model its fp32 forward (the same weights widened one tensor at a time); and where the
+    export leaves a sequence axis free, the feed and outputs at a shorter length (a trace that
+    unrolled a loop over the tokens, as RWKV's, holds at its own length only)."""
+    import torch
+
+    if kind is not None:
+        model.float()
+    cut = shorter(args, names, axes)
+    with torch.no_grad():
+        if kind is not None:
+            expected = module(*args)
+        second = None if cut is None else \
+            ({n: a.numpy() for n, a in zip(names, cut, strict=True)}, module(*cut))
+    return expected, second
+
+
+def _holds(session: Any, feed: dict[str, Any], expected: Any, share: float) -> bool:
+    """Whether the graph runs on `feed` and gives torch's `expected` within `share`."""
+    try:
+        got = session.run(None, feed)
+    except Exception:  # noqa: BLE001 - ONNX Runtime's own errors derive from Exception alone
+        return False
+    want = expected if isinstance(expected, tuple) else (expected,)
+    return all(d.within for d in differences(got, [w.numpy() for w in want], share))
+
+
 def _described(path: Path, specs: list[dict[str, Any]], outputs: list[str], args: tuple,
-               used: Opset, asked: int) -> onnx.ModelProto:
+               used: Opset, asked: int,
+               axes: dict[str, dict[int, str]] | None = None) -> onnx.ModelProto:
     """The exported graph with its I/O specs (and the opset it was raised to) in its metadata,
     saved; its node metadata cleared (tag writes it, after every rewrite)."""
     onnx_model = load(path, external=False)  # metadata only: the weights are read once, by save
     clear_node_meta(onnx_model)
-    _keep_unread_inputs(onnx_model, [s["name"] for s in specs], args)
+    _keep_unread_inputs(onnx_model, [s["name"] for s in specs], args, axes or {})
     out_specs = [{"name": n, "dtype": "float32"} for n in outputs]
     set_meta(onnx_model, "winml.io.inputs", json.dumps(specs, sort_keys=True))
     set_meta(onnx_model, "winml.io.outputs", json.dumps(out_specs, sort_keys=True))
@@ -182,16 +212,19 @@ def _described(path: Path, specs: list[dict[str, Any]], outputs: list[str], args
     return onnx_model
 
 
-def _keep_unread_inputs(model: onnx.ModelProto, names: list[str], args: tuple) -> None:
+def _keep_unread_inputs(model: onnx.ModelProto, names: list[str], args: tuple,
+                        axes: dict[str, dict[int, str]]) -> None:
     """Put back the inputs the exporter dropped because the model never reads them (a causal
     LM whose forward takes no position ids derives them from the attention mask: BLOOM's
-    ALiBi), in their declared place: every graph of a role takes the role's inputs, as the
-    host feeds them."""
+    ALiBi; RWKV's forward ignores its mask), in their declared place and with the free axes
+    the export gave the others (`axes`): every graph of a role takes the role's inputs, as
+    the host feeds them."""
     kept = {i.name for i in model.graph.input}
     if all(n in kept for n in names):
         return
     made = {n: onnx.helper.make_tensor_value_info(
-        n, onnx.helper.np_dtype_to_tensor_dtype(a.numpy().dtype), list(a.shape))
+        n, onnx.helper.np_dtype_to_tensor_dtype(a.numpy().dtype),
+        [axes.get(n, {}).get(i, d) for i, d in enumerate(a.shape)])
         for n, a in zip(names, args, strict=True) if n not in kept}
     ordered = [made[n] if n in made else next(i for i in model.graph.input if i.name == n)
                for n in names]
@@ -273,7 +306,11 @@ class ExporterFault(StepError):
 
 
 def _check_against_torch(ctx: StepContext, path: Path, feed: dict, expected: Any,
-                         share: float = TOLERANCE) -> float:
+                         share: float = TOLERANCE,
+                         second: tuple[dict[str, Any], Any] | None = None) -> tuple[float, bool]:
+    """The graph's largest difference from torch on the traced feed (beyond `share` of an
+    output's peak: the export's fault), and whether it also holds on `second` (a shorter
+    feed and torch's outputs there: its free axes are free)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -292,7 +329,7 @@ def _check_against_torch(ctx: StepContext, path: Path, feed: dict, expected: Any
             raise ExporterFault.of(ctx, f"ONNX Runtime's {out.name} differs from torch by "
                                    f"{d.max_abs:.3g} (tolerance {d.tolerance:.3g}: {share:g} "
                                    f"of its peak {d.peak:.3g})", str(path))
-    return max(d.max_abs for d in found)
+    return max(d.max_abs for d in found), second is None or _holds(session, *second, share)
 
 
 @dataclass(frozen=True)

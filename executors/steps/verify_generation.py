@@ -27,7 +27,7 @@ import numpy as np
 
 from executors.evaluation import runner, textscore
 from executors.generation import bundle, encoder_decoder, pipeline
-from executors.generation.decoder_only import TorchLM
+from executors.generation.decoder_only import TorchLM, TorchPrefixLM
 from executors.onnx.artifacts import METRICS
 from executors.onnx.iospecs import kind_of
 from executors.run.step_api import StepContext, StepResult
@@ -38,7 +38,7 @@ from executors.steps.agreement import compare, summarize
 from executors.steps.verify import hint
 from planner.core.diagnosis import VERDICTS
 from planner.core.targets import of_params
-from planner.models.roles import Kind, Trace, roles_of
+from planner.models.roles import Kind, Trace, roles_of, uncached_graph
 
 SPEECH = ("mel_features", "waveform", "spectrogram")
 STAGES = "genai_stages"  # the metrics of a compiled bundle's onnxruntime-genai stages
@@ -62,7 +62,7 @@ def _decoder_only(ctx: StepContext, folder: Any, described: dict[str, Any]) -> d
     room = max(1, int(described["context_length"]) - p["new_tokens"])
     asked, origin = prompts(p["prompts"], "verify", checkpoint_dir(ctx.inputs["source"]),
                             vocab, np.random.default_rng(1), room)
-    reference = TorchLM(model)
+    reference = TorchPrefixLM(model) if uncached_graph(described["graphs"]) else TorchLM(model)
     wants = []
     for i, ids in enumerate(asked, 1):
         ctx.progress(f"  PyTorch's generation {i}/{len(asked)}: {len(ids)} prompt tokens")

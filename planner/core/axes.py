@@ -25,7 +25,7 @@ def _dynamic(config: dict[str, Any], modality: str, graphs: dict[str, Any]) -> b
 
     wanted = config["export"]["shapes"]["dynamic"]
     target = of_config(config["target"])
-    free_here = modality == T.TEXT and len(graphs) == 1
+    free_here = modality in (T.TEXT, T.CAUSAL_UNCACHED) and len(graphs) == 1
     dynamo = config["export"]["exporter"] == "dynamo"
     if wanted is None:  # one export with free axes for every target (fix_shapes fixes them)
         return free_here and not dynamo

@@ -14,7 +14,7 @@ from planner.core.plan import Plan, Step, graph_step_id
 from planner.core.storelayout import store_root
 from planner.core.targets import of_config
 from planner.core.targets import reference as reference_target
-from planner.models import datasets, evaldata, evaluation, footprint, sources, specs
+from planner.models import datasets, evaldata, evaluation, footprint, roles, sources, specs
 from planner.models import tasks as T
 from planner.support.memo import copied, frozen, remembered
 
@@ -109,7 +109,7 @@ def lower(config: dict[str, Any], symbolic: bool = False) -> Plan:
     for graph, spec in known["graphs"].items():
         chain, finals[graph], fp32s[graph] = _chain(config, graph, spec)
         steps += chain
-    if len(finals) > 1:
+    if len(finals) > 1 or roles.kind_of(finals) is not roles.Kind.SINGLE:
         delivering, deliverable_id = lower_generation.deliverable(config, known, steps, finals,
                                                                   _ep(config))
         steps += delivering

@@ -26,9 +26,11 @@ def check_on_host(ex: dict[str, Any], modality: str, info: dict[str, Any]) -> li
 
 def checked_modality(task: str, info: dict[str, Any], model_class: str | None) -> str:
     """The modality the build's graphs take. A causal LM's are a prefill and a decode over its
-    key/value cache: a class whose forward returns none (OpenAI GPT, XLM, XLNet, Reformer's
-    hash buckets: read from transformers' source, whatever its config's `use_cache` says) is
-    refused here, in one line, rather than by its export."""
+    key/value cache; a class whose forward returns none (OpenAI GPT's, RWKV's, Reformer's hash
+    buckets: read from transformers' source, whatever its config's `use_cache` says) is built
+    as one graph run on the whole prefix for each new token (causal-uncached). One whose
+    generation appends tokens to the prompt before each forward (XLM's mask token, XLNet's
+    dummy token) is refused here, in one line, rather than by its generation check."""
     modality = T.task_modality(task, info, model_class)
     if modality != T.CAUSAL:
         return modality
@@ -36,12 +38,14 @@ def checked_modality(task: str, info: dict[str, Any], model_class: str | None) -
     cls = model_class or automap.causal_lm_class(model_type)
     if not cls or forwards.returns_cache(model_type, cls) is not False:
         return modality
-    returned = " or ".join(forwards.outputs(model_type, cls))
+    if not forwards.extends_prompt(model_type, cls):
+        return T.CAUSAL_UNCACHED
     raise ConfigError(
-        f"model: {cls}'s forward returns no key/value cache (model_type {model_type!r}: its "
-        f"{returned} has no past_key_values), and a causal LM is built as a prefill and a "
-        "decode graph over that cache; modelplan cannot build it for text generation: choose "
-        "a checkpoint whose forward returns past_key_values")
+        f"model: {cls} (model_type {model_type!r}) keeps no key/value cache and generates by "
+        "appending tokens of its own to the prompt before each forward "
+        "(its prepare_inputs_for_generation), so no graph over the prompt's tokens reads the "
+        "next token at the prompt's end; modelplan cannot build it for text generation: "
+        "choose a checkpoint of a causal LM that predicts at the prompt's last token")
 
 
 def _head_on_host(info: dict[str, Any], on_host: list[str]) -> None:
@@ -118,6 +122,9 @@ def parts(config: dict[str, Any], info: dict[str, Any], modality: str) -> int | 
 def deliverable(config: dict[str, Any], known: dict[str, Any], steps: list[Step],
                 finals: dict[str, str], ep: dict[str, Any]) -> tuple[list[Step], str]:
     """The steps that deliver a model of several graphs together, and the deliverable's id."""
+    if roles.uncached_graph(finals):  # one graph on the whole prefix: no context to share
+        bundle = _uncached_bundle("bundle", config, known, finals, ep)
+        return [bundle, *_generation_check(config, bundle.id, ep)], bundle.id
     if roles.kind_of(finals) is roles.Kind.DECODER_ONLY:
         made = lm_bundle(config, known, finals, ep, _shared_context(config, steps, finals, ep),
                          _genai_stages(config, known, steps, finals, ep))
@@ -126,6 +133,14 @@ def deliverable(config: dict[str, Any], known: dict[str, Any], steps: list[Step]
                   {**finals, "source": "resolve"} if known["graphs"].get(roles.ENCODER)
                   else dict(finals))
     return [bundle, *_generation_check(config, bundle.id, ep)], bundle.id
+
+
+def _uncached_bundle(sid: str, config: dict[str, Any], known: dict[str, Any],
+                     finals: dict[str, str], ep: dict[str, Any]) -> Step:
+    """The bundle of a causal LM's one graph on the whole prefix (it keeps no cache)."""
+    _, context = generation.lengths(known["info"], config["export"]["shapes"])
+    return Step(sid, "uncached_bundle", {"graphs": list(finals), "context_length": context,
+                                         **ep}, {**finals, "source": "resolve"})
 
 
 def loop_step(config: dict[str, Any], known: dict[str, Any]) -> list[Step]:
@@ -213,6 +228,8 @@ def reference_bundle(config: dict[str, Any], known: dict[str, Any], fp32s: dict[
         bundle = next(s for s in lm_bundle(config, known, fp32s, ep) if s.op == "lm_bundle")
         return [Step("reference_bundle", "lm_bundle", {**bundle.params, **runs_on},
                      bundle.inputs)]
+    if roles.uncached_graph(fp32s):
+        return [_uncached_bundle("reference_bundle", config, known, fp32s, runs_on)]
     if len(fp32s) > 1:
         return [Step("reference_bundle", "bundle", {"graphs": list(fp32s), **runs_on},
                      {**fp32s, "source": "resolve"})]

@@ -1,5 +1,4 @@
-"""Op declarations: what each op takes, requires, ensures and is, as data
-(docs/architecture.md §2).
+"""Op declarations as data: what each op takes, requires, ensures, is (docs/architecture.md §2).
 
 Rules reason over these declarations only, and executors read them to decide what to check,
 publish, report and where a step can run. Behaviour is declared from measurement on ONNX
@@ -32,10 +31,8 @@ class Trait(StrEnum):
     SINK = "sink"                                # produces results, not a model
     NOT_CACHEABLE = "not_cacheable"              # measures this machine: always runs
     CUTS_GRAPH = "cuts_graph"                    # keeps a part of the graph: new inputs, outputs
-    HEAVY = "heavy"                              # runs native runtimes that can crash or take
-                                                 # much memory: runs in a child process
-    GATE = "gate"                                # its failure means nothing is delivered, so
-                                                 # no measurement of the deliverable runs
+    HEAVY = "heavy"                              # native runtimes (crashes, memory): a child
+    GATE = "gate"                                # failing, it delivers nothing: nothing measured
 
 
 class FactName(StrEnum):
@@ -137,9 +134,7 @@ class Op:
     traits: frozenset[Trait] = frozenset()
     tools: tuple[str, ...] = ()
     unkeyed: tuple[str, ...] = ()  # params that locate content but are not content (paths)
-    # params and input roles a step carries only when they change its result (absent: the
-    # default, so plans without them keep their keys)
-    optional: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()  # params, inputs carried only off their default (keys kept)
     outputs: tuple[str, ...] = ("model",)
     chain_role: str = "model"      # the input a pipeline step is threaded through
     publish: tuple[str, ...] = ()  # outputs copied beside the deliverable (e.g. hierarchy)
@@ -209,7 +204,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                 Ensure(N.MODEL_CLASS, Param("model_class"))),
        traits=frozenset({T.SOURCE, T.HEAVY}),
        tools=("torch", "transformers"), unkeyed=("path",), outputs=("source",), memory=Memory(checkpoint=0.1)),
-    Op("export", 8, "export one graph to ONNX and record the module hierarchy",
+    Op("export", 9, "export one graph to ONNX and record the module hierarchy",
        params=("exporter", "opset", "graph", "inputs", "outputs", "hierarchy", "report",
                "torch_modules", "dynamic", "upcast", "fallback"), optional=("dynamic", "upcast",
                                                                            "fallback"),
@@ -344,6 +339,11 @@ OPS: dict[str, Op] = {op.name: op for op in (
        tools=("onnx", "torch", "transformers"), outputs=("models",), chain_role="decode",
        delivers=("prefill",),
        memory=Memory(weights=0.7, checkpoint=1.0, upcast=1.0, no_checkpoint_with="stages")),
+    Op("uncached_bundle", 1, "deliver a causal LM that keeps no key/value cache: its one graph "
+       "on the whole prefix per new token, its tokenizer and generation config",
+       params=("graphs", "context_length", "ep", "backend", "provider_options"),
+       inputs=("uncached", "source"), requires=(Require(N.FORMAT, "eq", "onnx", role="uncached"),),
+       tools=("onnx",), outputs=("models",), chain_role="uncached", memory=Memory(weights=0.7)),
     Op("split", 1, "cut a tagged graph into parts by its repeated block (decoder layers), "
        "each part's weights under what one model may hold",
        params=("parts",), inputs=("model",),

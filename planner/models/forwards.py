@@ -37,6 +37,21 @@ def outputs(model_type: str, cls: str) -> dict[str, frozenset[str]]:
 
 
 @functools.cache
+def extends_prompt(model_type: str, cls: str) -> bool:
+    """Whether `cls` generates from more than its prompt: its `prepare_inputs_for_generation`
+    appends tokens to the ids before each forward (XLM's mask token, XLNet's dummy token, whose
+    logits are the next token's), so the next token is not read at the prompt's last position."""
+    local = _classes(automap.source(automap.modeling_file(model_type)))
+    prepare = _method(local, cls, "prepare_inputs_for_generation")
+    return prepare is not None and any(
+        isinstance(node, ast.Assign) and
+        any(isinstance(t, ast.Name) and t.id == "input_ids" for t in node.targets) and
+        isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute) and
+        node.value.func.attr in ("cat", "concat", "concatenate")
+        for node in ast.walk(prepare))
+
+
+@functools.cache
 def _shared() -> dict[str, ast.ClassDef]:
     return _classes(automap.source(OUTPUTS))
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.errors import ConfigError
-from planner.models.roles import CACHE, DECODE, PREFILL
+from planner.models.roles import CACHE, DECODE, PREFILL, UNCACHED
 
 # onnxruntime-genai's model types a causal LM's bundle is written as: its plain decoder (one
 # graph of a free past, present = past + new) and its pipeline of graphs
@@ -312,6 +312,23 @@ def lm_graph_specs(info: dict[str, Any], shapes: dict[str, Any], batch: int,
         step[0] = input_spec("inputs_embeds", "float32", [1, 1, width], -1.0, 1.0, "lm_step_embeds")
     return {PREFILL: {"inputs": prompt, "outputs": outputs},
             DECODE: {"inputs": step, "outputs": outputs}}
+
+
+def uncached_graph_specs(info: dict[str, Any], shapes: dict[str, Any],
+                       batch: int) -> dict[str, dict[str, Any]]:
+    """The I/O of a causal LM whose forward keeps no cache: one graph run on the whole prefix
+    for each new token, its tokens from position 0 and right-padded to the context (masked:
+    a causal model's logits at a token do not read the padding after it), the logits at every
+    position (the host reads the last token's)."""
+    if batch != 1:
+        raise ConfigError("export.shapes.batch_size: a causal LM's graph decodes one sequence "
+                          "(batch 1); set export.shapes.batch_size=1")
+    _, context = lengths(info, shapes)
+    vocab = shape_of(info).vocab
+    return {UNCACHED: {"inputs": [
+        input_spec("input_ids", "int64", [1, context], 0, vocab - 1, "token_ids"),
+        input_spec("attention_mask", "int64", [1, context], 0, 1, "attention_mask")],
+        "outputs": ["logits"]}}
 
 
 def weight_bytes(info: dict[str, Any], weight_bits: int, table_bits: int) -> int:

@@ -25,7 +25,8 @@ class Kind(StrEnum):
     """How a model's graphs generate together."""
 
     SINGLE = "single"                     # one graph, no generation
-    DECODER_ONLY = "decoder_only"         # prefill, then decode one token at a time
+    DECODER_ONLY = "decoder_only"         # prefill, then decode one token at a time (or, with
+                                          # no cache, one graph on the whole prefix per token)
     ENCODER_DECODER = "encoder_decoder"   # encoder once, (cross once,) decoder per token
 
 
@@ -38,6 +39,7 @@ class Trace(StrEnum):
     STEP_DECODER = "step"          # its decoder for one token over the static cache
     CROSS = "cross"                # its decoder's cross keys and values of the encoder's states
     LM = "lm"                      # a causal LM's forward over the static cache
+    PREFIX_LM = "prefix_lm"        # a causal LM's forward on the whole prefix, no cache
 
 
 class Runs(StrEnum):
@@ -104,8 +106,8 @@ class Role:
 
 
 # the graphs' names (the planner's; executors read a role's fields, never its name)
-MODEL, PREFILL, DECODE, ENCODER, CROSS, DECODER = (
-    "model", "prefill", "decode", "encoder", "cross", "decoder")
+MODEL, PREFILL, DECODE, ENCODER, CROSS, DECODER, UNCACHED = (
+    "model", "prefill", "decode", "encoder", "cross", "decoder", "uncached")
 
 _PROMPT = ("input_ids", "attention_mask", "position_ids")  # input_ids: inputs_embeds on_host
 _STEP = ("input_ids", "position_ids", "attention_mask")
@@ -121,6 +123,10 @@ ROLES: dict[str, Role] = {r.name: r for r in (
          prompt_stage=True, steps=_LM_STEPS),
     Role(DECODE, Kind.DECODER_ONLY, Trace.LM, Runs.TOKEN, _STEP, _LOGITS, reads_cache=True,
          token_stage=True, chain=True, steps=_LM_STEPS),
+    # a causal LM whose forward keeps no cache: one graph, run on the whole prefix per token
+    Role(UNCACHED, Kind.DECODER_ONLY, Trace.PREFIX_LM, Runs.PREFIX,
+         ("input_ids", "attention_mask"), _LOGITS, chain=True,
+         steps=("uncached_bundle", "verify_generation")),
     Role(ENCODER, Kind.ENCODER_DECODER, Trace.ENCODER, Runs.ONCE,
          steps=(*_S2S_STEPS, "generate_loop")),
     Role(CROSS, Kind.ENCODER_DECODER, Trace.CROSS, Runs.ONCE, (_STATES,), gives_cross=True,
@@ -148,6 +154,13 @@ def role_of(graph: str | None, input_names: list[str] | tuple[str, ...] = ()) ->
 def roles_of(graphs: dict[str, list[dict[str, Any]]]) -> dict[str, Role]:
     """Every graph's role, from graph -> its input specs (each names its input)."""
     return {g: role_of(g, [s["name"] for s in specs]) for g, specs in graphs.items()}
+
+
+def uncached_graph(graphs: list[str] | tuple[str, ...] | dict[str, object]) -> str | None:
+    """A causal LM's graph run on the whole prefix for each token (a forward that keeps no
+    cache), among `graphs`; None where its graphs are a prompt and a token graph."""
+    return next((g for g in graphs if g in ROLES and ROLES[g].kind is Kind.DECODER_ONLY
+                 and ROLES[g].runs is Runs.PREFIX), None)
 
 
 def prompt_and_token(graphs: list[str] | tuple[str, ...] | dict[str, object]) -> tuple[str, str]:

@@ -165,6 +165,10 @@ def graph_specs(info: dict[str, Any], preproc: dict[str, Any], task: str, modali
         from planner.models import generation
 
         return generation.lm_graph_specs(info, shapes, batch, tuple(on_host))
+    if modality == T.CAUSAL_UNCACHED:
+        from planner.models import generation
+
+        return generation.uncached_graph_specs(info, shapes, batch)
     return _encoder_decoder(info, preproc, mt, modality, shapes, batch, outputs)
 
 

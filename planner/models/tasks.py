@@ -15,9 +15,11 @@ from planner.errors import ConfigError
 from planner.models import automap, forwards
 
 # Modalities: what a graph takes. text2text, image2text and speech2text (Whisper: log-mel
-# features) models export an encoder and a decoder graph; a causal LM a prefill and a decode graph
-TEXT, IMAGE, AUDIO, TEXT_IMAGE, TEXT2TEXT, IMAGE2TEXT, CAUSAL, SPEECH2TEXT = (
-    "text", "image", "audio", "text+image", "text2text", "image2text", "causal", "speech2text")
+# features) models export an encoder and a decoder graph; a causal LM a prefill and a decode
+# graph, or one graph on the whole prefix per new token where its forward keeps no cache
+TEXT, IMAGE, AUDIO, TEXT_IMAGE, TEXT2TEXT, IMAGE2TEXT, CAUSAL, SPEECH2TEXT, CAUSAL_UNCACHED = (
+    "text", "image", "audio", "text+image", "text2text", "image2text", "causal", "speech2text",
+    "causal-uncached")
 
 
 @dataclass(frozen=True)
@@ -56,10 +58,10 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("text-generation", "AutoModelForCausalLM", ("logits",), (CAUSAL,)),
 )}
 
-# The graphs a modality exports, and the outputs of the encoder graph (the decoder's are the
-# task's outputs).
+# The graphs a modality exports, and the encoder graph's outputs (the decoder's: the task's)
 GRAPHS = {TEXT2TEXT: ("encoder", "decoder"), IMAGE2TEXT: ("encoder", "decoder"),
-          SPEECH2TEXT: ("encoder", "decoder"), CAUSAL: ("prefill", "decode")}
+          SPEECH2TEXT: ("encoder", "decoder"), CAUSAL: ("prefill", "decode"),
+          CAUSAL_UNCACHED: ("uncached",)}
 ENCODER_OUTPUTS = ("last_hidden_state",)
 
 
@@ -75,11 +77,9 @@ class ModelType:
     outputs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # task -> other outputs
     image_size: int | None = None                # when config.json does not say
     end_token: str = "eos_token_id"              # the config field generation stops at
-    # a speech encoder's convolutions (kernel, stride, padding), which config.json does not
-    # say: how many positions its samples give (Moonshine's on the waveform)
+    # a speech encoder's convolutions (kernel, stride, padding) config.json does not say
     audio_convs: tuple[tuple[int, int, int], ...] = ()
-    # or the stride of each of config.json's `conv_kernel_sizes`, padded by half the kernel
-    # (Speech2Text's subsampler of filter-bank frames)
+    # or each `conv_kernel_sizes` kernel's stride, padded by half the kernel (Speech2Text's)
     kernel_stride: int = 0
 
 

@@ -7,6 +7,10 @@
     open_folder.py optimum TASK FOLDER FEEDS_NPZ
         Optimum's ORTModel class for the task, fed the arrays in FEEDS_NPZ by input name: its
         outputs by name
+    open_folder.py optimum-generate FOLDER FILE PROMPT NEW_TOKENS
+        Optimum's ORTModelForCausalLM on the graph FILE of a causal LM that keeps no cache
+        (use_cache=False): the prompt's ids through the folder's tokenizer and the tokens its
+        greedy `generate` gave after them, at most NEW_TOKENS
     open_folder.py genai FOLDER PROMPTS_JSON NEW_TOKENS [EP_LIBRARY]
         onnxruntime-genai as its README runs a model folder (`og.Model(folder)`, a greedy
         `Generator`): for each prompt (a list of token ids, or a text its tokenizer encodes)
@@ -63,6 +67,20 @@ def optimum(task: str, folder: str, feeds_path: str) -> dict:
     feeds = {k: torch.from_numpy(v) for k, v in np.load(feeds_path).items()}
     got = model(**feeds)
     return {"class": cls_name, output: getattr(got, output).detach().numpy().tolist()}
+
+
+def optimum_generate(folder: str, file_name: str, prompt: str, new_tokens: int) -> dict:
+    from optimum.onnxruntime import ORTModelForCausalLM
+    from transformers import AutoTokenizer
+
+    model = ORTModelForCausalLM.from_pretrained(folder, file_name=file_name, use_cache=False,
+                                                use_io_binding=False)
+    read = AutoTokenizer.from_pretrained(folder)(prompt, return_tensors="pt")
+    ids = read["input_ids"]
+    out = model.generate(input_ids=ids, attention_mask=read["attention_mask"],
+                         max_new_tokens=new_tokens, do_sample=False)
+    return {"class": type(model).__name__, "prompt_ids": ids[0].tolist(),
+            "tokens": out[0, ids.shape[1]:].tolist()}
 
 
 def genai(folder: str, prompts: list, new_tokens: int, library: str | None = None) -> dict:
@@ -139,12 +157,14 @@ def main(argv: list[str]) -> None:
                                        argv[3] if len(argv) > 3 else None)
     elif argv[0] == "optimum":
         result = optimum(argv[1], argv[2], argv[3])
+    elif argv[0] == "optimum-generate":
+        result = optimum_generate(argv[1], argv[2], argv[3], int(argv[4]))
     elif argv[0] == "genai":
         result = genai(argv[1], json.loads(argv[2]), int(argv[3]), *argv[4:5])
     elif argv[0] == "genai-speech":
         result = genai_speech(argv[1], argv[2], json.loads(argv[3]), int(argv[4]))
     else:
-        raise SystemExit(f"open_folder.py: unknown client {argv[0]!r} (st, optimum, genai or genai-speech)")
+        raise SystemExit(f"open_folder.py: unknown client {argv[0]!r} (st, optimum, optimum-generate, genai or genai-speech)")
     print(json.dumps(result))
 
 

@@ -476,3 +476,28 @@ def test_onnxruntime_genai_transcribes_a_cpu_whisper_bundle_like_modelplan_and_p
     bad = run_cli("generate", str(broken), "--audio", str(wav), "--json")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert "'decode_model.onnx'" in bad.stderr and "decoder_model.onnx" in bad.stderr
+
+
+def test_optimum_generates_with_a_causal_lm_that_keeps_no_cache(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A forward without a key/value cache (OpenAI GPT's) is delivered as one graph on the
+    whole prefix: Optimum's ORTModelForCausalLM (use_cache=False) opens it and generates
+    PyTorch's tokens, as `modelplan generate` does."""
+    model_type = "openai-gpt"
+    tmp = tmp_path_factory.mktemp(f"clients-{model_type}")
+    checkpoint = text_checkpoint(tmp / "ckpt", cls="OpenAIGPTLMHeadModel",
+                                 model_type=model_type, dtype="bfloat16", pad_token_id=0,
+                                 eos_token_id=None)
+    build = built(tmp_path_factory, f"clients-{model_type}", "model=local_hf",
+                  f"model.path={checkpoint}", "target=cpu", "quant=none", "perf=none",
+                  "export.shapes.context_length=32")
+    folder = Path(build["record"]["outputs_dir"])
+    got = client("optimum-generate", str(folder), "uncached_model.onnx", "a quick fox", "6")
+    assert got["class"] == "ORTModelForCausalLM"
+    result = run_cli("generate", str(folder), "a quick fox", "--new-tokens", "6", "--json")
+    assert result.returncode == 0, result.stderr
+    mine = json.loads(result.stdout)
+    assert got["prompt_ids"] == mine["prompt_ids"]
+    assert got["tokens"] == mine["tokens"] == torch_greedy(checkpoint, mine["prompt_ids"], 6,
+                                                           None)
+    assert len(got["tokens"]) == 6

@@ -14,6 +14,7 @@ import onnx
 import pytest
 
 from tests.checkpoints import TINY, text_checkpoint
+from tests.conftest import run_cli
 from tests.integration.conftest import run_json, step
 
 SHAPES = ("export.shapes.prefill_length=8", "export.shapes.context_length=32")
@@ -59,7 +60,14 @@ CASES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     # a convolution layer beside an attention layer: its state carried through the graphs
     ("lfm2", "Lfm2ForCausalLM", "bfloat16", {"layer_types": ["conv", "full_attention"],
                                              "num_key_value_heads": 1}),
+    # forwards that keep no key/value cache: one graph run on the whole prefix per token (no
+    # end token: these random weights choose it first, and a check of one token shows little)
+    ("openai-gpt", "OpenAIGPTLMHeadModel", "bfloat16", {"eos_token_id": None}),
+    ("rwkv", "RwkvForCausalLM", "float16", {}),  # a recurrent state its output does not give
+    ("recurrent_gemma", "RecurrentGemmaForCausalLM", "bfloat16",
+     {"eos_token_id": None, "num_key_value_heads": 1, "lru_width": 64}),
 )
+UNCACHED = ("openai-gpt", "rwkv", "recurrent_gemma")  # the cases built as one prefix graph
 # text_config fields a case's config.json leaves to its config class's defaults, as the original
 # gemma-3-4b-it's does
 OMITTED = {"gemma3": ("num_attention_heads", "num_key_value_heads", "head_dim")}
@@ -75,7 +83,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str,
             _, cls, dtype, fields = next(c for c in CASES if c[0] == model_type)
             tmp = tmp_path_factory.mktemp(model_type)
             ckpt = text_checkpoint(tmp / "ckpt", cls=cls, model_type=model_type, dtype=dtype,
-                                   **IDS, **fields)
+                                   **{**IDS, **fields})
             config = json.loads((ckpt / "config.json").read_text())
             for name in OMITTED.get(model_type, ()):
                 del config["text_config"][name]
@@ -96,6 +104,34 @@ def test_generation_matches_pytorch_token_for_token(
     gen = step(built(model_type), "verify_generation")["metrics"]
     assert gen["token_agreement"] == 1.0 and gen["exact_prompts"] == gen["prompts"], gen
     assert gen["cosine_min"] > 0.9999, gen
+    if model_type in UNCACHED:  # each step reran the graph on the prefix: 16 tokens a prompt
+        assert gen["new_tokens"] == 16 * gen["prompts"], gen
+
+
+@pytest.mark.parametrize("model_type", UNCACHED)
+def test_a_forward_without_a_cache_is_one_graph_on_the_whole_prefix(
+        built: Callable[[str], dict[str, Any]], model_type: str, tmp_path: Path) -> None:
+    """Its bundle holds one graph of the tokens and their mask, no genai_config.json, with free
+    axes where the graph holds at any length (RWKV's and Recurrent Gemma's traces unroll their
+    recurrence over the tokens: the export finds it at a shorter length and fixes the axes);
+    `modelplan generate` continues a prompt with it."""
+    record = built(model_type)
+    published = record["published"]
+    described = json.loads(Path(published["bundle.json"]).read_text())
+    assert list(described["graphs"]) == ["uncached"] and described["context_length"] == 32
+    assert "genai_config.json" not in published
+    model = onnx.load(str(Path(published["bundle.json"]).parent / "uncached_model.onnx"),
+                      load_external_data=False)
+    ids = next(i for i in model.graph.input if i.name == "input_ids")
+    free = model_type not in ("rwkv", "recurrent_gemma")
+    assert bool(ids.type.tensor_type.shape.dim[1].dim_param) is free
+    assert ("axes_fixed" in step(record, "uncached.export")["metrics"]) is not free
+    result = run_cli("generate", str(Path(published["bundle.json"]).parent), "a quick fox",
+                     "--new-tokens", "5", "--json")
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout)
+    assert got["ep"] == "cpu" and 1 <= len(got["tokens"]) <= 5, got
+    assert len(got["tokens"]) == 5 or got["stopped"] == "eos", got
 
 
 def test_every_expert_is_in_both_graphs(built: Callable[[str], dict[str, Any]]) -> None:
@@ -174,3 +210,30 @@ def test_a_convolution_layer_s_state_goes_through_the_decode_graph(
     assert "past_key_values.0.key" not in names and "past_key_values.1.key" in names
     assert "present.0.conv.0" in [o["name"] for o in decode["outputs"]]
     assert "genai_config.json" not in published
+
+
+@pytest.mark.slow
+def test_an_uncached_graph_is_exported_once_for_the_cpu_and_qnn_htp(tmp_path: Path) -> None:
+    """The CPU build's export (free axes) serves the HTP build in the same store: fixed by
+    fix_shapes, quantized, compiled to an EPContext graph, and its generation on the
+    simulator follows PyTorch's (random weights: a looser threshold than a trained model's)."""
+    ckpt = text_checkpoint(tmp_path / "ckpt", cls="OpenAIGPTLMHeadModel",
+                           model_type="openai-gpt", dtype="bfloat16",
+                           **{**IDS, "eos_token_id": None})
+    common = ("model=local_hf", f"model.path={ckpt}", *SHAPES, "perf=none", "verify.samples=2")
+    code, cpu, err = run_json(*common, "target=cpu", "quant=none", store=tmp_path / "store",
+                              outputs=tmp_path / "out")
+    assert code == 0, err
+    code, htp, err = run_json(*common, "target=qnn_htp", "quant=w8a16_pc",
+                              "verify.threshold=0.95", store=tmp_path / "store",
+                              outputs=tmp_path / "out")
+    assert code == 0, err
+    assert step(htp, "uncached.export")["action"] == "cached"
+    assert step(htp, "uncached.export")["key"] == step(cpu, "uncached.export")["key"]
+    assert step(htp, "uncached.fix_shapes")["action"] == "run"
+    compiled = onnx.load(step(htp, "uncached.compile")["outputs"]["model.onnx"],
+                         load_external_data=False)
+    assert {n.op_type for n in compiled.graph.node} == {"EPContext"}
+    assert step(htp, "uncached.verify")["metrics"]["cosine_mean"] > 0.99
+    gen = step(htp, "verify_generation")["metrics"]
+    assert gen["new_tokens"] == 32 and gen["cosine_mean"] > 0.95, gen

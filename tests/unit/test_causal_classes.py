@@ -80,26 +80,54 @@ def test_a_language_model_reading_audio_embeddings_is_refused_in_one_line(
 LM = {"vocab_size": 100, "n_embd": 64, "n_layer": 2, "n_head": 2, "n_positions": 64}
 
 
-@pytest.mark.parametrize(("model_type", "cls", "output", "fields"), [
-    ("openai-gpt", "OpenAIGPTLMHeadModel", "CausalLMOutput", {}),
-    ("xlm", "XLMWithLMHeadModel", "MaskedLMOutput", {}),
-    ("xlnet", "XLNetLMHeadModel", "XLNetLMHeadModelOutput", {}),
+@pytest.mark.parametrize(("model_type", "cls", "fields"), [
+    ("openai-gpt", "OpenAIGPTLMHeadModel", {}),
     # its config says use_cache; its cache is hash buckets, which its output does not give
-    ("reformer", "ReformerModelWithLMHead", "CausalLMOutput",
-     {"use_cache": True, "is_decoder": True}),
+    ("reformer", "ReformerModelWithLMHead", {"use_cache": True, "is_decoder": True}),
 ])
-def test_a_language_model_whose_forward_returns_no_cache_is_refused_at_plan_time(
-        tmp_path: Path, model_type: str, cls: str, output: str, fields: dict[str, Any]) -> None:
+def test_a_language_model_whose_forward_returns_no_cache_is_one_graph_on_the_prefix(
+        tmp_path: Path, model_type: str, cls: str, fields: dict[str, Any]) -> None:
+    """No prefill and decode over a cache: one graph of the tokens and their mask, free axes
+    for the CPU (fixed by fix_shapes for a compiling target), delivered by uncached_bundle and
+    checked by verify_generation."""
     ckpt = checkpoint(tmp_path, {"model_type": model_type, "architectures": [cls], **LM,
                                  **fields})
+    ir = plan(ckpt, "export.shapes.context_length=32")
+    assert [s["id"] for s in ir["steps"] if s["op"] == "export"] == ["uncached.export"]
+    export = export_params(ir, "uncached.export")
+    assert [(s["name"], s["shape"]) for s in export["inputs"]] == [
+        ("input_ids", [1, 32]), ("attention_mask", [1, 32])]
+    assert export["outputs"] == ["logits"] and export.get("dynamic") is True
+    bundle = next(s for s in ir["steps"] if s["op"] == "uncached_bundle")
+    assert bundle["params"]["context_length"] == 32 and ir["deliverable"] == bundle["id"]
+    check = next(s for s in ir["steps"] if s["op"] == "verify_generation")
+    assert check["inputs"]["candidate"] == bundle["id"]
+    htp = plan(ckpt, "export.shapes.context_length=32", "target=qnn_htp", "quant=w8a16_pc")
+    assert [s["op"] for s in htp["steps"] if s["id"].startswith("uncached.")][:2] == [
+        "export", "fix_shapes"]
+    assert not {"share_context", "genai_stages", "lm_bundle"} & {s["op"] for s in htp["steps"]}
+    scored = plan(ckpt, "export.shapes.context_length=32", "eval=task")
+    reference = next(s for s in scored["steps"] if s["id"] == "reference_bundle")
+    assert reference["op"] == "uncached_bundle" and \
+        reference["inputs"]["uncached"].startswith("uncached.")
+
+
+@pytest.mark.parametrize(("model_type", "cls"), [
+    ("xlm", "XLMWithLMHeadModel"), ("xlnet", "XLNetLMHeadModel")])
+def test_a_language_model_that_appends_its_own_tokens_to_the_prompt_is_refused_at_plan_time(
+        tmp_path: Path, model_type: str, cls: str) -> None:
+    """XLM generates by appending its mask token and XLNet a dummy token before each forward
+    (their prepare_inputs_for_generation): their next token is not read at the prompt's end."""
+    ckpt = checkpoint(tmp_path, {"model_type": model_type, "architectures": [cls], **LM})
     result = run_cli("plan", "model=local_hf", f"model.path={ckpt}")
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert lines == [(f"modelplan: error: model: {cls}'s forward returns no key/value cache "
-                     f"(model_type {model_type!r}: its {output} has no past_key_values), and "
-                     "a causal LM is built as a prefill and a decode graph over that cache; "
-                     "modelplan cannot build it for text generation: choose a checkpoint whose "
-                     "forward returns past_key_values")]
+    assert lines == [(f"modelplan: error: model: {cls} (model_type {model_type!r}) keeps no "
+                      "key/value cache and generates by appending tokens of its own to the "
+                      "prompt before each forward (its prepare_inputs_for_generation), so no "
+                      "graph over the prompt's tokens reads the next token at the prompt's "
+                      "end; modelplan cannot build it for text generation: choose a checkpoint "
+                      "of a causal LM that predicts at the prompt's last token")]
 
 
 def test_a_config_that_does_not_say_use_cache_is_read_from_its_forward(tmp_path: Path) -> None:
