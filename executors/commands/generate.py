@@ -105,7 +105,8 @@ def _decoder_only(folder: Path, described: dict[str, Any], args: argparse.Namesp
     except bundle.BundleError as exc:
         raise UsageError(f"generate: {exc}") from exc
     if len(ids) > runner.context:  # a prompt that fills the cache still gives one token
-        raise UsageError(f"generate: the prompt has {len(ids)} tokens and the cache holds "
+        holder = "the graph takes" if uncached_graph(described["graphs"]) else "the cache holds"
+        raise UsageError(f"generate: the prompt has {len(ids)} tokens and {holder} "
                          f"{runner.context}; shorten it or rebuild with a larger "
                          "export.shapes.context_length")
     eos = genai.eos_ids(config) if config is not None else bundle.eos_ids(folder)

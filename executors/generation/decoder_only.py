@@ -214,7 +214,8 @@ class TorchLM:
                 f"{type(self.model).__name__}'s forward fails on one token over the cache its "
                 f"prompt filled ({first}): it reads the whole sequence at every step, and the "
                 "decode graph steps one token over the cache; this model cannot be built as "
-                "prefill and decode graphs") from exc
+                "prefill and decode graphs (export.shapes.decoder_cache=false builds it as one "
+                "graph run on the whole prefix for each new token)") from exc
         self.cache, self.seen = returned_cache(out), self.seen + 1
         return out.logits[0, -1].float().numpy()
 

@@ -55,7 +55,7 @@ def _facts(config: dict[str, Any], symbolic: bool) -> dict[str, Any]:
     elif model["source"] != "onnx_file":
         files = remembered("checkpoint-files", where, lambda: sources.checkpoint_files(where))
         task, model_class = T.detect(model, info, files)
-        modality = lower_generation.checked_modality(task, info, model_class)
+        modality = lower_generation.checked_modality(task, info, model_class, ex["shapes"])
         if modality in T.GRAPHS and (ex["inputs"] or ex["outputs"]):
             raise _custom_io_for_pair(modality, "inputs" if ex["inputs"] else "outputs")
         if ex["inputs"]:

@@ -24,21 +24,29 @@ def check_on_host(ex: dict[str, Any], modality: str, info: dict[str, Any]) -> li
     return sorted(ex["on_host"])
 
 
-def checked_modality(task: str, info: dict[str, Any], model_class: str | None) -> str:
+def checked_modality(task: str, info: dict[str, Any], model_class: str | None,
+                     shapes: dict[str, Any] | None = None) -> str:
     """The modality the build's graphs take. A causal LM's are a prefill and a decode over its
     key/value cache; a class whose forward returns none (OpenAI GPT's, RWKV's, Reformer's hash
-    buckets: read from transformers' source, whatever its config's `use_cache` says) is built
-    as one graph run on the whole prefix for each new token (causal-uncached). One whose
-    generation appends tokens to the prompt before each forward (XLM's mask token, XLNet's
-    dummy token) is refused here, in one line, rather than by its generation check."""
+    buckets, whose LSH layers no exporter traces: read from transformers' source, whatever its config's `use_cache` says), or any
+    with export.shapes.decoder_cache=false (in `shapes`: a cache the graphs cannot carry), is
+    built as one graph run on the whole prefix for each new token (causal-uncached). One
+    whose generation appends tokens to the prompt before each forward (XLM's mask token,
+    XLNet's dummy token) is refused here, in one line, rather than by its generation check."""
     modality = T.task_modality(task, info, model_class)
     if modality != T.CAUSAL:
         return modality
+    cache = (shapes or {}).get("decoder_cache")
     model_type = str(info.get("model_type", ""))
     cls = model_class or automap.causal_lm_class(model_type)
-    if not cls or forwards.returns_cache(model_type, cls) is not False:
+    cached = None if not cls else forwards.returns_cache(model_type, cls)
+    if cache is True and cached is False:
+        raise ConfigError(f"export.shapes.decoder_cache=true: {cls}'s forward returns no "
+                          f"key/value cache (model_type {model_type!r}), so there is none for "
+                          "a decode graph to step over; set export.shapes.decoder_cache=null")
+    if cache is not False and (not cls or cached is not False):
         return modality
-    if not forwards.extends_prompt(model_type, cls):
+    if not cls or not forwards.extends_prompt(model_type, cls):
         return T.CAUSAL_UNCACHED
     raise ConfigError(
         f"model: {cls} (model_type {model_type!r}) keeps no key/value cache and generates by "

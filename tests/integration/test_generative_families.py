@@ -237,3 +237,25 @@ def test_an_uncached_graph_is_exported_once_for_the_cpu_and_qnn_htp(tmp_path: Pa
     assert step(htp, "uncached.verify")["metrics"]["cosine_mean"] > 0.99
     gen = step(htp, "verify_generation")["metrics"]
     assert gen["new_tokens"] == 32 and gen["cosine_mean"] > 0.95, gen
+
+
+def test_a_cache_the_graphs_cannot_carry_builds_as_one_graph_on_the_prefix(
+        tmp_path: Path) -> None:
+    """MiniMax's linear-attention layer needs a cache class of its own: its prefill export
+    fails in one line that names export.shapes.decoder_cache=false, and with it the model
+    builds as one graph on the whole prefix, whose generation is PyTorch's token for token."""
+    ckpt = text_checkpoint(tmp_path / "ckpt", cls="MiniMaxForCausalLM", model_type="minimax",
+                           dtype="bfloat16", **{**IDS, "eos_token_id": None},
+                           layer_types=["full_attention", "linear_attention"], head_dim=32,
+                           num_key_value_heads=2, **MOE)
+    common = ("model=local_hf", f"model.path={ckpt}", *SHAPES, "perf=none", "target=cpu",
+              "quant=none")
+    code, _, err = run_json(*common, store=tmp_path / "store", outputs=tmp_path / "out")
+    assert code == 1 and "set export.shapes.decoder_cache=false to build it as one graph " \
+        "run on the whole prefix for each new token" in err.strip().splitlines()[-1], err
+    code, record, err = run_json(*common, "export.shapes.decoder_cache=false",
+                                 store=tmp_path / "store", outputs=tmp_path / "out")
+    assert code == 0, err
+    assert [s["id"] for s in record["steps"] if s["op"] == "export"] == ["uncached.export"]
+    gen = step(record, "verify_generation")["metrics"]
+    assert gen["token_agreement"] == 1.0 and gen["new_tokens"] == 16 * gen["prompts"], gen

@@ -130,6 +130,28 @@ def test_a_language_model_that_appends_its_own_tokens_to_the_prompt_is_refused_a
                       "of a causal LM that predicts at the prompt's last token")]
 
 
+def test_decoder_cache_false_builds_a_cached_lm_as_one_graph_and_true_needs_a_cache(
+        tmp_path: Path) -> None:
+    """export.shapes.decoder_cache=false: a model whose forward keeps a cache (GPT-2's) built as
+    the one graph on the whole prefix (for a cache the graphs cannot carry); =true on a forward
+    that keeps none is one line."""
+    (tmp_path / "gpt2").mkdir()
+    (tmp_path / "gpt").mkdir()
+    gpt2 = checkpoint(tmp_path / "gpt2", {"model_type": "gpt2",
+                                          "architectures": ["GPT2LMHeadModel"], **LM})
+    ir = plan(gpt2, "export.shapes.context_length=32", "export.shapes.decoder_cache=false")
+    assert [s["id"] for s in ir["steps"] if s["op"] == "export"] == ["uncached.export"]
+    gpt = checkpoint(tmp_path / "gpt", {"model_type": "openai-gpt",
+                                        "architectures": ["OpenAIGPTLMHeadModel"], **LM})
+    result = run_cli("plan", "model=local_hf", f"model.path={gpt}",
+                     "export.shapes.decoder_cache=true")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        ("modelplan: error: export.shapes.decoder_cache=true: OpenAIGPTLMHeadModel's forward "
+        "returns no key/value cache (model_type 'openai-gpt'), so there is none for a decode "
+        "graph to step over; set export.shapes.decoder_cache=null")]
+
+
 def test_a_config_that_does_not_say_use_cache_is_read_from_its_forward(tmp_path: Path) -> None:
     """GPT-2's config.json as first published has no use_cache; its forward returns a cache."""
     ckpt = checkpoint(tmp_path, {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
