@@ -18,7 +18,7 @@ from planner.models.generation import (
     GENAI_WINDOWED_GRAPH,
 )
 from planner.models.identity import display_name, model_id
-from planner.models.roles import CACHE, ROLES, Kind, Trace, kind_of
+from planner.models.roles import CACHE, ROLES, Kind, Trace, kind_of, uncached_graph
 from planner.render import accuracy, module_error, modules
 from planner.render.run import note, results
 from planner.support.units import human_bytes
@@ -71,8 +71,8 @@ def genai_layout(exports: list[dict[str, Any]]) -> str | None:
             str(o).startswith(CACHE.cross + ".") for o in e.get("outputs") or [])
             for g, e in graphs.items()):
         return GENAI_WHISPER
-    if kind_of(list(graphs)) is not Kind.DECODER_ONLY:
-        return None
+    if kind_of(list(graphs)) is not Kind.DECODER_ONLY or uncached_graph(list(graphs)):
+        return None  # genai's decoders run over a cache
     free = any(ROLES[g].reads_cache and e.get("dynamic") for g, e in graphs.items())
     return GENAI_DECODER if free else GENAI_PIPELINE
 
@@ -260,6 +260,31 @@ def _genai_windowed() -> list[str]:
             *_WINDOW_RUN]
 
 
+def _uncached(model: dict[str, Any]) -> list[str]:
+    """A causal LM's one graph on the whole prefix: no genai layout; Optimum on the CPU."""
+    out = ["", ("One graph, `uncached_model.onnx`, run on all the tokens so far for each new one "
+                "(the model keeps no key/value cache, or was built with "
+                "`export.shapes.decoder_cache=false`): onnxruntime-genai runs decoders over a "
+                "cache, so there is no `genai_config.json`.")]
+    if model.get("compiled"):
+        return out
+    return out + ["", ("Optimum's ORTModelForCausalLM runs it without a cache where its token "
+                       "axis is free (a graph that holds at its traced length only is fixed "
+                       "there, and takes tokens right-padded to it):"), "", "```python",
+                  "from optimum.onnxruntime import ORTModelForCausalLM",
+                  "from transformers import AutoTokenizer", "",
+                  ('model = ORTModelForCausalLM.from_pretrained("path/to/this/folder", '
+                  'file_name="uncached_model.onnx",'),
+                  ("                                            use_cache=False, "
+                  "use_io_binding=False)"),
+                  'tokenizer = AutoTokenizer.from_pretrained("path/to/this/folder")',
+                  'read = tokenizer("a prompt", return_tensors="pt")',
+                  ('out = model.generate(input_ids=read["input_ids"], '
+                  'attention_mask=read["attention_mask"],'),
+                  "                     max_new_tokens=32, do_sample=False)",
+                  "print(tokenizer.decode(out[0]))", "```"]
+
+
 def _bundle(model: dict[str, Any], files: dict[str, int]) -> list[str]:
     """A generation bundle: graphs over a static cache, run by modelplan's own loop."""
     where = (f"on the EP it was built for (`{model['target']}`)" if model.get("compiled")
@@ -267,6 +292,8 @@ def _bundle(model: dict[str, Any], files: dict[str, int]) -> list[str]:
     out = [("A bundle of graphs (`bundle.json` lists them with their inputs, outputs and cache "
            f"geometry) that runs {where} with modelplan's greedy loop:"), "", "```sh",
            'modelplan generate path/to/this/folder "a prompt"', "```"]
+    if "uncached_model.onnx" in files:
+        return out + _uncached(model)
     if model.get("genai") == GENAI_DECODER and "genai_config.json" in files:
         out += ["", ("onnxruntime-genai (0.18) runs the folder as it is (`genai_config.json`: "
                      "its decoder over `decode_model.onnx`, whose cache grows with the prompt):"),
