@@ -127,9 +127,11 @@ def drop_isnan_guards(model: onnx.ModelProto) -> int:
 
 
 def rewrite_float_wheres(model: onnx.ModelProto) -> int:
-    """Any other float Where(c, a, b) -> b + Cast(c) * (a - b): quantized to 16 bits it fails
-    HTP graph finalization (QNN_COMMON_ERROR_MEM_ALLOC: OWL-ViT's query mask, GPT-2's guards).
-    Exact while a and b are finite, which clamp_constants makes them."""
+    """Any other float Where(c, a, b) -> Cast(c) * a + (1 - Cast(c)) * b: quantized to 16 bits
+    it fails HTP graph finalization (QNN_COMMON_ERROR_MEM_ALLOC: OWL-ViT's query mask, GPT-2's
+    guards). Exact while a and b are finite, which clamp_constants makes them: each term is a
+    or b times 1 or 0 (b + c * (a - b) rounded a score beside a mask value of -1e5 by its
+    ulp there, 0.0078: Reformer's self mask moved its logits by 0.0033)."""
     types = elem_types(model)
     count = 0
     for where in [n for n in model.graph.node if n.op_type == "Where"]:
@@ -137,14 +139,19 @@ def rewrite_float_wheres(model: onnx.ModelProto) -> int:
             continue
         base = where.name or where.output[0]
         c, a, b = where.input
+        one = f"{base}/arith_one"
+        model.graph.initializer.append(numpy_helper.from_array(np.array(1.0, np.float32), one))
         replace(model, where, [
             helper.make_node("Cast", [c], [f"{base}/arith_cond"], to=TensorProto.FLOAT,
                              name=f"{base}/arith_Cast"),
-            helper.make_node("Sub", [a, b], [f"{base}/arith_diff"], name=f"{base}/arith_Sub"),
-            helper.make_node("Mul", [f"{base}/arith_cond", f"{base}/arith_diff"],
-                             [f"{base}/arith_scaled"], name=f"{base}/arith_Mul"),
-            helper.make_node("Add", [b, f"{base}/arith_scaled"], list(where.output),
-                             name=f"{base}/arith_Add")])
+            helper.make_node("Sub", [one, f"{base}/arith_cond"], [f"{base}/arith_else"],
+                             name=f"{base}/arith_Sub"),
+            helper.make_node("Mul", [f"{base}/arith_cond", a], [f"{base}/arith_then_part"],
+                             name=f"{base}/arith_Mul"),
+            helper.make_node("Mul", [f"{base}/arith_else", b], [f"{base}/arith_else_part"],
+                             name=f"{base}/arith_Mul_else"),
+            helper.make_node("Add", [f"{base}/arith_then_part", f"{base}/arith_else_part"],
+                             list(where.output), name=f"{base}/arith_Add")])
         count += 1
     return count
 
