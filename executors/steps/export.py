@@ -51,6 +51,7 @@ FLOOR = float(np.finfo(np.float32).tiny)  # for an all-zero output
 UNCACHED_FIX = ("set export.shapes.decoder_cache=false to build it as one graph run on the "
                 "whole prefix for each new token")
 COLLECT_BYTES = 256 * 2**20  # weights from which export collects garbage to free them at once
+PER_TOKEN = ("boxes",)  # input kinds of several values per token: their sequence axis is free
 
 
 def run(ctx: StepContext) -> StepResult:
@@ -138,7 +139,8 @@ def _run(ctx: StepContext, dtype: str, exporter: str) -> StepResult:
         expected = ran[0] if ran else module(*traced)
     path = ctx.out / MODEL
     axes = None if not p.get("dynamic") else past_axes(names, outputs) if free_past \
-        else free_axes(args, names, expected, outputs)
+        else free_axes(args, names, expected, outputs,
+                       frozenset(s["name"] for s in specs if s.get("kind") in PER_TOKEN))
     used = _export(ctx, module, traced, names, outputs, path, axes, kind, exporter)
     expected, second = _references(model, module, args, names, axes, kind, expected)
     model_name = type(model).__name__

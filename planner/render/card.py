@@ -90,6 +90,8 @@ def card(record: dict[str, Any], files: dict[str, int], license_: str | None = N
     """The card's text. `files`: the folder's files (relative name -> bytes); `unfed`: the
     checkpoint's encoders of other inputs that its graphs leave out (tasks.unfed_towers)."""
     model = record["model"]
+    if any((s.get("metrics") or {}).get("axes_fixed") for s in record.get("steps") or []):
+        model = {**model, "dynamic": False}  # its export found the graph holds at one length
     lines = [*_front_matter(model, files, license_), "", *_intro(record, model), ""]
     if unfed:
         lines += [(f"The graphs generate from token ids alone, as transformers' `generate` does "
@@ -266,11 +268,14 @@ def _uncached(model: dict[str, Any]) -> list[str]:
                 "(the model keeps no key/value cache, or was built with "
                 "`export.shapes.decoder_cache=false`): onnxruntime-genai runs decoders over a "
                 "cache, so there is no `genai_config.json`.")]
-    if model.get("compiled"):
-        return out
-    return out + ["", ("Optimum's ORTModelForCausalLM runs it without a cache where its token "
-                       "axis is free (a graph that holds at its traced length only is fixed "
-                       "there, and takes tokens right-padded to it):"), "", "```python",
+    if model.get("compiled") or not model.get("dynamic"):
+        return out + ["", ("Its token axis is fixed (a target that compiles, or a trace that "
+                           "holds at its own length only): `modelplan generate` feeds it the "
+                           "tokens right-padded to that length and reads the last real one's "
+                           "logits; a client that feeds the prompt as it is (Optimum's "
+                           "ORTModelForCausalLM) does not run it.")]
+    return out + ["", ("Its token axis is free: Optimum's ORTModelForCausalLM runs it without "
+                       "a cache:"), "", "```python",
                   "from optimum.onnxruntime import ORTModelForCausalLM",
                   "from transformers import AutoTokenizer", "",
                   ('model = ORTModelForCausalLM.from_pretrained("path/to/this/folder", '
