@@ -132,15 +132,32 @@ def with_constant_second(model: onnx.ModelProto, op_type: str) -> tuple[
 
 
 def drop_dead(model: onnx.ModelProto) -> None:
-    """Remove nodes whose outputs nothing reads (and that are not graph outputs)."""
-    while True:
-        read = {i for n in model.graph.node for i in n.input} | \
-            {o.name for o in model.graph.output}
-        dead = [n for n in model.graph.node if not any(o in read for o in n.output)]
-        if not dead:
-            return
-        for n in dead:
-            model.graph.node.remove(n)
+    """Remove nodes whose outputs nothing reads (and that are not graph outputs): walked back
+    from the outputs once, a name an If's or Loop's branch reads counted as read by its node."""
+    nodes = list(model.graph.node)
+    producer = {o: k for k, n in enumerate(nodes) for o in n.output}
+    live: set[int] = set()
+    todo = [o.name for o in model.graph.output]
+    while todo:
+        k = producer.get(todo.pop())
+        if k is None or k in live:
+            continue
+        live.add(k)
+        todo += [i for i in _reads(nodes[k]) if i]
+    if len(live) < len(nodes):
+        kept = [n for k, n in enumerate(nodes) if k in live]
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
+
+
+def _reads(node: onnx.NodeProto) -> list[str]:
+    """The names a node reads: its inputs, and what the nodes of its branches read."""
+    names = list(node.input)
+    for attribute in node.attribute:
+        for graph in ([attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else
+                      list(attribute.graphs)):
+            names += [i for inner in graph.node for i in _reads(inner)]
+    return names
 
 
 def opset(model: onnx.ModelProto) -> int:

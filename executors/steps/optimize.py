@@ -16,7 +16,8 @@ from pathlib import Path
 
 import onnx
 
-from executors.onnx.artifacts import MODEL, load
+from executors.onnx.artifacts import MODEL, load, save
+from executors.onnx.static_ifs import fold_static_ifs
 from executors.run.step_api import StepContext, StepResult
 from executors.runtime.ortopt import (
     FUSED_OPS,
@@ -67,6 +68,9 @@ def optimize(ctx: StepContext, flags: list[str]) -> FixedPoints:
     nodes_before = len(model.graph.node)
     work = ctx.out / ".work"
     work.mkdir()
+    if fold_static_ifs(model):  # before ORT, whose passes keep a dead branch ORT cannot check
+        save(model, work / "folded.onnx", base=src.parent)
+        src = work / "folded.onnx"
     normalized, first = basic_fixed_point(model, work, src=src, internal=False)
     del model
     before = Counter(n.op_type for n in normalized.graph.node)

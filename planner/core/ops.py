@@ -223,13 +223,13 @@ OPS: dict[str, Op] = {op.name: op for op in (
        requires=(Require(N.FORMAT, "eq", "onnx"),),
        ensures=(Ensure(N.IO_SPECS),),
        tools=("onnx",), memory=Memory(weights=0.7)),
-    Op("normalize", 3, "shape inference and ONNX Runtime basic optimizations",
+    Op("normalize", 4, "shape inference and ONNX Runtime basic optimizations",
        params=(), inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),
        # measured: ORT's basic level includes MatMulAddFusion
        ensures=(Ensure(N.NORMALIZED), Ensure(N.FUSED, ("matmul_add",))),
        traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime"), memory=Memory(weights=1.5)),
-    Op("optimize", 4, "normalize, ONNX Runtime fusions named by flags, normalize again "
+    Op("optimize", 5, "normalize, ONNX Runtime fusions named by flags, normalize again "
        "(optimize{} is normalize)",
        params=("flags",), inputs=("model",),
        # measured: the fusions need an ONNX graph, nothing more (they infer shapes themselves)

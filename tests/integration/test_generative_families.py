@@ -29,6 +29,13 @@ CASES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
         "d_model": 64, "attn_config": {"kv_n_heads": 1, "clip_qkv": 8.0, "rope_theta": 10000.0},
         "ffn_config": {"moe_num_experts": 4, "moe_top_k": 2, "ffn_hidden_size": 64,
                        "hidden_size": 64}}),
+    # its experts' loop squeezes the k picks of a token: TorchScript writes an If on their count,
+    # which the graph's constants decide (normalize folds it: executors/onnx/static_ifs.py)
+    ("longcat_flash", "LongcatFlashForCausalLM", "bfloat16", {
+        "num_layers": 2, "ffn_hidden_size": 128, "expert_ffn_hidden_size": 32,
+        "n_routed_experts": 4, "moe_topk": 2, "zero_expert_num": 2, "kv_lora_rank": 16,
+        "q_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 16, "v_head_dim": 32,
+        "head_dim": 16}),
     ("apertus", "ApertusForCausalLM", "float16", {"num_key_value_heads": 1}),  # xIELU: expm1
     ("bloom", "BloomForCausalLM", "bfloat16", {}),  # no position ids: ALiBi from the mask
     ("bert", "BertLMHeadModel", "float16", {"is_decoder": True}),  # an encoder type's LM
