@@ -115,12 +115,17 @@ def _lm_graphs(cx: Context) -> tuple[str, str]:
                  for runs in (Runs.PROMPT, Runs.TOKEN))
 
 
+def _width(cx: Context, graph: str, name: str) -> int:
+    """The length of a graph's input `name` (its second axis), as planned."""
+    return int(next(s for s in cx.specs[graph] if s["name"] == name)["shape"][1])
+
+
 def _runner(graphs: dict[str, Forward], cx: Context) -> LMGraphs | PrefixGraph:
     """The graphs as the prompt reader generation uses (an uncached graph fed at its planned
     length: the compiled one's fixed axis, which a free one takes too)."""
     prompt, token = _lm_graphs(cx)
     if prompt == token:
-        length = int(next(s for s in cx.specs[prompt] if s["name"] == "input_ids")["shape"][1])
+        length = _width(cx, prompt, "input_ids")
         return PrefixGraph(graphs[prompt], length, length)
     return LMGraphs(graphs[prompt], graphs[token], cx.specs[prompt], cx.specs[token])
 
@@ -135,10 +140,8 @@ class Causal(Evaluator):
             raise EvalDataError("eval: a language model whose embeddings or head run on the "
                                 "host (export.on_host) is not evaluated yet; verify_generation "
                                 "compares it with PyTorch; set eval=none or export.on_host=[]")
-        context = int(next(s for s in cx.specs[token]
-                           if s["name"] == "attention_mask")["shape"][1]) - 1 \
-            if uncached_graph(cx.specs) is None else \
-            int(next(s for s in cx.specs[token] if s["name"] == "input_ids")["shape"][1])
+        context = _width(cx, token, "attention_mask") - 1 if uncached_graph(cx.specs) is None \
+            else _width(cx, token, "input_ids")  # the tokens the graphs read at most
         ids = _token_lists(rows, cx, context + 1)
         return Prepared([{} for _ in rows], rows, ids)
 

@@ -143,16 +143,14 @@ class TorchPrefixLM:
     prefix at each step, as transformers' generate runs such a model."""
 
     def __init__(self, model: Any) -> None:
-        import inspect
-
         self.model, self.ids = model, []
-        self.extra = {"use_cache": False} \
-            if "use_cache" in inspect.signature(model.forward).parameters else {}
 
     def _last(self) -> np.ndarray:
         import torch
 
-        out = self.model(input_ids=torch.tensor([self.ids]), return_dict=True, **self.extra)
+        from executors.generation.modules import prefix_lm  # the forward its graph traces
+
+        out = prefix_lm(self.model, {"input_ids": torch.tensor([self.ids])})
         return out.logits[0, -1].float().numpy()
 
     def greedy(self, ids: list[int], new_tokens: int,

@@ -12,9 +12,9 @@ from planner.models.roles import CACHE
 def free_axes(args: tuple, names: list[str], expected: Any, outputs: list[str],
               per_token: frozenset[str] = frozenset()) -> dict[str, dict[int, str]]:
     """export.shapes.dynamic: a text graph's batch and sequence axes, left free. Every input of
-    tokens is [batch, sequence], and so is one of more axes per token (`per_token`: a layout
-    model's boxes, [batch, sequence, 4]); an output's first axis is the batch, and its second the sequence when
-    it had the sequence's length in the trace (per-token outputs)."""
+    tokens is [batch, sequence], and so is one of more values per token (`per_token`: a layout
+    model's boxes, [batch, sequence, 4]); an output's first axis is the batch, and its second
+    the sequence when it had the sequence's length in the trace (per-token outputs)."""
     length = args[0].shape[1]
     axes = {n: {0: "batch", 1: "sequence"} for n, a in zip(names, args, strict=True)
             if a.dim() == 2 or (n in per_token and a.shape[1] == length)}

@@ -201,9 +201,14 @@ def _holds(session: Any, feed: dict[str, Any], expected: Any, share: float) -> b
         got = session.run(None, feed)
     except Exception:  # noqa: BLE001 - ONNX Runtime's own errors derive from Exception alone
         return False
-    want = [w.numpy() for w in (expected if isinstance(expected, tuple) else (expected,))]
+    want = _arrays(expected)
     return [g.shape for g in got] == [w.shape for w in want] and \
         all(d.within for d in differences(got, want, share))
+
+
+def _arrays(expected: Any) -> list[np.ndarray]:
+    """Torch's outputs (one tensor, or a tuple of them) as arrays."""
+    return [w.numpy() for w in (expected if isinstance(expected, tuple) else (expected,))]
 
 
 def _described(path: Path, specs: list[dict[str, Any]], outputs: list[str], args: tuple,
@@ -333,8 +338,7 @@ def _check_against_torch(ctx: StepContext, path: Path, feed: dict, expected: Any
     except Exception as exc:  # noqa: BLE001 - the exporter's graph: another exporter may do
         raise ExporterFault.of(ctx, "ONNX Runtime cannot run the exported graph "
                                f"({_cause(ctx, exc)})", str(path)) from None
-    want = expected if isinstance(expected, tuple) else (expected,)
-    found = differences(got, [w.numpy() for w in want], share)
+    found = differences(got, _arrays(expected), share)
     for out, d in zip(session.get_outputs(), found, strict=True):
         if not d.within:
             raise ExporterFault.of(ctx, f"ONNX Runtime's {out.name} differs from torch by "

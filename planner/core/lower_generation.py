@@ -28,7 +28,7 @@ def checked_modality(task: str, info: dict[str, Any], model_class: str | None,
                      shapes: dict[str, Any] | None = None) -> str:
     """The modality the build's graphs take. A causal LM's are a prefill and a decode over its
     key/value cache; a class whose forward returns none (OpenAI GPT's, RWKV's, Reformer's hash
-    buckets, whose LSH layers no exporter traces: read from transformers' source, whatever its config's `use_cache` says), or any
+    buckets: read from transformers' source, whatever its config's `use_cache` says), or any
     with export.shapes.decoder_cache=false (in `shapes`: a cache the graphs cannot carry), is
     built as one graph run on the whole prefix for each new token (causal-uncached). One
     whose generation appends tokens to the prompt before each forward (XLM's mask token,

@@ -164,7 +164,8 @@ def main(argv: list[str]) -> None:
     elif argv[0] == "genai-speech":
         result = genai_speech(argv[1], argv[2], json.loads(argv[3]), int(argv[4]))
     else:
-        raise SystemExit(f"open_folder.py: unknown client {argv[0]!r} (st, optimum, optimum-generate, genai or genai-speech)")
+        raise SystemExit(f"open_folder.py: unknown client {argv[0]!r} (st, optimum, "
+                         "optimum-generate, genai or genai-speech)")
     print(json.dumps(result))
 
 
