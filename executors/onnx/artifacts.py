@@ -111,7 +111,10 @@ def problems(path: Path, tagged: bool) -> list[str]:
     metadata keys at model and node level, and untagged nodes once the model is tagged."""
     import onnx
 
+    from executors.onnx import rms_norms
+
     model = load(path, external=False)
+    rms_norms.register()  # ONNX Runtime's op, in a graph HTP's legalize fused
     found = weights.blob_problems(model, path.parent)
     try:  # the graph, its weights' files checked above (onnx refuses hard-linked blobs)
         onnx.checker.check_model(weights.masked(model), full_check=True)

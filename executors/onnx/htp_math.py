@@ -2,7 +2,8 @@
 right (each measured on the HTP simulator, onnxruntime-qnn 2.7.0; executors/onnx/htp_rewrites.py
 applies them in its REWRITES order): Reciprocal as a Div, Softplus and log-sigmoid without a
 Log, ReduceLogSumExp about its maximum, an outer product written as a broadcast Mul as a MatMul,
-a Mul's broadcast operand first, the norms ReduceL1, ReduceL2 and ReduceSumSquare as ReduceSum."""
+a Mul's broadcast operand first, the norms ReduceL1, ReduceL2 and ReduceSumSquare as ReduceSum,
+a Sub of a constant as an Add of its negation."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from executors.onnx.graph_edit import Emitter, constants, replace, static_shapes, types_of
+from executors.onnx.graph_edit import (
+    Emitter,
+    constants,
+    drop_unread_initializers,
+    replace,
+    static_shapes,
+    types_of,
+)
 from executors.onnx.graph_edit import shapes as graph_shapes
 
 
@@ -254,4 +262,30 @@ def decompose_norms(model: onnx.ModelProto) -> int:
                                           name=f"{base}/norm_{after}"))
         replace(model, node, nodes)
         count += 1
+    return count
+
+
+def constant_subs_as_adds(model: onnx.ModelProto) -> int:
+    """Sub(x, c) of a float constant c -> Add(x, -c) (exact: IEEE subtraction is the addition
+    of the negation). HTP computed xIELU's expm1, Sub(Exp(Min(x, eps)), 1), as zeros inside
+    Apertus's decode graph, silently (cosine 0.00 against the CPU EP on the same QDQ graph; its
+    output range [-0.42, 0], the zero point at the top code; the decode graph 0.95): the same
+    chain as an Add of -1 was right (0.99997), and so was the Sub with a range about zero; the
+    Sub alone, or its chain without the MatMul before it, was right too (onnxruntime-qnn 2.7.0)."""
+    fixed = constants(model)
+    found = [n for n in model.graph.node if n.op_type == "Sub" and n.input[1] in fixed
+             and n.input[0] not in fixed]
+    types = types_of(model, [n.input[1] for n in found])
+    count = 0
+    for node in found:
+        if types.get(node.input[1]) not in FLOATS:
+            continue
+        base = node.name or node.output[0]
+        name = f"{base}/negated"
+        model.graph.initializer.append(numpy_helper.from_array(-fixed[node.input[1]], name))
+        replace(model, node, [helper.make_node("Add", [node.input[0], name], list(node.output),
+                                               name=f"{base}/as_Add")])
+        count += 1
+    if count:
+        drop_unread_initializers(model, [n.input[1] for n in found])
     return count

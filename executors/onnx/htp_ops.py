@@ -32,6 +32,9 @@ SUPPORTED = frozenset({
     "InstanceNormalization", "BatchNormalization", "LayerNormalization", "RMSNormalization",
     "LRN", "Transpose", "Reciprocal", "Pad", "Expand", "Einsum", "MatMul", "Mean", "LSTM",
     "CumSum", "RandomUniformLike", "GatherND", "Mod", "ThresholdedRelu",
+    # ONNX Runtime's RMSNorm (its own op in ONNX's domain), built as QNN's RmsNorm: the norms
+    # legalize fuses (executors/onnx/rms_norms.py) compile and run on the simulator
+    "SimplifiedLayerNormalization",
 })
 
 INSTALLED_BUILDERS = frozenset({

@@ -33,6 +33,7 @@ from executors.onnx import (
     htp_pooling,
     index_chains,
     masked_rows,
+    rms_norms,
 )
 from executors.onnx.graph_edit import (
     constants,
@@ -308,12 +309,13 @@ def constant_first_muls(model: onnx.ModelProto) -> int:
 Rewrite = Callable[[onnx.ModelProto], Any]
 # In order: mask Wheres use the raw constants, then constants are floored, then guards and
 # other Wheres become arithmetic on finite values, then op replacements, then what the
-# quantizer needs (unshared weights), what HTP needs for batches and for a Mul's operands.
+# quantizer needs (unshared weights), what HTP needs for batches, for a Mul's operands and a Sub's.
 REWRITES: tuple[tuple[str, Rewrite], ...] = (
     ("mask_wheres", rewrite_mask_wheres), ("clamp_constants", clamp_constants),
     ("isnan_guards", drop_isnan_guards), ("masked_rows", masked_rows.masked_rows_as_wheres),
     ("float_wheres", rewrite_float_wheres),
-    ("erf_gelu", fuse_erf_gelu), ("norms", htp_math.decompose_norms),
+    ("erf_gelu", fuse_erf_gelu), ("rms_norms", rms_norms.fuse_rms_norms),
+    ("norms", htp_math.decompose_norms),
     ("reciprocals", htp_math.reciprocals_as_divs), ("softplus", htp_math.softplus_composed),
     ("log_sigmoids", htp_math.log_sigmoids_composed), ("logsumexp", htp_math.logsumexps_composed),
     ("outer_products", htp_math.outer_products_as_matmuls),
@@ -328,6 +330,7 @@ REWRITES: tuple[tuple[str, Rewrite], ...] = (
     ("unshare_weights", unshare_weights),
     ("batch_constants", tile_batch_constants), ("unit_muls", unit_muls),
     ("constant_first_muls", constant_first_muls),
+    ("constant_subs", htp_math.constant_subs_as_adds),
 )
 
 

@@ -63,7 +63,9 @@ def stage(src: Path, staged: Path, p: dict[str, Any], feeds: list[dict[str, Any]
     from onnx import version_converter
 
     from executors.onnx import hierarchy as H
+    from executors.onnx import rms_norms
 
+    rms_norms.register()  # ONNX Runtime's op, which HTP's legalize fuses: converted as it is
     model = load(src, external=False)
     opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
     types = [p["activation_type"], p["weight_type"],

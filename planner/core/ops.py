@@ -237,8 +237,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
        ensures=(Ensure(N.NORMALIZED), Ensure(N.FUSED, Param("flags"))),
        prepares=(Ensure(N.NORMALIZED), Ensure(N.FUSED, ("matmul_add",))),
        traits=_GRAPH_REWRITER, tools=("onnx", "onnxruntime"), memory=Memory(weights=1.5)),
-    Op("legalize", 11, "rewrite what the target rejects (mask constants and Where, Erf GELU, "
-       "Reciprocal, Softplus, outer-product Muls, CumSum, Einsum, Col2Im, GatherND, masked "
+    Op("legalize", 12, "rewrite what the target rejects (mask constants and Where, Erf GELU, "
+       "RMSNorm fused, Reciprocal, Softplus, outer-product Muls, CumSum, Einsum, Col2Im, GatherND, masked "
        "rows, pooling and Gemm forms, Muls by ones) and check no op outside its table is left",
        params=("target",), inputs=("model",),
        requires=(Require(N.FORMAT, "eq", "onnx"),),

@@ -1,0 +1,197 @@
+"""An RMSNorm as one node for HTP: x / Sqrt(ReduceMean(x * x) + eps) over the last axis, and
+the constant gain that follows it, becomes ONNX Runtime's SimplifiedLayerNormalization (an op
+of ONNX's own domain in ONNX Runtime; the QNN EP builds it as QNN's RmsNorm, which HTP computes
+inside the op from its 16-bit input).
+
+Composed, quantization rounds each intermediate to 16 bits: x * x, its mean, the root and its
+reciprocal, each over the range calibration saw. Measured on a tiny Qwen3 (w8a16_pc, QDQ on the
+CPU EP), the five norms were the graph's five worst modules, 28-36 dB of their own, and the
+final norm's 28 dB set the logits' 26.5 dB. One node rounds only its output.
+
+ONNX's checker and shape inference do not know the op: `register()` declares it to onnx in the
+process that checks or infers a graph holding it (its schema as ONNX Runtime defines it), and
+the fused node's output keeps the value_info the replaced output had.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from executors.onnx.graph_edit import (
+    attr,
+    constants,
+    drop_unread_initializers,
+    replace,
+    static_shapes,
+    types_of,
+)
+
+OP = "SimplifiedLayerNormalization"
+# The norms fused: those of the hidden states, [batch, sequence, hidden]. A norm per attention
+# head ([batch, heads, sequence, head_dim]) fused after the rotary embedding came out wrong on
+# the HTP simulator inside the attention block (Hunyuan-MoE's query norm: cosine -0.12 against
+# the QDQ graph on the CPU), though right alone; Qwen3's, before the rotary embedding, was right.
+FUSED_RANK = 3
+FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+FLOATS = ("tensor(float)", "tensor(float16)", "tensor(double)", "tensor(bfloat16)")
+
+
+def register() -> None:
+    """Declare ONNX Runtime's SimplifiedLayerNormalization to onnx (domain "", version 1), once
+    per process, so onnx.checker and shape inference accept a graph holding it."""
+    from onnx import defs
+
+    if defs.has(OP, ""):
+        return
+    param, attribute = defs.OpSchema.FormalParameter, defs.OpSchema.Attribute
+    optional = defs.OpSchema.FormalParameterOption.Optional
+    defs.register_schema(defs.OpSchema(
+        OP, "", 1, doc="ONNX Runtime's RMS normalization over the axes from `axis` on",
+        inputs=[param("X", "T"), param("scale", "V")],
+        outputs=[param("Y", "V"), param("inv_std_var", "U", param_option=optional)],
+        type_constraints=[("T", FLOATS, ""), ("U", ("tensor(float)", "tensor(double)"), ""),
+                          ("V", FLOATS, "")],
+        attributes=[attribute("axis", helper.make_attribute("axis", -1), ""),
+                    attribute("epsilon", helper.make_attribute("epsilon", 1e-5), ""),
+                    attribute("stash_type", helper.make_attribute("stash_type", 1), ""),
+                    ]))
+
+
+@dataclass
+class _Norm:
+    x: str                        # the normalized tensor
+    axis: int                     # the axis its mean is over
+    eps: float
+    nodes: list[onnx.NodeProto]   # the composed norm, its gain's Mul last where there is one
+    gain: np.ndarray | None
+
+
+def fuse_rms_norms(model: onnx.ModelProto) -> int:
+    """Each composed RMSNorm over the last axis (x * x or Pow(x, 2); ReduceMean keeping the
+    axis; + eps; Sqrt; then x / root, or x * (1 / root) by Div or Reciprocal), with the Mul by
+    a constant gain of the axis's length that follows it, -> one SimplifiedLayerNormalization.
+    A norm whose intermediates something else reads, or whose axis length is unknown, stays."""
+    register()
+    graph = model.graph
+    made = {o: n for n in graph.node for o in n.output}
+    readers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            readers[name].append(node)
+    for out in graph.output:
+        readers[out.name].append(out)  # type: ignore[arg-type]  # read: not removable
+    consts = constants(model)
+    found = [m for m in (_match(s, made, readers, consts) for s in list(graph.node)
+                         if s.op_type == "Sqrt") if m is not None]
+    if not found:
+        return 0
+    known = static_shapes(model, [m.x for m in found])
+    types = types_of(model, [m.x for m in found])
+    infos = {v.name: v for v in graph.value_info}
+    fused = 0
+    for norm in found:
+        shape = known.get(norm.x)
+        gain = _scale(norm, shape)
+        if gain is None or types.get(norm.x) not in FLOAT_TYPES:
+            continue
+        last = norm.nodes[-1]
+        base = last.name.rsplit("/", 1)[0] if "/" in last.name else last.output[0]
+        scale = f"{base}/rms_norm_scale"
+        dtype = helper.tensor_dtype_to_np_dtype(types[norm.x])
+        graph.initializer.append(numpy_helper.from_array(gain.astype(dtype), scale))
+        replace(model, last, [helper.make_node(OP, [norm.x, scale], [last.output[0]],
+                                               name=f"{base}/{OP}", axis=-1,
+                                               epsilon=norm.eps, stash_type=1)])
+        for node in norm.nodes[:-1]:
+            graph.node.remove(node)
+            for out in node.output:
+                if out in infos:
+                    graph.value_info.remove(infos.pop(out))
+        drop_unread_initializers(model, [i for n in norm.nodes for i in n.input])
+        fused += 1
+    return fused
+
+
+def _scale(norm: _Norm, shape: list[int | None] | None) -> np.ndarray | None:
+    """The fused node's scale: the gain over the last axis (ones where none follows); None
+    where the norm is not over the last axis of a [batch, sequence, hidden] tensor (a norm per
+    attention head stays composed: see FUSED_RANK) or that axis's length is unknown."""
+    if not shape or len(shape) != FUSED_RANK or norm.axis not in (-1, FUSED_RANK - 1):
+        return None
+    size = shape[-1]
+    if norm.gain is None:
+        return None if size is None else np.ones(size, np.float32)
+    if norm.gain.size == 1 and size is not None:
+        return np.full(size, norm.gain[0], np.float32)
+    return norm.gain if size is None or norm.gain.shape == (size,) else None
+
+
+def _match(sqrt: onnx.NodeProto, made: dict[str, onnx.NodeProto],
+           readers: dict[str, list], consts) -> _Norm | None:
+    def only(name: str) -> onnx.NodeProto | None:
+        got = readers.get(name, [])
+        return got[0] if len(got) == 1 and isinstance(got[0], onnx.NodeProto) else None
+
+    add = made.get(sqrt.input[0])
+    if add is None or add.op_type != "Add":
+        return None
+    eps_at = next((i for i, n in enumerate(add.input) if n in consts and
+                   consts[n].size == 1), None)
+    mean = made.get(add.input[1 - eps_at]) if eps_at is not None else None
+    if mean is None or mean.op_type != "ReduceMean" or not attr(mean, "keepdims", 1):
+        return None
+    axes = attr(mean, "axes", None)
+    if axes is None and len(mean.input) > 1 and mean.input[1] in consts:
+        axes = consts[mean.input[1]].reshape(-1).tolist()
+    square = made.get(mean.input[0])
+    if axes is None or len(axes) != 1 or square is None or not _is_square(square, consts):
+        return None
+    x = square.input[0]
+    root_reader = only(sqrt.output[0])
+    if root_reader is None:
+        return None
+    if root_reader.op_type == "Div" and root_reader.input == [x, sqrt.output[0]]:
+        chain = [square, mean, add, sqrt, root_reader]
+    else:
+        inverse = root_reader
+        if not (inverse.op_type == "Reciprocal" or (
+                inverse.op_type == "Div" and inverse.input[1] == sqrt.output[0]
+                and inverse.input[0] in consts and np.all(consts[inverse.input[0]] == 1))):
+            return None
+        scaled = only(inverse.output[0])
+        if scaled is None or scaled.op_type != "Mul" or \
+                sorted(scaled.input) != sorted([x, inverse.output[0]]):
+            return None
+        chain = [square, mean, add, sqrt, inverse, scaled]
+    if any(only(n.output[0]) is None for n in chain[:-1]):
+        return None
+    gain, after = _gain(only(chain[-1].output[0]), chain[-1].output[0], consts)
+    return _Norm(x, int(axes[0]), float(consts[add.input[eps_at]].reshape(-1)[0]),
+                 chain + ([after] if after is not None else []), gain)
+
+
+def _is_square(node: onnx.NodeProto, consts) -> bool:
+    if node.op_type == "Mul":
+        return node.input[0] == node.input[1]
+    return node.op_type == "Pow" and node.input[1] in consts and \
+        np.all(consts[node.input[1]] == 2)
+
+
+def _gain(reader: onnx.NodeProto | None, normed: str,
+          consts) -> tuple[np.ndarray | None, onnx.NodeProto | None]:
+    """The constant gain a Mul that alone reads the normalized tensor applies over its last
+    axis, and that Mul (None, None where there is none)."""
+    if reader is None or reader.op_type != "Mul":
+        return None, None
+    other = reader.input[1] if reader.input[0] == normed else reader.input[0]
+    if other not in consts:
+        return None, None
+    value = consts[other]
+    if value.ndim == 0 or any(d != 1 for d in value.shape[:-1]):
+        return None, None
+    return value.reshape(-1).astype(np.float32), reader
