@@ -17,7 +17,7 @@ from typing import Any
 
 import onnx
 
-from executors.onnx import four_bit, htp_encodings, layerwise
+from executors.onnx import four_bit, headroom, htp_encodings, layerwise
 from executors.onnx import mixed_precision as mp
 from executors.onnx.artifacts import SIDECAR, load, save
 from executors.store.weights import gather
@@ -114,7 +114,7 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
                 how = {"layerwise": {"whole": str(exc)}}
                 staged.layers, staged.whole = None, str(exc)
         if staged.layers is None:
-            _quantize(staged.path, out, config, _calibrated(staged, config, graph_only))
+            _quantize(staged.path, out, config, _ranges(staged, config, graph_only))
             model = load(out, external=False)
             blocked = four_bit.to_blocks(model, graph_only, staged.path.parent, p, four) \
                 if four else 0
@@ -139,7 +139,7 @@ def _by_layers(staged: Staged, config: Any, whole: Any, four: dict[str, Any],
     import shutil
 
     assert staged.layers is not None
-    ranges = _calibrated(staged, config, whole)
+    ranges = _ranges(staged, config, whole)
     where = staged.path.parent
     pieces = where / ".pieces"
     pieces.mkdir(exist_ok=True)
@@ -232,6 +232,12 @@ def _narrowed(config: Any, names: set[str]) -> Any:
     narrowed = copy.copy(config)
     narrowed.extra_options = extra
     return narrowed
+
+
+def _ranges(staged: Staged, config: Any, model: Any) -> Path:
+    """The calibrated ranges with `quant.calibration.headroom` over them (headroom.py)."""
+    factor = float((staged.params.get("calibration") or {}).get("headroom", 1))
+    return headroom.widened(_calibrated(staged, config, model), factor)
 
 
 def _calibrated(staged: Staged, config: Any, model: Any) -> Path:
