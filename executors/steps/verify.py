@@ -21,8 +21,10 @@ HINT = ("use quant=w8a16_pc (w8a16 per-channel keeps transformers accurate), or 
         "verify.threshold if this accuracy is acceptable")
 # a graph whose activations are already 16-bit: the modules that lose the most go up a rung
 RAISE_HINT = ("raise the precision of the modules that lose the most (quant.search=auto, or "
-              "quant.overrides), use quant=w8a16_pc if this build's weights are per-tensor, or "
-              "lower verify.threshold if this accuracy is acceptable")
+              "quant.overrides), raise quant.calibration.headroom if inputs pass the calibrated "
+              "ranges (a decode graph calibrates on a token a sample), use quant=w8a16_pc if "
+              "this build's weights are per-tensor, or lower verify.threshold if this accuracy "
+              "is acceptable")
 EXPORT_HINT = ("the graph is float32 as PyTorch is, so no quant setting mends this: the "
                "export of this model type differs from PyTorch (a bug worth reporting with "
                "its config.json), or lower verify.threshold if this accuracy is acceptable")

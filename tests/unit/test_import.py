@@ -91,8 +91,9 @@ def test_a_recipe_becomes_a_primary_config(imported: dict[str, Any]) -> None:
     assert (cfg["model"]["source"], cfg["model"]["hub_id"], cfg["model"]["task"]) == \
         ("hub_cache", "acme/tiny-bert", "text-classification")
     assert cfg["model"]["model_class"] is None  # the task's Auto class
+    # the recipe's samples over the packaged configuration's calibration (its headroom kept)
     assert (cfg["quant"]["name"], cfg["quant"]["calibration"]) == \
-        ("w8a16_pc", {"method": "minmax", "samples": 8})
+        ("w8a16_pc", {"method": "minmax", "samples": 8, "headroom": 1.5})
     assert (cfg["optim"]["name"], cfg["optim"]["flags"]) == ("recipe", ["gelu"])
     assert cfg["target"]["name"] == "qnn_htp"  # a portable quantized recipe: the NPU
     assert cfg["export"]["inputs"][0] == {"name": "input_ids", "dtype": "int32",
