@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -73,9 +74,10 @@ class _Norm:
 
 def fuse_rms_norms(model: onnx.ModelProto) -> int:
     """Each composed RMSNorm over the last axis (x * x or Pow(x, 2); ReduceMean keeping the
-    axis; + eps; Sqrt; then x / root, or x * (1 / root) by Div or Reciprocal), with the Mul by
-    a constant gain of the axis's length that follows it, -> one SimplifiedLayerNormalization.
-    A norm whose intermediates something else reads, or whose axis length is unknown, stays."""
+    axis; + eps; Sqrt, then x / root, or x * (1 / root) by Div or Reciprocal; or x times its
+    Pow by -0.5), with the Mul by a constant gain of the axis's length that follows it, -> one
+    SimplifiedLayerNormalization. A norm whose intermediates something else reads, or whose
+    axis length is unknown, stays."""
     register()
     graph = model.graph
     made = {o: n for n in graph.node for o in n.output}
@@ -87,7 +89,7 @@ def fuse_rms_norms(model: onnx.ModelProto) -> int:
         readers[out.name].append(out)  # type: ignore[arg-type]  # read: not removable
     consts = constants(model)
     found = [m for m in (_match(s, made, readers, consts) for s in list(graph.node)
-                         if s.op_type == "Sqrt") if m is not None]
+                         if s.op_type in ("Sqrt", "Pow")) if m is not None]
     if not found:
         return 0
     known = static_shapes(model, [m.x for m in found])
@@ -131,13 +133,18 @@ def _scale(norm: _Norm, shape: list[int | None] | None) -> np.ndarray | None:
     return norm.gain if size is None or norm.gain.shape == (size,) else None
 
 
-def _match(sqrt: onnx.NodeProto, made: dict[str, onnx.NodeProto],
+def _match(root: onnx.NodeProto, made: dict[str, onnx.NodeProto],
            readers: dict[str, list], consts) -> _Norm | None:
+    """The norm whose root is `root`: a Sqrt of the mean plus eps, or a Pow of it by -0.5
+    (Gemma 3n's), or None."""
     def only(name: str) -> onnx.NodeProto | None:
         got = readers.get(name, [])
         return got[0] if len(got) == 1 and isinstance(got[0], onnx.NodeProto) else None
 
-    add = made.get(sqrt.input[0])
+    inverted = root.op_type == "Pow"
+    if inverted and not (root.input[1] in consts and np.all(consts[root.input[1]] == -0.5)):
+        return None
+    add = made.get(root.input[0])
     if add is None or add.op_type != "Add":
         return None
     eps_at = next((i for i, n in enumerate(add.input) if n in consts and
@@ -151,28 +158,34 @@ def _match(sqrt: onnx.NodeProto, made: dict[str, onnx.NodeProto],
     square = made.get(mean.input[0])
     if axes is None or len(axes) != 1 or square is None or not _is_square(square, consts):
         return None
-    x = square.input[0]
-    root_reader = only(sqrt.output[0])
-    if root_reader is None:
-        return None
-    if root_reader.op_type == "Div" and root_reader.input == [x, sqrt.output[0]]:
-        chain = [square, mean, add, sqrt, root_reader]
-    else:
-        inverse = root_reader
-        if not (inverse.op_type == "Reciprocal" or (
-                inverse.op_type == "Div" and inverse.input[1] == sqrt.output[0]
-                and inverse.input[0] in consts and np.all(consts[inverse.input[0]] == 1))):
-            return None
-        scaled = only(inverse.output[0])
-        if scaled is None or scaled.op_type != "Mul" or \
-                sorted(scaled.input) != sorted([x, inverse.output[0]]):
-            return None
-        chain = [square, mean, add, sqrt, inverse, scaled]
-    if any(only(n.output[0]) is None for n in chain[:-1]):
+    tail = _scaling(square.input[0], root, inverted, only, consts)
+    chain = [square, mean, add, root, *tail]
+    if not tail or any(only(n.output[0]) is None for n in chain[:-1]):
         return None
     gain, after = _gain(only(chain[-1].output[0]), chain[-1].output[0], consts)
-    return _Norm(x, int(axes[0]), float(consts[add.input[eps_at]].reshape(-1)[0]),
+    return _Norm(square.input[0], int(axes[0]), float(consts[add.input[eps_at]].reshape(-1)[0]),
                  chain + ([after] if after is not None else []), gain)
+
+
+def _scaling(x: str, root: onnx.NodeProto, inverted: bool, only: Any,
+             consts) -> list[onnx.NodeProto]:
+    """The nodes after the root that scale x by its inverse: x / root; x * (1 / root), by Div
+    or Reciprocal; x * root where the root is already inverted ([] where they are not so)."""
+    reader = only(root.output[0])
+    if reader is None:
+        return []
+    if not inverted and reader.op_type == "Div" and list(reader.input) == [x, root.output[0]]:
+        return [reader]
+    inverse = [] if inverted else [reader]
+    if not inverted and not (reader.op_type == "Reciprocal" or (
+            reader.op_type == "Div" and reader.input[1] == root.output[0]
+            and reader.input[0] in consts and np.all(consts[reader.input[0]] == 1))):
+        return []
+    scaled = reader if inverted else only(reader.output[0])
+    if scaled is None or scaled.op_type != "Mul" or \
+            sorted(scaled.input) != sorted([x, (inverse or [root])[0].output[0]]):
+        return []
+    return [*inverse, scaled]
 
 
 def _is_square(node: onnx.NodeProto, consts) -> bool:

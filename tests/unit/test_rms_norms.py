@@ -1,6 +1,7 @@
 """A composed RMSNorm fused into one SimplifiedLayerNormalization for HTP
 (`rms_norms.fuse_rms_norms`): the forms exporters write (x / root; x * (1 / root) by Div or
-Reciprocal; x * x or Pow(x, 2); the mean's axes as an attribute or an input), with and
+Reciprocal; x times the mean plus eps to the power -0.5; x * x or Pow(x, 2); the mean's axes
+as an attribute or an input), with and
 without the gain after it, give the composed graph's values and pass onnx.checker; a norm over
 another axis, one whose intermediate something else reads, or one per attention head (a
 tensor of rank 4) stays composed."""
@@ -28,6 +29,7 @@ def _norm(square: str = "Pow", inverse: str = "Div1", axes_input: bool = False,
     inits = [numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
              numpy_helper.from_array(np.array(2.0, np.float32), "two"),
              numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(-0.5, np.float32), "minus_half"),
              numpy_helper.from_array(rng.uniform(0.5, 1.5, D).astype(np.float32), "gain"),
              numpy_helper.from_array(np.array([axis], np.int64), "axes")]
     nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]) if square == "Pow"
@@ -36,7 +38,10 @@ def _norm(square: str = "Pow", inverse: str = "Div1", axes_input: bool = False,
              if axes_input else helper.make_node("ReduceMean", ["sq"], ["mean"], axes=[axis]),
              helper.make_node("Add", ["mean", "eps"], ["var"]),
              helper.make_node("Sqrt", ["var"], ["root"])]
-    if inverse == "Div":
+    if inverse == "Pow":  # Gemma 3n's: the mean plus eps to the power -0.5, no Sqrt
+        nodes[-1] = helper.make_node("Pow", ["var", "minus_half"], ["root"])
+        nodes.append(helper.make_node("Mul", ["root", "x"], ["normed"]))
+    elif inverse == "Div":
         nodes.append(helper.make_node("Div", ["x", "root"], ["normed"]))
     else:
         nodes += [helper.make_node("Div", ["one", "root"], ["inv"]) if inverse == "Div1"
@@ -67,13 +72,15 @@ def _run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     {"square": "Pow", "inverse": "Reciprocal", "axes_input": True},
     {"square": "Mul", "inverse": "Div1", "gain": False},
     {"square": "Pow", "inverse": "Div", "axis": 2},
+    {"square": "Mul", "inverse": "Pow"},
 ])
 def test_a_composed_norm_becomes_one_node(form: dict) -> None:
     x = np.random.default_rng(1).normal(size=(2, 3, D)).astype(np.float32)
     x[1, 2] *= 1e-3  # a row of small values: the reciprocal root is large
     model = _norm(**form)
     want = _run(model, x)
-    used = {i for n in model.graph.node for i in n.input} & {"eps", "two", "one", "gain"}
+    used = {i for n in model.graph.node for i in n.input} & {
+        "eps", "two", "one", "minus_half", "gain"}
     assert fuse_rms_norms(model) == 1
     ops = [n.op_type for n in model.graph.node]
     assert ops.count(OP) == 1 and not {"Pow", "ReduceMean", "Sqrt", "Reciprocal"} & set(ops)
