@@ -147,3 +147,30 @@ def test_fused_the_norm_keeps_ordinary_tokens_beside_a_massive_activation(
     fused = _norm()
     assert fuse_rms_norms(fused) == 1
     assert _quantized_sqnr(fused, calibration, tests, tmp_path) > composed + 15
+
+
+def test_two_norms_in_one_scope_get_names_of_their_own() -> None:
+    """Norms written inline in one module's forward share its scope: the fused nodes and their
+    scales are named apart."""
+    def norm(x: str, out: str, k: int) -> list[onnx.NodeProto]:
+        n = f"/layer/{{}}_{k}"
+        return [helper.make_node("Mul", [x, x], [f"sq{k}"], name=n.format("Mul")),
+                helper.make_node("ReduceMean", [f"sq{k}"], [f"m{k}"], axes=[-1],
+                                 name=n.format("ReduceMean")),
+                helper.make_node("Add", [f"m{k}", "eps"], [f"v{k}"], name=n.format("Add")),
+                helper.make_node("Sqrt", [f"v{k}"], [f"r{k}"], name=n.format("Sqrt")),
+                helper.make_node("Div", [x, f"r{k}"], [out], name=n.format("Div"))]
+    graph = helper.make_graph(
+        norm("x", "h", 0) + norm("h", "y", 1), "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, D])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, D])],
+        [numpy_helper.from_array(np.array(1e-6, np.float32), "eps")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(2).normal(size=(2, 3, D)).astype(np.float32)
+    want = _run(model, x)
+    assert fuse_rms_norms(model) == 2
+    assert [n.name for n in model.graph.node] == [f"/layer/{OP}", f"/layer/{OP}_1"]
+    assert [n.input[1] for n in model.graph.node] == [f"/layer/{OP}/scale",
+                                                      f"/layer/{OP}_1/scale"]
+    onnx.checker.check_model(model, full_check=True)
+    np.testing.assert_allclose(_run(model, x), want, rtol=1e-5, atol=1e-6)
