@@ -16,7 +16,7 @@ from tests.integration.conftest import run_json, step
 IDS = {"pad_token_id": 0, "bos_token_id": 101, "eos_token_id": 102}
 BUILD = ("model=local_hf", "export.shapes.prefill_length=8", "export.shapes.context_length=32",
          "perf=none", "target=qnn_htp", "quant=w8a16_pc", "quant.calibration.samples=4",
-         "verify.samples=2")
+         "verify.samples=2", "verify.new_tokens=4")
 
 
 @pytest.mark.slow
