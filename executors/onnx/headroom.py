@@ -36,10 +36,10 @@ def widened(ranges: Path, factor: float) -> Path:
     found = load_tensors_data(ranges)
     data = {}
     for name, got in found.data.items():
-        attrs = {k: getattr(got, k) for k in got._attrs}
+        attrs = got.to_dict()
         for k in ("lowest", "highest"):
             if k in attrs:
                 attrs[k] = (np.asarray(attrs[k]) * factor).astype(np.asarray(attrs[k]).dtype)
-        data[name] = TensorData(**attrs)
+        data[name] = TensorData.from_dict(attrs)
     save_tensors_data(TensorsData(found.calibration_method, data), out)
     return out

@@ -30,10 +30,10 @@ from executors.onnx.graph_edit import (
     attr,
     constants,
     drop_unread_initializers,
-    replace,
     static_shapes,
     types_of,
 )
+from executors.onnx.htp_math import FLOATS
 
 OP = "SimplifiedLayerNormalization"
 # The norms fused: those of the hidden states, [batch, sequence, hidden]. A norm per attention
@@ -41,8 +41,7 @@ OP = "SimplifiedLayerNormalization"
 # the HTP simulator inside the attention block (Hunyuan-MoE's query norm: cosine -0.12 against
 # the QDQ graph on the CPU), though right alone; Qwen3's, before the rotary embedding, was right.
 FUSED_RANK = 3
-FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
-FLOATS = ("tensor(float)", "tensor(float16)", "tensor(double)", "tensor(bfloat16)")
+SCHEMA_FLOATS = ("tensor(float)", "tensor(float16)", "tensor(double)", "tensor(bfloat16)")
 
 
 def register() -> None:
@@ -58,8 +57,8 @@ def register() -> None:
         OP, "", 1, doc="ONNX Runtime's RMS normalization over the axes from `axis` on",
         inputs=[param("X", "T"), param("scale", "V")],
         outputs=[param("Y", "V"), param("inv_std_var", "U", param_option=optional)],
-        type_constraints=[("T", FLOATS, ""), ("U", ("tensor(float)", "tensor(double)"), ""),
-                          ("V", FLOATS, "")],
+        type_constraints=[("T", SCHEMA_FLOATS, ""), ("U", ("tensor(float)", "tensor(double)"), ""),
+                          ("V", SCHEMA_FLOATS, "")],
         attributes=[attribute("axis", helper.make_attribute("axis", -1), ""),
                     attribute("epsilon", helper.make_attribute("epsilon", 1e-5), ""),
                     attribute("stash_type", helper.make_attribute("stash_type", 1), ""),
@@ -97,30 +96,34 @@ def fuse_rms_norms(model: onnx.ModelProto) -> int:
         return 0
     known = static_shapes(model, [m.x for m in found])
     types = types_of(model, [m.x for m in found])
-    infos = {v.name: v for v in graph.value_info}
     taken = {n.name for n in graph.node} | {i.name for i in graph.initializer}
-    fused = 0
+    fused: dict[str, onnx.NodeProto] = {}  # a norm's output -> the node that now makes it
+    gone: set[str] = set()  # the outputs of the composed norms' other nodes
+    read: list[str] = []  # what those nodes read: constants that may be left unread
     for norm in found:
-        shape = known.get(norm.x)
-        gain = _scale(norm, shape)
-        if gain is None or types.get(norm.x) not in FLOAT_TYPES:
+        gain = _scale(norm, known.get(norm.x))
+        if gain is None or types.get(norm.x) not in FLOATS:
             continue
         last = norm.nodes[-1]
         name = _fresh(f"{last.name.rsplit('/', 1)[0] if '/' in last.name else last.output[0]}"
                       f"/{OP}", taken)
         dtype = helper.tensor_dtype_to_np_dtype(types[norm.x])
         graph.initializer.append(numpy_helper.from_array(gain.astype(dtype), f"{name}/scale"))
-        replace(model, last, [helper.make_node(OP, [norm.x, f"{name}/scale"], [last.output[0]],
-                                               name=name, axis=-1, epsilon=norm.eps,
-                                               stash_type=1)])
-        for node in norm.nodes[:-1]:
-            graph.node.remove(node)
-            for out in node.output:
-                if out in infos:
-                    graph.value_info.remove(infos.pop(out))
-        drop_unread_initializers(model, [i for n in norm.nodes for i in n.input])
-        fused += 1
-    return fused
+        fused[last.output[0]] = helper.make_node(
+            OP, [norm.x, f"{name}/scale"], [last.output[0]], name=name, axis=-1,
+            epsilon=norm.eps, stash_type=1)
+        gone |= {o for n in norm.nodes[:-1] for o in n.output}
+        read += [i for n in norm.nodes for i in n.input]
+    if fused:  # one rebuild of the node list and of the value_info, each norm in its place
+        nodes = [fused.get(n.output[0], n) for n in graph.node
+                 if not gone.intersection(n.output)]
+        del graph.node[:]
+        graph.node.extend(nodes)
+        infos = [v for v in graph.value_info if v.name not in gone]
+        del graph.value_info[:]
+        graph.value_info.extend(infos)
+        drop_unread_initializers(model, read)
+    return len(fused)
 
 
 def _fresh(name: str, taken: set[str]) -> str:
