@@ -161,8 +161,10 @@ class StepDag:
             if key == old:
                 continue
             self.nodes[old]["jobs"].remove(job.index)
-            if not self.nodes[old]["jobs"]:  # no job needs it any more
-                del self.nodes[old], self.deps[old]
+            if not self.nodes[old]["jobs"]:  # no job needs it any more: its label is the new
+                del self.nodes[old], self.deps[old]  # key's, which counts no extra step
+                if old in self.order and key not in self.order:
+                    self.order[self.order.index(old)] = key
             job.keys[s["id"]] = key
             self._add(job, s)
 

@@ -129,6 +129,9 @@ def test_a_proof_that_does_not_hold_runs_the_step_and_rekeys_what_follows() -> N
         assert planned[sid] not in dag.nodes  # no job needs the planned key any more
     legalize = next(w for w in runner.started if w.step["id"] == "legalize")
     assert legalize.inputs["model"] == Path("/store") / planned["optimize"]
+    # the progress labels count the plan's steps: a re-keyed step keeps its place
+    labels = [dag.label(job.keys[s["id"]]) for s in ir["steps"]]
+    assert labels == [f"[{i}/{len(ir['steps'])}]" for i in range(1, len(ir["steps"]) + 1)]
 
 
 def test_a_sweep_runs_shared_keys_once_within_the_runners_slots() -> None:
