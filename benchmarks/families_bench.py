@@ -1,14 +1,16 @@
-"""Generative families: every causal-LM, seq2seq and speech seq2seq model type the installed
-transformers ships, made tiny from the config class its model class takes (hidden 64, 2
-layers, MiniLM's tokenizer-sized vocabulary; the fields set through the names the config class
-has and its attribute_map, size fields of other names made as small, per-layer lists cut to the
-layers kept; NEEDS lists, with why, the few values no rule gives, which the class's defaults
-leave out and checkpoints have), saved by `save_pretrained` and built through the
-real CLI with `model=local_hf model.path=DIR target=cpu quant=none` (then `target=qnn_htp`
-with --htp). Prints a Markdown table: model type, what kind it is, the CPU fp32 build, the HTP
-build, and the first line of each failure.
+"""Generative families: every causal-LM, seq2seq, speech seq2seq and image-text-to-text model
+type the installed transformers ships, made tiny from the config class its model class takes
+(hidden 64, 2 layers, MiniLM's tokenizer-sized vocabulary; the fields set through the names the
+config class has and its attribute_map, size fields of other names made as small, per-layer
+lists cut to the layers kept; NEEDS lists, with why, the few values no rule gives, which the
+class's defaults leave out and checkpoints have), saved by `save_pretrained` and built through
+the real CLI with `model=local_hf model.path=DIR target=cpu quant=none` (then `target=qnn_htp`
+with --htp). An image-text-to-text class (Qwen3.5, LLaVA) is built for text generation from
+token ids alone. Prints a Markdown table: model type, what kind it is, the CPU fp32 build, the
+HTP build, and the first line of each failure.
 
-    python benchmarks/families_bench.py [--only llama,phi3] [--kinds causal,seq2seq,speech]
+    python benchmarks/families_bench.py [--only llama,phi3]
+                                        [--kinds causal,seq2seq,speech,image-text]
                                         [--htp] [--dtype bfloat16] [--json FILE]
                                         [--from-json FILE ...]
 """
@@ -74,6 +76,16 @@ NEEDS: dict[str, dict[str, Any]] = {
              "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]},
     # ZAYA routes each token to one expert (its config refuses more)
     "zaya": {"num_experts_per_tok": 1},
+    # the multimodal rotary sections (time, height, width) split the rotated half of a head
+    # (Qwen2-VL's checkpoints: [16, 24, 24] of 64); the config classes declare none and the
+    # modeling code's default does not fit a tiny head (32 wide; GLM-4.5V rotates half of it)
+    **{t: {"text_config": {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6,
+                                               "mrope_section": [4, 6, 6]}}}
+       for t in ("qwen2_vl", "qwen2_5_vl", "glm4v", "glm46v", "glm_ocr", "paddleocr_vl",
+                 "qwen2_5_omni_thinker", "hunyuan_vl", "glmga")},
+    "glm4v_moe": {"text_config": {"rope_parameters": {
+        "rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5,
+        "mrope_section": [2, 3, 3]}}},
     # the composites' decoder reads the encoder's states as its checkpoints' do
     # (EncoderDecoderConfig.from_encoder_decoder_configs sets both)
     "encoder-decoder": {"decoder": {"is_decoder": True, "add_cross_attention": True}},
@@ -85,16 +97,20 @@ NEEDS: dict[str, dict[str, Any]] = {
 
 
 def mappings(kinds: set[str]) -> list[tuple[str, str, str]]:
-    """(model type, class name, kind) for every generative type of the installed transformers."""
+    """(model type, class name, kind) for every generative type of the installed transformers.
+    `image-text` is AutoModelForImageTextToText's class of a type (Qwen3.5, LLaVA), built for
+    text generation from token ids alone, where no other kind has that class."""
     from transformers.models.auto import modeling_auto as m
 
     rows: dict[str, tuple[str, str, str]] = {}
     for kind, names in (("speech", m.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES),
                         ("seq2seq", m.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES),
-                        ("causal", m.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)):
+                        ("causal", m.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES),
+                        ("image-text", m.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)):
         if kind in kinds:
             for model_type, cls in names.items():
-                rows.setdefault(model_type, (model_type, cls, kind))
+                if (model_type, cls) not in {(t, c) for t, c, _ in rows.values()}:
+                    rows.setdefault(f"{model_type} {kind}", (model_type, cls, kind))
     return sorted(rows.values())
 
 
@@ -255,7 +271,8 @@ def row(model_type: str, cls_name: str, kind: str, ckpts: Path, store: Path, out
                          "cpu": "-", "htp": "-", "params": 0, "seconds": 0.0}
     t0 = time.perf_counter()
     try:
-        path, r["params"] = checkpoint(model_type, cls_name, kind, ckpts / model_type, dtype)
+        path, r["params"] = checkpoint(model_type, cls_name, kind,
+                                       ckpts / f"{model_type}-{kind}", dtype)
     except Exception as e:  # noqa: BLE001 - a type this transformers cannot make tiny
         r["cpu"] = f"FAIL checkpoint: {type(e).__name__}: {first_line(str(e))}"[:200]
         return r
@@ -334,9 +351,10 @@ def main() -> int:
                    help="render rows measured before (a later file's row of a type wins)")
     a = p.parse_args()
     if a.from_json:
-        merged = {r["model_type"]: r for f in a.from_json
+        merged = {(r["model_type"], r["kind"]): r for f in a.from_json
                   for r in json.loads(Path(f).read_text())}
-        sys.stdout.write(table(sorted(merged.values(), key=lambda r: r["model_type"])))
+        sys.stdout.write(table(sorted(merged.values(), key=lambda r: (r["model_type"],
+                                                                      r["kind"]))))
         return 0
     wanted = set(a.only.split(",")) if a.only else None
     rows = []

@@ -18,6 +18,7 @@ from typing import Any
 CAUSAL_LM = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
 SEQ2SEQ_LM = "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"
 SPEECH_SEQ2SEQ = "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES"
+IMAGE_TEXT = "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"  # LLaVA, Mistral 3, Qwen3.5
 BASE_MODEL = "MODEL_MAPPING_NAMES"  # model type -> its headless model class (BertModel)
 MODULE_NAMES = "SPECIAL_MODEL_TYPE_TO_MODULE_NAME"  # model types whose module is named otherwise
 CONFIG_NAMES = "CONFIG_MAPPING_NAMES"  # model type -> its config class
@@ -63,6 +64,12 @@ def causal_lm_class(model_type: str) -> str | None:
     return mapping(CAUSAL_LM).get(model_type)
 
 
+def image_text_class(model_type: str) -> str | None:
+    """The class AutoModelForImageTextToText loads for `model_type`: a language model that reads
+    images among its tokens, and generates from token ids alone without one."""
+    return mapping(IMAGE_TEXT).get(model_type)
+
+
 def seq2seq_class(model_type: str) -> str | None:
     """The class a text or speech sequence-to-sequence Auto class loads for `model_type`."""
     return mapping(SEQ2SEQ_LM).get(model_type) or mapping(SPEECH_SEQ2SEQ).get(model_type)
@@ -71,6 +78,14 @@ def seq2seq_class(model_type: str) -> str | None:
 def base_class(model_type: str) -> str | None:
     """The class AutoModel loads for `model_type`: its model without a head."""
     return mapping(BASE_MODEL).get(model_type)
+
+
+@functools.cache
+def types_naming(cls: str) -> tuple[str, ...]:
+    """The model types an Auto mapping loads as `cls` (ShieldGemma 2's and Gemma 3's class is
+    Gemma3ForConditionalGeneration, defined in gemma3's module)."""
+    names = (CAUSAL_LM, IMAGE_TEXT, SEQ2SEQ_LM, SPEECH_SEQ2SEQ, BASE_MODEL)
+    return tuple(dict.fromkeys(t for name in names for t, c in mapping(name).items() if c == cls))
 
 
 def modeling_file(model_type: str, kind: str = "modeling") -> str:

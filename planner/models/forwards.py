@@ -27,7 +27,7 @@ def returns_cache(model_type: str, cls: str) -> bool | None:
 @functools.cache
 def outputs(model_type: str, cls: str) -> dict[str, frozenset[str]]:
     """The output classes `cls`'s forward is annotated to return, with their fields."""
-    local = _classes(automap.source(automap.modeling_file(model_type)))
+    local = _module_of(model_type, cls)
     shared = _shared()
     forward = _method(local, cls, "forward")
     if forward is None or forward.returns is None:
@@ -41,7 +41,7 @@ def extends_prompt(model_type: str, cls: str) -> bool:
     """Whether `cls` generates from more than its prompt: its `prepare_inputs_for_generation`
     appends tokens to the ids before each forward (XLM's mask token, XLNet's dummy token, whose
     logits are the next token's), so the next token is not read at the prompt's last position."""
-    local = _classes(automap.source(automap.modeling_file(model_type)))
+    local = _module_of(model_type, cls)
     prepare = _method(local, cls, "prepare_inputs_for_generation")
     return prepare is not None and any(
         isinstance(node, ast.Assign) and
@@ -49,6 +49,21 @@ def extends_prompt(model_type: str, cls: str) -> bool:
         isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute) and
         node.value.func.attr in ("cat", "concat", "concatenate")
         for node in ast.walk(prepare))
+
+
+@functools.cache
+def _module_of(model_type: str, cls: str) -> dict[str, ast.ClassDef]:
+    """The classes of the transformers module that defines `cls`: `model_type`'s, or where its
+    class is defined in another type's module (ShieldGemma 2's Gemma3ForConditionalGeneration),
+    that type's."""
+    local = _classes(automap.source(automap.modeling_file(model_type)))
+    if cls in local:
+        return local
+    for other in automap.types_naming(cls):
+        found = _classes(automap.source(automap.modeling_file(other)))
+        if cls in found:
+            return found
+    return local
 
 
 @functools.cache
@@ -119,8 +134,7 @@ def main_input(model_type: str, cls: str) -> str | None:
     """The first parameter of `cls`'s forward (`input_features` for Whisper's and Cohere ASR's,
     `input_values` for SpeechT5's speech-to-text, `input_ids` for BART's): what its encoder
     reads. None when its source does not say."""
-    local = _classes(automap.source(automap.modeling_file(model_type)))
-    forward = _method(local, cls, "forward")
+    forward = _method(_module_of(model_type, cls), cls, "forward")
     if forward is None:
         return None
     names = [a.arg for a in (*forward.args.posonlyargs, *forward.args.args)]

@@ -223,7 +223,20 @@ def _names_causal_lm(info: dict[str, Any]) -> bool:
 def causal_lm_class(cls: str, info: dict[str, Any]) -> bool:
     """Whether `cls` is a causal LM class for a checkpoint of this config.json."""
     return cls.endswith(CAUSAL_LM) or \
-        cls == automap.causal_lm_class(str(info.get("model_type", "")))
+        cls == automap.causal_lm_class(str(info.get("model_type", ""))) or \
+        reads_images_among_tokens(cls, info)
+
+
+def reads_images_among_tokens(cls: str, info: dict[str, Any]) -> bool:
+    """Whether `cls` is a language model (config.json's text_config) that reads images among
+    its tokens: the class AutoModelForImageTextToText loads for its type (Qwen3.5, Mistral 3,
+    LLaVA), which is no encoder-decoder and whose forward reads token ids first. Given token
+    ids alone it generates text as a causal LM does."""
+    model_type = str(info.get("model_type", ""))
+    return isinstance(info.get("text_config"), dict) and \
+        cls == automap.image_text_class(model_type) and \
+        not forwards.is_encoder_decoder(info) and \
+        forwards.main_input(model_type, cls) == "input_ids"
 
 
 def completed(info: dict[str, Any]) -> dict[str, Any]:
@@ -369,7 +382,11 @@ def _refuse_encoded_inputs(info: dict[str, Any], cls: str | None) -> None:
 def class_for(task: str, cls: str | None, mt: ModelType | None,
               info: dict[str, Any]) -> str | None:
     """The class to load: the checkpoint's own when it is a class for this task, else the
-    model type's class for the task (towers, pose models), else None (the Auto class)."""
+    model type's class for the task (towers, pose models), else None (the Auto class). Text
+    generation from a multimodal checkpoint loads the class AutoModelForCausalLM has for its
+    type where there is one (Qwen3.5's text model alone, without its vision tower)."""
+    if cls and task == "text-generation" and reads_images_among_tokens(cls, info):
+        return automap.causal_lm_class(str(info.get("model_type", ""))) or cls
     if cls and task_from_class(cls, modality_of(info, cls), info) in (task,
                                                                        _NLI_PARENT.get(task)):
         return cls

@@ -58,6 +58,21 @@ CASES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
                         **IDS},
         "mm_tokens_per_image": 4,
         "vision_config": {**TINY, "num_hidden_layers": 1, "image_size": 32, "patch_size": 16}}),
+    # language models that read images among their tokens (AutoModelForImageTextToText's
+    # classes), fed token ids alone: Qwen3.5 ships its checkpoints as this class, from which
+    # Qwen3_5ForCausalLM (AutoModelForCausalLM's for its type) loads the text model (a gated
+    # linear-attention layer beside an attention layer); LLaVA's own class runs its Llama
+    ("qwen3_5", "Qwen3_5ForConditionalGeneration", "bfloat16", {
+        "text_config": {"layer_types": ["linear_attention", "full_attention"],
+                        "num_key_value_heads": 1, "head_dim": 32, "linear_num_key_heads": 2,
+                        "linear_num_value_heads": 2, "linear_key_head_dim": 16,
+                        "linear_value_head_dim": 16, **IDS},
+        "vision_config": {"depth": 1, "hidden_size": 32, "intermediate_size": 64,
+                          "num_heads": 2, "out_hidden_size": 64}}),
+    ("llava", "LlavaForConditionalGeneration", "float16", {
+        "text_config": {"model_type": "llama", "num_key_value_heads": 1, **IDS},
+        "vision_config": {**TINY, "num_hidden_layers": 1, "image_size": 32,
+                          "patch_size": 16}}),
     # a cache config.json does not say: its sliding-window layer caches twice
     # num_key_value_heads, and its values are v_head_dim wide, not head_dim
     ("mimo_v2_flash", "MiMoV2FlashForCausalLM", "bfloat16", {
@@ -170,11 +185,12 @@ def test_a_model_without_position_ids_takes_them_unread(
         assert not any("position_ids" in n.input for n in model.graph.node), graph
 
 
+@pytest.mark.parametrize("model_type", ["gemma3", "qwen3_5", "llava"])
 def test_a_multimodal_class_generates_from_token_ids_alone(
-        built: Callable[[str], dict[str, Any]]) -> None:
-    """Gemma3ForConditionalGeneration's graphs take no pixel values and hold no vision tower;
-    its card says images are not fed."""
-    record = built("gemma3")
+        built: Callable[[str], dict[str, Any]], model_type: str) -> None:
+    """Gemma 3's, Qwen3.5's and LLaVA's graphs take no pixel values and hold no vision tower;
+    the card says images are not fed."""
+    record = built(model_type)
     for graph in ("prefill", "decode"):
         path = Path(step(record, f"{graph}.export")["outputs"]["model.onnx"])
         model = onnx.load(str(path), load_external_data=False)

@@ -1,8 +1,9 @@
 """Which checkpoint classes build as text generation: a language-model head by its name, or
 the class the installed transformers' AutoModelForCausalLM loads for the checkpoint's type (a
-multimodal class such as Gemma3ForConditionalGeneration, built on its text_config), read from
-transformers' source without importing it; and a language model that reads an audio encoder's
-embeddings, refused in one line."""
+multimodal class such as Gemma3ForConditionalGeneration, built on its text_config), or the
+class its AutoModelForImageTextToText loads (a language model that reads images among its
+tokens: Qwen3.5, LLaVA), read from transformers' source without importing it; and a language
+model that reads an audio encoder's embeddings, refused in one line."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ VISION = {"model_type": "siglip_vision_model", "hidden_size": 32, "image_size": 
 def test_the_mappings_read_from_source_are_transformers_own() -> None:
     from transformers.models.auto import modeling_auto
 
-    for name in (automap.CAUSAL_LM, automap.SEQ2SEQ_LM, automap.SPEECH_SEQ2SEQ):
+    for name in (automap.CAUSAL_LM, automap.SEQ2SEQ_LM, automap.SPEECH_SEQ2SEQ,
+                 automap.IMAGE_TEXT):
         assert automap.mapping(name) == dict(getattr(modeling_auto, name)), name
     assert automap.causal_lm_class("gemma3") == "Gemma3ForConditionalGeneration"
 
@@ -46,13 +48,38 @@ def test_the_class_the_causal_lm_auto_class_loads_builds_on_its_text_config(tmp_
     assert "past_key_values.3.key" not in decode
 
 
-def test_the_same_kind_of_class_for_a_type_it_is_not_the_causal_lm_of(tmp_path: Path) -> None:
-    """PaliGemma's ForConditionalGeneration is no class AutoModelForCausalLM loads: its type
-    is not detected as text generation."""
-    assert automap.causal_lm_class("paligemma") is None
-    ckpt = checkpoint(tmp_path, {"model_type": "paligemma",
-                                 "architectures": ["PaliGemmaForConditionalGeneration"],
+@pytest.mark.parametrize(("model_type", "cls", "loads"), [
+    # AutoModelForCausalLM has no class for these types: their own class, on token ids alone
+    ("paligemma", "PaliGemmaForConditionalGeneration", "PaliGemmaForConditionalGeneration"),
+    ("llava", "LlavaForConditionalGeneration", "LlavaForConditionalGeneration"),
+    # Qwen3.5 ships its checkpoints as the multimodal class; AutoModelForCausalLM loads its
+    # text model alone from them, without the vision tower
+    ("qwen3_5", "Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"),
+])
+def test_a_language_model_that_reads_images_among_its_tokens_builds_on_token_ids(
+        tmp_path: Path, model_type: str, cls: str, loads: str) -> None:
+    """The class AutoModelForImageTextToText loads for the checkpoint's type, whose forward reads
+    token ids first, is text generation on its text_config's geometry; its vision tower is
+    left out (its graphs take token ids alone)."""
+    assert automap.image_text_class(model_type) == cls
+    ckpt = checkpoint(tmp_path, {"model_type": model_type, "architectures": [cls],
                                  "text_config": TEXT, "vision_config": VISION})
+    ir = plan(ckpt, "export.shapes.prefill_length=8", "export.shapes.context_length=32")
+    resolve = ir["steps"][0]["params"]
+    assert (resolve["task"], resolve["model_class"]) == ("text-generation", loads)
+    decode = {s["name"]: s["shape"] for s in export_params(ir, "decode.export")["inputs"]}
+    assert decode["past_key_values.2.value"] == [1, 2, 32, 16]
+    assert "pixel_values" not in decode
+
+
+def test_an_image_text_class_that_reads_pixels_first_is_not_text_generation(
+        tmp_path: Path) -> None:
+    """BLIP-2's forward reads pixel_values first: it captions an image and has no build from
+    token ids alone, so its task is not detected as text generation."""
+    ckpt = checkpoint(tmp_path, {"model_type": "blip-2",
+                                 "architectures": ["Blip2ForConditionalGeneration"],
+                                 "text_config": {**TEXT, "model_type": "opt"},
+                                 "vision_config": VISION, "qformer_config": {}})
     with pytest.raises(ConfigError, match="model.task: cannot detect the task"):
         plan(ckpt)
 
