@@ -44,6 +44,7 @@ def _random_model(described: dict[str, Any], model: dict[str, Any]) -> Any:
             cls._from_config(config, **chosen)
     except (TypeError, ValueError):
         built = cls.from_config(config) if cls.__name__.startswith("Auto") else cls(config)
+    torchmodel.traceable_experts(built)
     # a checkpoint saved in bf16 or fp16 makes its random model in that dtype; the module tree
     # is the same in fp32, which takes the fp32 example inputs
     return built.float().eval()

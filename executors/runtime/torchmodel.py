@@ -56,6 +56,7 @@ def load(source: Path, dtype: str = "float32") -> tuple[Any, dict[str, Any]]:
             raise
         model = cls.from_pretrained(str(info["checkpoint_dir"]), **kwargs)  # no attention
     default_language(model)
+    traceable_experts(model)
     return model.eval(), info
 
 
@@ -100,6 +101,20 @@ def chooses_experts(cls: Any) -> bool:
     """Whether the class's experts blocks take `experts_implementation` (transformers 5)."""
     can = getattr(cls, "_can_set_experts_implementation", None)
     return bool(can()) if callable(can) else False
+
+
+def traceable_experts(model: Any) -> None:
+    """A class whose own module does not choose its experts' implementation but whose language
+    model's does (Kimi K2.5's image-text class around DeepSeek-V3's MoE) gets the traceable
+    one on that model: transformers decides by the class's module, so the load's keyword does
+    not reach it, and its grouped kernel counts tokens with histc, which no exporter writes."""
+    import transformers
+
+    if chooses_experts(type(model)):
+        return  # from_pretrained's keyword chose it
+    if any(isinstance(m, transformers.PreTrainedModel) and m is not model and
+           chooses_experts(type(m)) for m in model.modules()):
+        model.set_experts_implementation(TRACEABLE_EXPERTS)
 
 
 def pick(out: Any, name: str, feed: dict[str, Any]) -> Any:
