@@ -119,11 +119,14 @@ def quantize_to(staged: Staged, rules: list[dict[str, Any]], out: Path) -> dict[
             blocked = four_bit.to_blocks(model, graph_only, staged.path.parent, p, four) \
                 if four else 0
             save(model, out)  # metadata in canonical order, as every artifact
-        if of_params(p).qdq.config == "qnn_qdq_config" \
-                and htp_encodings.gathers_share_encodings(model):
+        shared = {"gathers": htp_encodings.gathers_share_encodings(model),
+                  "concats": htp_encodings.concats_share_encodings(model)} \
+            if of_params(p).qdq.config == "qnn_qdq_config" else {}
+        if any(shared.values()):
             save(model, out)
     qdq = sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
     found = {"qdq_nodes": qdq, "nodes": len(model.graph.node), **how,
+             **({"encodings_shared": shared} if any(shared.values()) else {}),
              **({"weights_4bit": len(four)} if four else {}),
              **({"weights_blocked": blocked} if blocked else {})}
     if rules:

@@ -16,7 +16,7 @@ from typing import Any
 
 from executors.samples import checkpoint_dir
 from executors.steps.bundle import CLIENT_FILES
-from planner.models.tasks import unfed_towers
+from planner.models.lm_classes import unfed_towers
 from planner.render.card import card
 
 CARD = "README.md"

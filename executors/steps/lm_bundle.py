@@ -24,8 +24,8 @@ from executors.runtime import torchmodel
 from executors.samples import SEEDS, checkpoint_dir
 from executors.samples.generation import MAX_STEPS, prompts
 from executors.store.weights import WEIGHTS, link_blobs, link_or_copy
+from planner.models.lm_classes import completed
 from planner.models.roles import CACHE, prompt_and_token
-from planner.models.tasks import completed
 
 # what a client needs beside the graphs (tokenizer files of the usual tokenizer families)
 CHECKPOINT_FILES = ("config.json", "generation_config.json", "tokenizer.json",

@@ -252,7 +252,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        ensures=(Ensure(N.TAGGED),),
        traits=frozenset({T.IDEMPOTENT, T.WRITES_NODE_METADATA}),
        tools=("onnx",), memory=Memory(weights=1.0)),
-    Op("quantize", 3, "QDQ static quantization (or float16 conversion)",
+    Op("quantize", 4, "QDQ static quantization (or float16 conversion)",
        params=("kind", "weight_type", "activation_type", "per_channel", "symmetric",
                "calibration", "profile", "overrides", "search", "block_size", "layerwise"),
        inputs=("model", "source", "hierarchy"),

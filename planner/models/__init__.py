@@ -1,1 +1,1 @@
-"""What a checkpoint is: its task and modality (tasks), its input and output specs (specs), where it comes from (sources, and the local Hugging Face caches: hfcache), tiny random-weight test models; what eval measures (evaluation, datasets)."""
+"""What a checkpoint is: its task and modality (tasks; which classes are language models that generate text: lm_classes), its input and output specs (specs), where it comes from (sources, and the local Hugging Face caches: hfcache), tiny random-weight test models; what eval measures (evaluation, datasets)."""

@@ -15,7 +15,8 @@ from typing import Any
 
 from planner.errors import ConfigError
 from planner.models.hfcache import hub_cache
-from planner.models.tasks import completed, with_class
+from planner.models.lm_classes import completed
+from planner.models.tasks import with_class
 from planner.support.atomic import write_atomic
 from planner.support.digests import file_sha256
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import ConfigError
-from planner.models import automap, forwards
+from planner.models import automap, forwards, lm_classes
+from planner.models.lm_classes import CAUSAL_LM, causal_lm_class, names_causal_lm
 
 # Modalities: what a graph takes. text2text, image2text and speech2text (Whisper: log-mel
 # features) models export an encoder and a decoder graph; a causal LM a prefill and a decode
@@ -194,7 +195,6 @@ SUFFIXES: tuple[tuple[str, dict[str, str]], ...] = (
 SENTENCE_TRANSFORMER_FILES = ("modules.json", "sentence_bert_config.json")
 # Decoder-only language-model heads (LlamaForCausalLM, GPT2LMHeadModel): next-token logits for
 # text generation.
-CAUSAL_LM = ("ForCausalLM", "LMHeadModel")
 
 
 def model_type_of(info: dict[str, Any]) -> ModelType | None:
@@ -202,7 +202,7 @@ def model_type_of(info: dict[str, Any]) -> ModelType | None:
     it does not list but whose config says its modality (other BERT-likes, ViT-likes...)."""
     name = str(info.get("model_type", ""))
     listed = MODEL_TYPES.get(name)
-    if listed is not None and (listed.modality == CAUSAL or not _names_causal_lm(info)):
+    if listed is not None and (listed.modality == CAUSAL or not names_causal_lm(info)):
         return listed
     modality = guess_modality(info)  # an encoder type saved as a causal LM is a causal LM
     if modality is None:
@@ -213,54 +213,9 @@ def model_type_of(info: dict[str, Any]) -> ModelType | None:
     return ModelType(name or "unknown", modality, tasks, inputs)
 
 
-def _names_causal_lm(info: dict[str, Any]) -> bool:
-    """Whether the checkpoint's class is a causal LM: a language-model head by its name, or the
-    class transformers' AutoModelForCausalLM loads for its model type (gemma3's
-    Gemma3ForConditionalGeneration, which generates text from token ids alone)."""
-    return any(causal_lm_class(str(a), info) for a in info.get("architectures") or ())
-
-
-def causal_lm_class(cls: str, info: dict[str, Any]) -> bool:
-    """Whether `cls` is a causal LM class for a checkpoint of this config.json."""
-    return cls.endswith(CAUSAL_LM) or \
-        cls == automap.causal_lm_class(str(info.get("model_type", ""))) or \
-        reads_images_among_tokens(cls, info)
-
-
-def reads_images_among_tokens(cls: str, info: dict[str, Any]) -> bool:
-    """Whether `cls` is a language model (config.json's text_config) that reads images among
-    its tokens: the class AutoModelForImageTextToText loads for its type (Qwen3.5, Mistral 3,
-    LLaVA), which is no encoder-decoder and whose forward reads token ids first. Given token
-    ids alone it generates text as a causal LM does."""
-    model_type = str(info.get("model_type", ""))
-    return isinstance(info.get("text_config"), dict) and \
-        cls == automap.image_text_class(model_type) and \
-        not forwards.is_encoder_decoder(info) and \
-        forwards.main_input(model_type, cls) == "input_ids"
-
-
-def completed(info: dict[str, Any]) -> dict[str, Any]:
-    """config.json as transformers reads it where the planner reads a multimodal causal LM's
-    text_config: the fields it omits take the defaults its config class declares (the original
-    gemma-3-4b-it names six; its heads, head width and vocabulary are Gemma3TextConfig's)."""
-    text = info.get("text_config")
-    if not isinstance(text, dict) or not text.get("model_type") or not _names_causal_lm(info):
-        return info
-    return {**info, "text_config": {**automap.config_defaults(str(text["model_type"])), **text}}
-
-
-def unfed_towers(info: dict[str, Any], task: str) -> list[str]:
-    """The encoders of other inputs (config.json's vision_config, audio_config...) that a text
-    generation build of a multimodal class leaves out: its graphs take token ids alone."""
-    if task != "text-generation" or not isinstance(info.get("text_config"), dict):
-        return []
-    return [k for k, v in info.items() if k.endswith("_config") and k != "text_config"
-            and isinstance(v, dict) and "model_type" in v]
-
-
 def guess_modality(info: dict[str, Any]) -> str | None:
     """What a config.json of a model type the catalogue does not list takes, from its fields."""
-    if _names_causal_lm(info):  # a multimodal class that AutoModelForCausalLM loads, too
+    if names_causal_lm(info):  # a multimodal class that AutoModelForCausalLM loads, too
         return CAUSAL
     if "vision_config" in info and "text_config" in info:
         return TEXT_IMAGE
@@ -385,7 +340,7 @@ def class_for(task: str, cls: str | None, mt: ModelType | None,
     model type's class for the task (towers, pose models), else None (the Auto class). Text
     generation from a multimodal checkpoint loads the class AutoModelForCausalLM has for its
     type where there is one (Qwen3.5's text model alone, without its vision tower)."""
-    if cls and task == "text-generation" and reads_images_among_tokens(cls, info):
+    if cls and task == "text-generation" and lm_classes.reads_images_among_tokens(cls, info):
         return automap.causal_lm_class(str(info.get("model_type", ""))) or cls
     if cls and task_from_class(cls, modality_of(info, cls), info) in (task,
                                                                        _NLI_PARENT.get(task)):

@@ -88,7 +88,7 @@ def provider_options(ir: dict[str, Any]) -> dict[str, Any]:
 def card(record: dict[str, Any], files: dict[str, int], license_: str | None = None,
          unfed: tuple[str, ...] = ()) -> str:
     """The card's text. `files`: the folder's files (relative name -> bytes); `unfed`: the
-    checkpoint's encoders of other inputs that its graphs leave out (tasks.unfed_towers)."""
+    checkpoint's encoders of other inputs that its graphs leave out (lm_classes.unfed_towers)."""
     model = record["model"]
     if any((s.get("metrics") or {}).get("axes_fixed") for s in record.get("steps") or []):
         model = {**model, "dynamic": False}  # its export found the graph holds at one length
