@@ -128,3 +128,21 @@ def static_entries(layers: Any, seen: int, shape: list[int] | None = None,
             buf[:, :, :seen] = value[:, :, :seen].float().numpy()
         feed[name] = buf
     return feed
+
+
+def unread_indexer_slots(layer: Any, slots: int) -> None:
+    """A sparse attention's layer (transformers' indexed layers: DeepSeek-V3.2, GLM-MoE-DSA,
+    Mistral Large 4) scores its indexer keys against the mask of the slots and the window; the
+    static cache does not carry those keys, so its first indexer keys are `slots` zeros before
+    the window's own. What they score does not matter: the plan keeps the slots and the window
+    within index_topk, so every one of them is chosen, as PyTorch chooses them all."""
+    update = getattr(layer, "update_indexer", None)
+    if update is None or getattr(layer, "is_indexer_initialized", True):
+        return
+
+    def after_slots(states: Any) -> Any:
+        if not layer.is_indexer_initialized:
+            update(states.new_zeros(states.shape[0], slots, states.shape[-1]))
+        return update(states)
+
+    layer.update_indexer = after_slots

@@ -31,7 +31,7 @@ from functools import cache
 from typing import Any
 
 from executors.generation import recurrent
-from executors.generation.cache import layer_entries, own_layers
+from executors.generation.cache import layer_entries, own_layers, unread_indexer_slots
 from executors.generation.positions import decoder_of, position_module, positions_at
 from executors.runtime import torchmodel
 from planner.models.roles import CACHE, Role, Trace
@@ -104,6 +104,7 @@ def dynamic_cache(model: Any, past: dict[str, Any] | None = None) -> Any:
         key, value = (f"{CACHE.past}.{i}.{part}" for part in CACHE.parts)
         if key in past:
             cache.update(past[key], past[value], at(i))
+            unread_indexer_slots(cache.layers[at(i)], int(past[key].shape[-2]))
     for i, states in recurrent.fed_states(names).items():
         recurrent.feed_states(cache.layers[at(i)], {(kind, n): past[name]
                                                     for kind, n, name in states})

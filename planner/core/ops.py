@@ -204,7 +204,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
                 Ensure(N.MODEL_CLASS, Param("model_class"))),
        traits=frozenset({T.SOURCE, T.HEAVY}),
        tools=("torch", "transformers"), unkeyed=("path",), outputs=("source",), memory=Memory(checkpoint=0.1)),
-    Op("export", 9, "export one graph to ONNX and record the module hierarchy",
+    Op("export", 10, "export one graph to ONNX and record the module hierarchy",
        params=("exporter", "opset", "graph", "inputs", "outputs", "hierarchy", "report",
                "torch_modules", "dynamic", "upcast", "fallback"), optional=("dynamic", "upcast",
                                                                            "fallback"),

@@ -73,6 +73,15 @@ CASES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
         "text_config": {"model_type": "llama", "num_key_value_heads": 1, **IDS},
         "vision_config": {**TINY, "num_hidden_layers": 1, "image_size": 32,
                           "patch_size": 16}}),
+    # a sparse attention's indexer scores keys the static cache does not carry (the slots'
+    # are zeros): the context within index_topk chooses every slot, as PyTorch does
+    ("deepseek_v32", "DeepseekV32ForCausalLM", "bfloat16", {
+        "layer_types": ["indexed_attention", "indexed_attention"],
+        "mlp_layer_types": ["dense", "sparse"], "index_head_dim": 64, "index_n_heads": 4,
+        "index_topk": 64, "kv_lora_rank": 16, "q_lora_rank": 16, "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 16, "v_head_dim": 32, "head_dim": 16, "n_routed_experts": 4,
+        "num_experts_per_tok": 2, "moe_intermediate_size": 32, "n_group": 1,
+        "topk_group": 1, "num_key_value_heads": 2, "first_k_dense_replace": 1}),
     # a cache config.json does not say: its sliding-window layer caches twice
     # num_key_value_heads, and its values are v_head_dim wide, not head_dim
     ("mimo_v2_flash", "MiMoV2FlashForCausalLM", "bfloat16", {
