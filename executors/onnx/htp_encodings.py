@@ -26,7 +26,6 @@ from onnx import numpy_helper
 from executors.onnx.graph_edit import drop_unread_initializers
 
 SAME_AS_DATA = ("Gather",)
-ROUNDS = 4  # a Q two Concats share widens both groups: until no group changes
 
 
 def gathers_share_encodings(model: onnx.ModelProto) -> int:
@@ -67,61 +66,88 @@ def gathers_share_encodings(model: onnx.ModelProto) -> int:
 
 def concats_share_encodings(model: onnx.ModelProto) -> int:
     """Each Concat whose inputs are dequantized activations (each from a QuantizeLinear) and
-    whose output goes to QuantizeLinear nodes only: those Qs, and the DQs that read them, take
-    one per-tensor encoding covering all their ranges (a Q read by anything but DQs, or a
-    graph output, leaves its Concat as it is). How many Concats changed."""
-    changed: set[str] = set()
-    for turn in range(ROUNDS):
-        consts = {i.name: i for i in model.graph.initializer}
-        producer = {o: n for n in model.graph.node for o in n.output}
-        readers: dict[str, list[onnx.NodeProto]] = {}
-        for node in model.graph.node:
-            for name in node.input:
-                readers.setdefault(name, []).append(node)
-        dropped: list[str] = []
-        for node in [n for n in model.graph.node if n.op_type == "Concat"]:
-            names = (f"{node.name}/shared_scale_{turn}", f"{node.name}/shared_zero_point_{turn}")
-            group = _group(model, node, consts, producer, readers)
-            if group is None or (made := _union(group, consts, names)) is None:
-                continue
-            model.graph.initializer.extend(made)
-            consts.update({t.name: t for t in made})
-            for q in group:
-                dropped.extend(q.input[1:3])
-                for reader in [q, *readers.get(q.output[0], [])]:  # the Q and its DQs
-                    reader.input[1], reader.input[2] = names
-            changed.add(node.name)
-        drop_unread_initializers(model, dropped)
-        if not dropped:
-            break
-    return len(changed)
+    whose output goes to QuantizeLinear nodes only: the encodings of those Qs, and of every Q
+    and DQ that reads the same scale and zero point (ONNX Runtime's quantizer shares one across
+    a Reshape or an Unsqueeze; gathers_share_encodings gives a Gather's output its data's),
+    become one per-tensor encoding covering all their ranges. Concats linked through a shared
+    encoding are one group. A group that holds a constant's codes, a graph output, codes read
+    by anything but a DQ, or per-channel or mixed types is left as it is. How many Concats
+    changed."""
+    consts = {i.name: i for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    parent: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def root(pair: tuple[str, str]) -> tuple[str, str]:
+        while parent.setdefault(pair, pair) != pair:
+            pair = parent[pair]
+        return pair
+
+    concats: dict[str, tuple[str, str]] = {}  # a Concat's output -> one of its group's encodings
+    for node in [n for n in model.graph.node if n.op_type == "Concat"]:
+        qs = _group(node, producer, readers)
+        if qs is None:
+            continue
+        pairs = [(q.input[1], q.input[2]) for q in qs]
+        for pair in pairs[1:]:
+            parent[root(pair)] = root(pairs[0])
+        concats[node.output[0]] = pairs[0]
+    users: dict[tuple[str, str], list[onnx.NodeProto]] = {}  # every Q and DQ of each group
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) == 3 and \
+                (pair := (node.input[1], node.input[2])) in parent:
+            users.setdefault(root(pair), []).append(node)
+    outputs = {o.name for o in model.graph.output}
+    shared: set[tuple[str, str]] = set()
+    for group, nodes in users.items():
+        made = _union(group, nodes, consts, producer, readers, outputs,
+                      {i.name for i in model.graph.initializer})
+        if made is None:
+            continue
+        model.graph.initializer.extend(made)
+        names = (made[0].name, made[1].name)
+        for node in nodes:
+            node.input[1], node.input[2] = names
+        shared.add(group)
+    drop_unread_initializers(model, [n for pair in parent for n in pair])
+    return sum(root(pair) in shared for pair in concats.values())
 
 
-def _group(model: onnx.ModelProto, concat: onnx.NodeProto, consts: dict[str, onnx.TensorProto],
-           producer: dict[str, onnx.NodeProto],
+def _group(concat: onnx.NodeProto, producer: dict[str, onnx.NodeProto],
            readers: dict[str, list[onnx.NodeProto]]) -> list[onnx.NodeProto] | None:
-    """The Qs of `concat`'s inputs and output, each once; None where one of its inputs is not
-    a DQ of a Q's codes, or a Q's codes go elsewhere than to DQs."""
+    """The Qs of `concat`'s inputs and output; None where one of its inputs is not a DQ of a
+    Q's codes, or its output is read by other than Qs."""
     dqs = [producer.get(name) for name in concat.input]
     if any(dq is None or dq.op_type != "DequantizeLinear" for dq in dqs):
         return None
-    group = [producer.get(dq.input[0]) for dq in dqs] + readers.get(concat.output[0], [])
-    outputs = {o.name for o in model.graph.output}
-    if not readers.get(concat.output[0]) or any(
-            q is None or q.op_type != "QuantizeLinear" or len(q.input) < 3
-            or q.input[1] not in consts or q.input[2] not in consts or q.output[0] in outputs
-            or any(r.op_type != "DequantizeLinear" for r in readers.get(q.output[0], []))
-            for q in group):
-        return None  # a constant's codes, or codes something other than a DQ reads
-    return list({id(q): q for q in group}.values())
+    qs = [producer.get(dq.input[0]) for dq in dqs] + readers.get(concat.output[0], [])
+    if not readers.get(concat.output[0]) or \
+            any(q is None or q.op_type != "QuantizeLinear" or len(q.input) < 3 for q in qs):
+        return None
+    return qs
 
 
-def _union(group: list[onnx.NodeProto], consts: dict[str, onnx.TensorProto],
-           names: tuple[str, str]) -> list[onnx.TensorProto] | None:
-    """The scale and zero point of one encoding covering every range of `group`'s Qs (and
-    zero); None where they have one already, or are per-channel or of different types."""
-    encodings = [(numpy_helper.to_array(consts[q.input[1]]),
-                  numpy_helper.to_array(consts[q.input[2]])) for q in group]
+def _union(group: tuple[str, str], nodes: list[onnx.NodeProto],
+           consts: dict[str, onnx.TensorProto], producer: dict[str, onnx.NodeProto],
+           readers: dict[str, list[onnx.NodeProto]], outputs: set[str],
+           taken: set[str]) -> list[onnx.TensorProto] | None:
+    """The scale and zero point of one encoding covering the ranges of every Q and DQ in
+    `nodes`; None where they have one already, or the group is not one to change."""
+    for node in nodes:
+        if node.op_type == "QuantizeLinear" and (node.output[0] in outputs or any(
+                r.op_type != "DequantizeLinear" for r in readers.get(node.output[0], []))):
+            return None  # codes something other than a DQ reads
+        if node.op_type == "DequantizeLinear" and (
+                node.input[0] in consts or producer.get(node.input[0]) is None):
+            return None  # a constant's codes, or a graph input's
+    pairs = {(n.input[1], n.input[2]) for n in nodes}
+    if any(s not in consts or z not in consts for s, z in pairs):
+        return None
+    encodings = [(numpy_helper.to_array(consts[s]), numpy_helper.to_array(consts[z]))
+                 for s, z in pairs]
     kinds = {z.dtype for _, z in encodings}
     if len(kinds) != 1 or any(s.size != 1 or z.size != 1 for s, z in encodings) or \
             len({(float(s), int(z)) for s, z in encodings}) == 1:
@@ -134,4 +160,7 @@ def _union(group: list[onnx.NodeProto], consts: dict[str, onnx.TensorProto],
         scale = np.nextafter(scale, np.inf, dtype=scale.dtype)
     zero = np.asarray(np.clip(np.round(info.min - lo / float(scale)), info.min, info.max),
                       dtype=info.dtype)
-    return [numpy_helper.from_array(scale, names[0]), numpy_helper.from_array(zero, names[1])]
+    base = next(f"{group[0]}/shared{k or ''}" for k in range(len(taken) + 1)
+                if f"{group[0]}/shared{k or ''}_scale" not in taken)
+    return [numpy_helper.from_array(scale, f"{base}_scale"),
+            numpy_helper.from_array(zero, f"{base}_zero_point")]

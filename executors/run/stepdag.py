@@ -165,6 +165,8 @@ class StepDag:
                 del self.nodes[old], self.deps[old]  # key's, which counts no extra step
                 if old in self.order and key not in self.order:
                     self.order[self.order.index(old)] = key
+                elif old in self.order:  # another job's step has the new key's label
+                    self.order.remove(old)
             job.keys[s["id"]] = key
             self._add(job, s)
 

@@ -104,16 +104,16 @@ def chooses_experts(cls: Any) -> bool:
 
 
 def traceable_experts(model: Any) -> None:
-    """A class whose own module does not choose its experts' implementation but whose language
-    model's does (Kimi K2.5's image-text class around DeepSeek-V3's MoE) gets the traceable
-    one on that model: transformers decides by the class's module, so the load's keyword does
-    not reach it, and its grouped kernel counts tokens with histc, which no exporter writes."""
+    """The traceable experts' implementation on every part of a loaded model that can choose
+    one: the load's keyword reaches a class that chooses it itself, but not a class loaded
+    through an Auto class, nor the language model inside a class whose own module does not
+    choose it (Kimi K2.5's image-text class around DeepSeek-V3's MoE: transformers decides by
+    the class's module). Their grouped kernel counts tokens with histc, which no exporter
+    writes."""
     import transformers
 
-    if chooses_experts(type(model)):
-        return  # from_pretrained's keyword chose it
-    if any(isinstance(m, transformers.PreTrainedModel) and m is not model and
-           chooses_experts(type(m)) for m in model.modules()):
+    if any(isinstance(m, transformers.PreTrainedModel) and chooses_experts(type(m)) and
+           m.config._experts_implementation != TRACEABLE_EXPERTS for m in model.modules()):
         model.set_experts_implementation(TRACEABLE_EXPERTS)
 
 

@@ -13,6 +13,8 @@ from typing import Any
 from planner.models import automap, forwards
 
 CAUSAL_LM = ("ForCausalLM", "LMHeadModel")
+# an image-text class that generates token by token (not DiffusionGemma's block diffusion)
+GENERATORS = ("ForConditionalGeneration", "ForCausalLM")
 
 
 def names_causal_lm(info: dict[str, Any]) -> bool:
@@ -32,12 +34,14 @@ def causal_lm_class(cls: str, info: dict[str, Any]) -> bool:
 def reads_images_among_tokens(cls: str, info: dict[str, Any]) -> bool:
     """Whether `cls` is a language model (config.json's text_config) that reads images among
     its tokens: the class AutoModelForImageTextToText loads for its type (Qwen3.5, Mistral 3,
-    LLaVA), which is no encoder-decoder and whose forward reads token ids first. Given token
+    LLaVA), named for generation, which is no encoder-decoder (by config.json, else by its
+    config class's default: Florence-2's) and whose forward reads token ids first. Given token
     ids alone it generates text as a causal LM does."""
     model_type = str(info.get("model_type", ""))
     return isinstance(info.get("text_config"), dict) and \
-        cls == automap.image_text_class(model_type) and \
-        not forwards.is_encoder_decoder(info) and \
+        cls == automap.image_text_class(model_type) and cls.endswith(GENERATORS) and \
+        not info.get("is_encoder_decoder",
+                     automap.config_defaults(model_type).get("is_encoder_decoder")) and \
         forwards.main_input(model_type, cls) == "input_ids"
 
 

@@ -313,7 +313,7 @@ def detect(model: dict[str, Any], info: dict[str, Any],
     if mt is not None and task not in mt.tasks:
         raise ConfigError(f"model.task: {task!r} is not a task modelplan builds for model_type "
                           f"{mt.name!r}; choose one of: {', '.join(mt.tasks)}")
-    return task, class_for(task, cls, mt, info)
+    return task, class_for(task, cls, mt, info, chosen=bool(model["model_class"]))
 
 
 def _refuse_encoded_inputs(info: dict[str, Any], cls: str | None) -> None:
@@ -335,12 +335,14 @@ def _refuse_encoded_inputs(info: dict[str, Any], cls: str | None) -> None:
 
 
 def class_for(task: str, cls: str | None, mt: ModelType | None,
-              info: dict[str, Any]) -> str | None:
+              info: dict[str, Any], chosen: bool = False) -> str | None:
     """The class to load: the checkpoint's own when it is a class for this task, else the
     model type's class for the task (towers, pose models), else None (the Auto class). Text
     generation from a multimodal checkpoint loads the class AutoModelForCausalLM has for its
-    type where there is one (Qwen3.5's text model alone, without its vision tower)."""
-    if cls and task == "text-generation" and lm_classes.reads_images_among_tokens(cls, info):
+    type where there is one (Qwen3.5's text model alone, without its vision tower), unless
+    model.model_class `chosen` it."""
+    if cls and not chosen and task == "text-generation" and \
+            lm_classes.reads_images_among_tokens(cls, info):
         return automap.causal_lm_class(str(info.get("model_type", ""))) or cls
     if cls and task_from_class(cls, modality_of(info, cls), info) in (task,
                                                                        _NLI_PARENT.get(task)):

@@ -84,6 +84,33 @@ def test_an_image_text_class_that_reads_pixels_first_is_not_text_generation(
         plan(ckpt)
 
 
+def test_a_class_model_class_names_is_the_class_loaded(tmp_path: Path) -> None:
+    ckpt = checkpoint(tmp_path, {"model_type": "qwen3_5",
+                                 "architectures": ["Qwen3_5ForConditionalGeneration"],
+                                 "text_config": TEXT, "vision_config": VISION})
+    ir = plan(ckpt, "model.model_class=Qwen3_5ForConditionalGeneration",
+              "export.shapes.prefill_length=8", "export.shapes.context_length=32")
+    assert ir["steps"][0]["params"]["model_class"] == "Qwen3_5ForConditionalGeneration"
+
+
+@pytest.mark.parametrize(("model_type", "cls"), [
+    # an encoder-decoder by its config class's default, which its config.json need not say
+    ("florence2", "Florence2ForConditionalGeneration"),
+    # block diffusion: not token by token
+    ("diffusion_gemma", "DiffusionGemmaForBlockDiffusion"),
+])
+def test_an_image_text_class_that_does_not_generate_token_by_token_is_not_an_lm(
+        model_type: str, cls: str) -> None:
+    from planner.models.lm_classes import reads_images_among_tokens
+
+    assert automap.image_text_class(model_type) == cls
+    info = {"model_type": model_type, "architectures": [cls], "text_config": TEXT,
+            "vision_config": VISION}
+    assert not reads_images_among_tokens(cls, info)
+    assert reads_images_among_tokens(
+        "LlavaForConditionalGeneration", {**info, "model_type": "llava"})
+
+
 @pytest.mark.parametrize(("config", "towers"), [
     ({"model_type": "qwen2_audio", "architectures": ["Qwen2AudioForConditionalGeneration"],
       "audio_config": {"model_type": "qwen2_audio_encoder"}}, "audio_config"),

@@ -8,6 +8,7 @@ embedding's `-x_odd` and `x_even`, whose zero points differ)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -191,3 +192,46 @@ def test_a_concat_of_a_constants_codes_is_left_as_it_is(tmp_path: Path) -> None:
     before = model.SerializeToString()
     assert concats_share_encodings(model) == 0
     assert model.SerializeToString() == before
+
+
+def chained_model() -> onnx.ModelProto:
+    """Three Concats in a chain, a Gather between the first two, a Reshape after the last (the
+    quantizer shares one encoding across a Reshape)."""
+    def node(op: str, ins: list[str], out: str, **attrs: Any) -> onnx.NodeProto:
+        return helper.make_node(op, ins, [out], name=f"/{out}", **attrs)
+
+    graph = helper.make_graph(
+        [node("Neg", ["x"], "nx"), node("Add", ["x", "shift"], "sx"),
+         node("Concat", ["nx", "sx"], "c1", axis=1),
+         node("Gather", ["c1", "rows"], "g", axis=1),
+         node("Mul", ["g", "three"], "mg"),
+         node("Concat", ["g", "mg"], "c2", axis=1),
+         node("Concat", ["c2", "sx"], "c3", axis=1),
+         node("Reshape", ["c3", "flat"], "y")], "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 96])],
+        initializer=[numpy_helper.from_array(np.array(0.5, np.float32), "shift"),
+                     numpy_helper.from_array(np.array(3, np.float32), "three"),
+                     numpy_helper.from_array(np.array([0, 1, 2, 3], np.int64), "rows"),
+                     numpy_helper.from_array(np.array([1, 96], np.int64), "flat")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def test_concats_linked_through_shared_encodings_take_one_and_keep_the_gathers(
+        tmp_path: Path) -> None:
+    """One pass gives the chain one encoding; the Gather's output keeps its data's, and the
+    Reshape's input and output keep sharing theirs."""
+    model = onnx.load(str(quantized(tmp_path, chained_model(), [
+        {"x": np.random.default_rng(k).standard_normal((1, 4, 8)).astype(np.float32)}
+        for k in range(4)])))
+    x = {"x": np.random.default_rng(9).standard_normal((1, 4, 8)).astype(np.float32)}
+    want = run_float(chained_model(), x)
+    gathers_share_encodings(model)
+    assert concats_share_encodings(model) == 3
+    assert concats_share_encodings(model) == 0 and gathers_share_encodings(model) == 0
+    onnx.checker.check_model(model)
+    pairs = {(n.input[1], n.input[2]) for n in model.graph.node
+             if n.op_type in ("QuantizeLinear", "DequantizeLinear")
+             and any(t in n.input[0] or t in n.output[0] for t in ("c1", "c2", "c3", "g", "y"))}
+    assert len(pairs) == 1, pairs  # the Concats, the Gather's data and output, the Reshape's
+    np.testing.assert_allclose(run_float(model, x), want, atol=0.01)

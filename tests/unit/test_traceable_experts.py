@@ -1,7 +1,7 @@
 """The experts' implementation the export traces (executors/runtime/torchmodel.py): a class
 whose own module does not choose it, around a language model whose module does (Kimi K2.5's
 image-text class around DeepSeek-V3's mixture of experts), gets the traceable one on that
-model, as a class of its own gets it from the load's keyword."""
+model; so does a class loaded without the load's keyword (through an Auto class)."""
 
 from __future__ import annotations
 
@@ -42,12 +42,17 @@ def test_a_language_model_inside_an_image_text_class_traces_its_experts_batched(
     assert experts_of(model)["DeepseekV3Model"] == torchmodel.TRACEABLE_EXPERTS
 
 
-def test_a_class_that_chooses_its_experts_itself_is_left_as_loaded() -> None:
+def test_a_class_loaded_without_the_keyword_gets_it_and_one_with_it_keeps_it() -> None:
+    """As an Auto class loads it (no keyword: transformers' grouped kernel), and as the load
+    with the keyword leaves it."""
     import transformers
 
     config = transformers.AutoConfig.for_model(**TEXT)
-    model = transformers.DeepseekV3ForCausalLM._from_config(
-        config, experts_implementation=torchmodel.TRACEABLE_EXPERTS)
-    before = experts_of(model)
+    model = transformers.DeepseekV3ForCausalLM._from_config(config)
+    assert set(experts_of(model).values()) != {torchmodel.TRACEABLE_EXPERTS}
     torchmodel.traceable_experts(model)
-    assert experts_of(model) == before == {k: torchmodel.TRACEABLE_EXPERTS for k in before}
+    assert set(experts_of(model).values()) == {torchmodel.TRACEABLE_EXPERTS}
+    chosen = transformers.DeepseekV3ForCausalLM._from_config(
+        config, experts_implementation=torchmodel.TRACEABLE_EXPERTS)
+    torchmodel.traceable_experts(chosen)
+    assert set(experts_of(chosen).values()) == {torchmodel.TRACEABLE_EXPERTS}
