@@ -18,6 +18,7 @@ the fused node's output keeps the value_info the replaced output had.
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -44,25 +45,31 @@ FUSED_RANK = 3
 SCHEMA_FLOATS = ("tensor(float)", "tensor(float16)", "tensor(double)", "tensor(bfloat16)")
 
 
+_REGISTERING = threading.Lock()  # steps of two jobs run side by side in one process's threads
+
+
 def register() -> None:
     """Declare ONNX Runtime's SimplifiedLayerNormalization to onnx (domain "", version 1), once
-    per process, so onnx.checker and shape inference accept a graph holding it."""
+    per process, so onnx.checker and shape inference accept a graph holding it. Under a lock:
+    two threads that both found it missing would both register it, and onnx refuses the second
+    ("already registered"; a sweep's two jobs tagged at once)."""
     from onnx import defs
 
-    if defs.has(OP, ""):
-        return
-    param, attribute = defs.OpSchema.FormalParameter, defs.OpSchema.Attribute
-    optional = defs.OpSchema.FormalParameterOption.Optional
-    defs.register_schema(defs.OpSchema(
-        OP, "", 1, doc="ONNX Runtime's RMS normalization over the axes from `axis` on",
-        inputs=[param("X", "T"), param("scale", "V")],
-        outputs=[param("Y", "V"), param("inv_std_var", "U", param_option=optional)],
-        type_constraints=[("T", SCHEMA_FLOATS, ""), ("U", ("tensor(float)", "tensor(double)"), ""),
-                          ("V", SCHEMA_FLOATS, "")],
-        attributes=[attribute("axis", helper.make_attribute("axis", -1), ""),
-                    attribute("epsilon", helper.make_attribute("epsilon", 1e-5), ""),
-                    attribute("stash_type", helper.make_attribute("stash_type", 1), ""),
-                    ]))
+    with _REGISTERING:
+        if defs.has(OP, ""):
+            return
+        param, attribute = defs.OpSchema.FormalParameter, defs.OpSchema.Attribute
+        optional = defs.OpSchema.FormalParameterOption.Optional
+        defs.register_schema(defs.OpSchema(
+            OP, "", 1, doc="ONNX Runtime's RMS normalization over the axes from `axis` on",
+            inputs=[param("X", "T"), param("scale", "V")],
+            outputs=[param("Y", "V"), param("inv_std_var", "U", param_option=optional)],
+            type_constraints=[("T", SCHEMA_FLOATS, ""),
+                              ("U", ("tensor(float)", "tensor(double)"), ""),
+                              ("V", SCHEMA_FLOATS, "")],
+            attributes=[attribute("axis", helper.make_attribute("axis", -1), ""),
+                        attribute("epsilon", helper.make_attribute("epsilon", 1e-5), ""),
+                        attribute("stash_type", helper.make_attribute("stash_type", 1), "")]))
 
 
 @dataclass

@@ -174,3 +174,33 @@ def test_two_norms_in_one_scope_get_names_of_their_own() -> None:
                                                       f"/layer/{OP}_1/scale"]
     onnx.checker.check_model(model, full_check=True)
     np.testing.assert_allclose(_run(model, x), want, rtol=1e-5, atol=1e-6)
+
+
+RACE = """
+import threading
+from executors.onnx import rms_norms
+barrier, errors = threading.Barrier(8), []
+def register():
+    barrier.wait()
+    try:
+        rms_norms.register()
+    except Exception as exc:
+        errors.append(repr(exc))
+threads = [threading.Thread(target=register) for _ in range(8)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(errors)
+"""
+
+
+def test_threads_that_register_the_schema_at_once_do_not_fail() -> None:
+    """Two jobs of a sweep tag their graphs in threads of one process; onnx refuses a second
+    registration of the same schema (a fresh interpreter: none registered yet)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    result = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True,
+                            cwd=ROOT, check=True, timeout=120)
+    assert result.stdout.strip() == "[]", result.stdout
