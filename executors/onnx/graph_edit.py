@@ -59,6 +59,15 @@ def replace(model: onnx.ModelProto, old: onnx.NodeProto, new: list[onnx.NodeProt
     model.graph.node.extend(nodes)
 
 
+def readers(model: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
+    """Each tensor name -> the nodes that read it, in graph order."""
+    found: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            found.setdefault(name, []).append(node)
+    return found
+
+
 def drop_unread_initializers(model: onnx.ModelProto, names: list[str]) -> None:
     """Remove those of `names` that are initializers no node or graph output reads any more
     (a weight a rewrite replaced by its reshaped copy)."""

@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from executors.onnx import graph_edit
 from executors.onnx.graph_edit import drop_unread_initializers
 
 SAME_AS_DATA = ("Gather",)
@@ -36,10 +37,7 @@ def gathers_share_encodings(model: onnx.ModelProto) -> int:
     scalars = {i.name for i in model.graph.initializer if not i.dims}
     producer = {o: n for n in model.graph.node for o in n.output}
     outputs = {o.name for o in model.graph.output}
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = graph_edit.readers(model)
     count, dropped = 0, []
     for node in [n for n in model.graph.node if n.op_type in SAME_AS_DATA]:
         dq = producer.get(node.input[0])
@@ -75,10 +73,7 @@ def concats_share_encodings(model: onnx.ModelProto) -> int:
     changed."""
     consts = {i.name: i for i in model.graph.initializer}
     producer = {o: n for n in model.graph.node for o in n.output}
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = graph_edit.readers(model)
     parent: dict[tuple[str, str], tuple[str, str]] = {}
 
     def root(pair: tuple[str, str]) -> tuple[str, str]:
@@ -102,13 +97,14 @@ def concats_share_encodings(model: onnx.ModelProto) -> int:
             users.setdefault(root(pair), []).append(node)
     outputs = {o.name for o in model.graph.output}
     shared: set[tuple[str, str]] = set()
+    taken = {i.name for i in model.graph.initializer}
     for group, nodes in users.items():
-        made = _union(group, nodes, consts, producer, readers, outputs,
-                      {i.name for i in model.graph.initializer})
+        made = _union(group, nodes, consts, producer, readers, outputs, taken)
         if made is None:
             continue
         model.graph.initializer.extend(made)
         names = (made[0].name, made[1].name)
+        taken.update(names)
         for node in nodes:
             node.input[1], node.input[2] = names
         shared.add(group)

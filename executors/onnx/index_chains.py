@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from executors.onnx import graph_edit
 from executors.onnx.graph_edit import (
     Emitter,
     constants,
@@ -58,10 +59,7 @@ def _chain(model: onnx.ModelProto, start: onnx.NodeProto, known: dict,
     """The movement nodes around `start` (whose output has rank > MAX_RANK) while a tensor
     between them has rank > MAX_RANK and feeds only the next one."""
     producer = {o: n for n in model.graph.node for o in n.output}
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for n in model.graph.node:
-        for i in n.input:
-            readers.setdefault(i, []).append(n)
+    readers = graph_edit.readers(model)
     outputs = {o.name for o in model.graph.output}
     chain = [start]
     while len(known.get(chain[0].input[0]) or []) > MAX_RANK:
