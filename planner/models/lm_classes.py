@@ -12,6 +12,7 @@ from typing import Any
 
 from planner.models import automap, forwards
 
+# decoder-only language-model heads (LlamaForCausalLM, GPT2LMHeadModel): next-token logits
 CAUSAL_LM = ("ForCausalLM", "LMHeadModel")
 # an image-text class that generates token by token (not DiffusionGemma's block diffusion)
 GENERATORS = ("ForConditionalGeneration", "ForCausalLM")

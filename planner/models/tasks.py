@@ -12,8 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import ConfigError
-from planner.models import automap, forwards, lm_classes
-from planner.models.lm_classes import CAUSAL_LM, causal_lm_class, names_causal_lm
+from planner.models import automap, forwards
+from planner.models.lm_classes import (
+    CAUSAL_LM,
+    causal_lm_class,
+    names_causal_lm,
+    reads_images_among_tokens,
+)
 
 # Modalities: what a graph takes. text2text, image2text and speech2text (Whisper: log-mel
 # features) models export an encoder and a decoder graph; a causal LM a prefill and a decode
@@ -193,8 +198,6 @@ SUFFIXES: tuple[tuple[str, dict[str, str]], ...] = (
                AUDIO: "feature-extraction", TEXT_IMAGE: "zero-shot-image-classification"}),
 )
 SENTENCE_TRANSFORMER_FILES = ("modules.json", "sentence_bert_config.json")
-# Decoder-only language-model heads (LlamaForCausalLM, GPT2LMHeadModel): next-token logits for
-# text generation.
 
 
 def model_type_of(info: dict[str, Any]) -> ModelType | None:
@@ -342,7 +345,7 @@ def class_for(task: str, cls: str | None, mt: ModelType | None,
     type where there is one (Qwen3.5's text model alone, without its vision tower), unless
     model.model_class `chosen` it."""
     if cls and not chosen and task == "text-generation" and \
-            lm_classes.reads_images_among_tokens(cls, info):
+            reads_images_among_tokens(cls, info):
         return automap.causal_lm_class(str(info.get("model_type", ""))) or cls
     if cls and task_from_class(cls, modality_of(info, cls), info) in (task,
                                                                        _NLI_PARENT.get(task)):
