@@ -103,13 +103,15 @@ def mappings(kinds: set[str]) -> list[tuple[str, str, str]]:
     from transformers.models.auto import modeling_auto as m
 
     rows: dict[str, tuple[str, str, str]] = {}
+    seen: set[tuple[str, str]] = set()  # (model type, class) already a row of another kind
     for kind, names in (("speech", m.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES),
                         ("seq2seq", m.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES),
                         ("causal", m.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES),
                         ("image-text", m.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)):
         if kind in kinds:
             for model_type, cls in names.items():
-                if (model_type, cls) not in {(t, c) for t, c, _ in rows.values()}:
+                if (model_type, cls) not in seen:
+                    seen.add((model_type, cls))
                     rows.setdefault(f"{model_type} {kind}", (model_type, cls, kind))
     return sorted(rows.values())
 
